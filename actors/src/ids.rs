@@ -1,0 +1,168 @@
+//! Typed identifiers with their prefixed string forms (`acct_…`, `key_…`, `srv_…`),
+//! and the random secrets psbx hands out (API keys).
+
+use std::fmt;
+
+/// Letters of generated ids and secrets: lower-case letters and digits, easy to
+/// read aloud and safe in URLs, file names and shell lines.
+const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+
+/// `len` random characters of [`ALPHABET`], from the operating system's generator.
+pub fn random_token(len: usize) -> Result<String, getrandom::Error> {
+    // 252 is the largest multiple of 36 below 256: rejecting larger bytes keeps the
+    // characters uniform.
+    let mut out = String::with_capacity(len);
+    let mut buf = [0u8; 64];
+    while out.len() < len {
+        getrandom::fill(&mut buf)?;
+        for b in buf.iter().filter(|b| **b < 252) {
+            if out.len() == len {
+                break;
+            }
+            out.push(char::from(ALPHABET[usize::from(*b % 36)]));
+        }
+    }
+    Ok(out)
+}
+
+/// Why a string is not an id of the expected kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{given:?} is not a valid {kind} id: it must look like {prefix}… (letters and digits)")]
+pub struct BadId {
+    pub kind: &'static str,
+    pub prefix: &'static str,
+    pub given: String,
+}
+
+macro_rules! prefixed_id {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal, $kind:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The prefix of this kind of id, underscore included.
+            pub const PREFIX: &'static str = $prefix;
+
+            /// A fresh random id.
+            pub fn generate() -> Result<Self, getrandom::Error> {
+                Ok(Self(format!("{}{}", $prefix, random_token(20)?)))
+            }
+
+            /// Checks the prefix and the characters of an id received from outside.
+            pub fn parse(s: &str) -> Result<Self, BadId> {
+                let ok = s.strip_prefix($prefix).is_some_and(|rest| {
+                    !rest.is_empty()
+                        && rest.len() <= 64
+                        && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+                });
+                if ok {
+                    Ok(Self(s.to_owned()))
+                } else {
+                    Err(BadId { kind: $kind, prefix: $prefix, given: s.to_owned() })
+                }
+            }
+
+            /// Wraps a value read back from the database, which only ever holds ids
+            /// this type generated.
+            pub(crate) fn from_db(s: String) -> Self {
+                Self(s)
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = BadId;
+            fn from_str(s: &str) -> Result<Self, BadId> {
+                Self::parse(s)
+            }
+        }
+    };
+}
+
+prefixed_id!(
+    /// An account: the owner of keys, boxes, environments and secrets.
+    AccountId, "acct_", "account"
+);
+prefixed_id!(
+    /// An API key (its id, never its secret).
+    ApiKeyId, "key_", "API key"
+);
+prefixed_id!(
+    /// One running replica of the psbx server.
+    ServerId, "srv_", "server"
+);
+
+/// The secret of an API key, `psbx_` and 40 random characters (about 206 bits).
+/// Shown once when created; only its SHA-256 is stored. `Debug` never prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKeySecret(String);
+
+impl ApiKeySecret {
+    pub const PREFIX: &'static str = "psbx_";
+
+    pub fn generate() -> Result<Self, getrandom::Error> {
+        Ok(Self(format!("{}{}", Self::PREFIX, random_token(40)?)))
+    }
+
+    /// The key as the user must send it (`Authorization: Bearer <this>`).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKeySecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKeySecret(****)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_ids_parse_back() {
+        let id = ApiKeyId::generate().unwrap();
+        assert!(id.as_str().starts_with("key_"));
+        assert_eq!(id.as_str().len(), 24);
+        assert_eq!(ApiKeyId::parse(id.as_str()).unwrap(), id);
+    }
+
+    #[test]
+    fn foreign_or_malformed_ids_are_refused() {
+        for bad in ["", "key_", "acct_abc", "key_a/b", "key_ä", "KEY_abc"] {
+            let err = ApiKeyId::parse(bad).unwrap_err();
+            assert_eq!(err.prefix, "key_", "{bad}");
+        }
+        assert!(AccountId::parse("acct_abc123").is_ok());
+    }
+
+    #[test]
+    fn secrets_are_long_random_and_hidden_from_debug() {
+        let a = ApiKeySecret::generate().unwrap();
+        let b = ApiKeySecret::generate().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.expose().len(), 45);
+        assert!(a.expose().starts_with("psbx_"));
+        assert!(!format!("{a:?}").contains(&a.expose()[5..]));
+    }
+
+    #[test]
+    fn random_tokens_use_the_whole_alphabet() {
+        let t = random_token(5000).unwrap();
+        for c in ALPHABET {
+            assert!(t.as_bytes().contains(c), "{} never drawn", char::from(*c));
+        }
+    }
+}

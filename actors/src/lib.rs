@@ -1,0 +1,8 @@
+//! The psbx domain: the actor system (DESIGN.md §3) and the store, the only
+//! place that touches diesel.
+//!
+//! Only the store and the typed ids exist yet; the actors come with the boxes,
+//! environments and connector issues.
+
+pub mod ids;
+pub mod store;

@@ -1,0 +1,125 @@
+//! The store: the only place that touches diesel (DESIGN.md §7).
+//!
+//! [`Store`] owns the r2d2 pool of PostgreSQL connections. Its calls are
+//! blocking: async callers run them on a blocking thread (`web::block`,
+//! `spawn_blocking`). Every query about an account's objects takes the account.
+
+mod accounts;
+mod api_keys;
+mod models;
+mod schema;
+mod servers;
+
+pub use accounts::{Account, Bootstrap};
+pub use api_keys::{ApiKey, KeyPage, NewApiKey, Principal};
+pub use servers::Server;
+
+use diesel::pg::PgConnection;
+use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
+use diesel::{Connection, RunQueryDsl};
+use std::time::Duration;
+
+type PgPool = Pool<ConnectionManager<PgConnection>>;
+type Conn = PooledConnection<ConnectionManager<PgConnection>>;
+
+/// What can go wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot connect to the database: {0}")]
+    Connect(String),
+    #[error(transparent)]
+    Migrate(#[from] psbx_migrations::MigrationError),
+    #[error("no database connection free within the pool timeout: {0}")]
+    Pool(#[from] diesel::r2d2::PoolError),
+    #[error("database query failed: {0}")]
+    Query(#[from] diesel::result::Error),
+    #[error("the operating system's random generator failed: {0}")]
+    Random(#[from] getrandom::Error),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// How many connections a [`Store`] keeps, and how long a caller waits for one.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolOptions {
+    pub max_size: u32,
+    pub connect_timeout: Duration,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        Self {
+            max_size: 10,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Use of the pool right now, for metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolUse {
+    pub max_size: u32,
+    pub connections: u32,
+    pub idle: u32,
+}
+
+/// A handle on the database; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pool: PgPool,
+}
+
+impl Store {
+    /// Connects, checks the database answers, and applies pending migrations.
+    pub fn open(database_url: &str, options: PoolOptions) -> Result<Self, StoreError> {
+        let mut first = PgConnection::establish(database_url)
+            .map_err(|e| StoreError::Connect(redact_connection_error(&e.to_string())))?;
+        let applied = psbx_migrations::run(&mut first)?;
+        if !applied.is_empty() {
+            tracing::info!(migrations = ?applied, "applied database migrations");
+        }
+        drop(first);
+        let pool = Pool::builder()
+            .max_size(options.max_size)
+            .min_idle(Some(1))
+            .connection_timeout(options.connect_timeout)
+            .build(ConnectionManager::new(database_url))
+            .map_err(|e| StoreError::Connect(e.to_string()))?;
+        Ok(Self { pool })
+    }
+
+    fn conn(&self) -> Result<Conn, StoreError> {
+        Ok(self.pool.get()?)
+    }
+
+    /// Runs a trivial query: is the database reachable?
+    pub fn ping(&self) -> Result<(), StoreError> {
+        diesel::sql_query("SELECT 1").execute(&mut self.conn()?)?;
+        Ok(())
+    }
+
+    pub fn pool_use(&self) -> PoolUse {
+        let state = self.pool.state();
+        PoolUse {
+            max_size: self.pool.max_size(),
+            connections: state.connections,
+            idle: state.idle_connections,
+        }
+    }
+}
+
+/// libpq's messages may quote the connection string; never let a password
+/// through into logs or answers.
+fn redact_connection_error(message: &str) -> String {
+    message
+        .split_whitespace()
+        .map(|word| {
+            if word.contains("password=") || (word.contains("://") && word.contains('@')) {
+                "[redacted]"
+            } else {
+                word
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

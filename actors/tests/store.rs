@@ -1,0 +1,249 @@
+//! Store tests on a real PostgreSQL: each test gets its own migrated database.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use psbx_actors::ids::ApiKeyId;
+use psbx_actors::store::{PoolOptions, Store, StoreError};
+use psbx_tests::TestDatabase;
+
+fn store(db: &TestDatabase) -> Store {
+    Store::open(
+        db.url(),
+        PoolOptions {
+            max_size: 3,
+            ..PoolOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn first_start_creates_one_account_and_key_and_never_again() {
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let first = store
+        .bootstrap()
+        .unwrap()
+        .expect("an empty database is bootstrapped");
+    assert_eq!(first.account.name, "default");
+    assert_eq!(first.key.key.account_id, first.account.id);
+    assert!(
+        store.bootstrap().unwrap().is_none(),
+        "a second start re-initialised"
+    );
+    // Opening again (a restart) runs no migration twice and keeps the data.
+    let again = Store::open(db.url(), PoolOptions::default()).unwrap();
+    assert_eq!(
+        again.default_account().unwrap().unwrap().id,
+        first.account.id
+    );
+    let who = again
+        .authenticate(first.key.secret.expose())
+        .unwrap()
+        .unwrap();
+    assert_eq!(who.key_id, first.key.key.id);
+}
+
+#[test]
+fn concurrent_first_starts_make_exactly_one_account() {
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let made: Vec<bool> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| store.bootstrap().unwrap().is_some()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(made.iter().filter(|m| **m).count(), 1, "{made:?}");
+}
+
+#[test]
+fn only_the_sha256_of_a_key_is_stored() {
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let first = store.bootstrap().unwrap().unwrap();
+    let secret = first.key.secret.expose().to_owned();
+    let mut conn = <diesel::PgConnection as diesel::Connection>::establish(db.url()).unwrap();
+    #[derive(diesel::QueryableByName)]
+    struct Dump {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        row: String,
+    }
+    use diesel::RunQueryDsl;
+    let rows: Vec<Dump> = diesel::sql_query("SELECT api_keys::text AS row FROM api_keys")
+        .load(&mut conn)
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(
+        !rows[0].row.contains(&secret[5..]),
+        "the key is stored in clear"
+    );
+    use sha2::Digest;
+    let digest = hex::encode(sha2::Sha256::digest(secret.as_bytes()));
+    assert!(
+        rows[0].row.contains(&digest),
+        "no SHA-256 in {}",
+        rows[0].row
+    );
+}
+
+#[test]
+fn keys_authenticate_until_revoked_and_stay_in_their_account() {
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let first = store.bootstrap().unwrap().unwrap();
+    let account = first.account.id.clone();
+    let extra = store.create_api_key(&account, "ci").unwrap();
+    assert_eq!(extra.key.name, "ci");
+
+    let who = store.authenticate(extra.secret.expose()).unwrap().unwrap();
+    assert_eq!(who.account_id, account);
+    assert_eq!(who.key_id, extra.key.id);
+    assert!(store.authenticate("psbx_wrong").unwrap().is_none());
+    assert!(store.authenticate("").unwrap().is_none());
+    assert!(store.authenticate("Bearer x").unwrap().is_none());
+
+    // Another account cannot see or revoke this account's key.
+    let other = {
+        use diesel::RunQueryDsl;
+        let mut conn = <diesel::PgConnection as diesel::Connection>::establish(db.url()).unwrap();
+        diesel::sql_query("INSERT INTO accounts (id, name) VALUES ('acct_other', 'other')")
+            .execute(&mut conn)
+            .unwrap();
+        psbx_actors::ids::AccountId::parse("acct_other").unwrap()
+    };
+    assert!(
+        store
+            .list_api_keys(&other, None, 50)
+            .unwrap()
+            .keys
+            .is_empty()
+    );
+    assert!(!store.revoke_api_key(&other, &extra.key.id).unwrap());
+    assert!(store.authenticate(extra.secret.expose()).unwrap().is_some());
+
+    assert!(store.revoke_api_key(&account, &extra.key.id).unwrap());
+    assert!(
+        store.authenticate(extra.secret.expose()).unwrap().is_none(),
+        "revoked key works"
+    );
+    assert!(
+        !store.revoke_api_key(&account, &extra.key.id).unwrap(),
+        "revoked twice"
+    );
+    let listed: Vec<ApiKeyId> = store
+        .list_api_keys(&account, None, 50)
+        .unwrap()
+        .keys
+        .into_iter()
+        .map(|k| k.id)
+        .collect();
+    assert_eq!(listed, vec![first.key.key.id]);
+}
+
+#[test]
+fn last_use_is_recorded() {
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let first = store.bootstrap().unwrap().unwrap();
+    let before = store
+        .list_api_keys(&first.account.id, None, 10)
+        .unwrap()
+        .keys;
+    assert!(before[0].last_used_at.is_none());
+    store
+        .authenticate(first.key.secret.expose())
+        .unwrap()
+        .unwrap();
+    let after = store
+        .list_api_keys(&first.account.id, None, 10)
+        .unwrap()
+        .keys;
+    assert!(after[0].last_used_at.is_some());
+}
+
+#[test]
+fn listing_pages_through_every_key_once_in_order() {
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let account = store.bootstrap().unwrap().unwrap().account.id;
+    for i in 0..11 {
+        store.create_api_key(&account, &format!("k{i}")).unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut after = None;
+    let mut pages = 0;
+    loop {
+        let page = store.list_api_keys(&account, after.as_ref(), 5).unwrap();
+        assert!(page.keys.len() <= 5);
+        pages += 1;
+        seen.extend(page.keys.into_iter().map(|k| k.name));
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    let mut expected = vec!["first key".to_owned()];
+    expected.extend((0..11).map(|i| format!("k{i}")));
+    assert_eq!(seen, expected);
+}
+
+#[test]
+fn key_names_are_checked() {
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let account = store.bootstrap().unwrap().unwrap().account.id;
+    for bad in ["", "   ", "a\nb", &"x".repeat(101)] {
+        match store.create_api_key(&account, bad) {
+            Err(StoreError::Invalid(msg)) => assert!(msg.contains("name"), "{msg}"),
+            other => panic!("{bad:?} accepted: {other:?}"),
+        }
+    }
+    assert_eq!(
+        store
+            .create_api_key(&account, "  laptop ")
+            .unwrap()
+            .key
+            .name,
+        "laptop"
+    );
+}
+
+#[test]
+fn replicas_register_heartbeat_and_stop() {
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let a = store.register_server("host-a", "0.1.0").unwrap();
+    let b = store.register_server("host-b", "0.1.0").unwrap();
+    store.heartbeat_server(&a.id).unwrap();
+    let live: Vec<_> = store
+        .live_servers()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert!(live.contains(&a.id) && live.contains(&b.id));
+    store.stop_server(&b.id).unwrap();
+    let live: Vec<_> = store
+        .live_servers()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(live, vec![a.id.clone()]);
+    let a_now = store.live_servers().unwrap().remove(0);
+    assert!(a_now.heartbeat_at >= a.heartbeat_at);
+}
+
+#[test]
+fn a_wrong_database_url_is_reported_without_its_password() {
+    let err = Store::open(
+        "postgres://psbx:sup3rsecret@127.0.0.1:1/none",
+        PoolOptions::default(),
+    )
+    .err()
+    .expect("nothing listens on port 1");
+    let text = err.to_string();
+    assert!(text.contains("cannot connect"), "{text}");
+    assert!(!text.contains("sup3rsecret"), "{text}");
+}

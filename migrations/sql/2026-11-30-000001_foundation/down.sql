@@ -1,0 +1,3 @@
+DROP TABLE servers;
+DROP TABLE api_keys;
+DROP TABLE accounts;

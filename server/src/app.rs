@@ -1,0 +1,75 @@
+//! Builds the actix-web application: middleware (request logging, metrics),
+//! the open routes, the authenticated `/v1` scope, JSON error handling, and the
+//! OpenAPI document collected from the routes by utoipa-actix-web.
+
+use crate::auth::require_api_key;
+use crate::error::ApiError;
+use crate::metrics::{self, Metrics};
+use crate::routes::{self, docs::ApiDocument};
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::middleware::from_fn;
+use actix_web::{App, HttpRequest, HttpResponse, web};
+use psbx_actors::store::Store;
+use std::sync::Arc;
+use tracing_actix_web::TracingLogger;
+use utoipa::OpenApi;
+use utoipa_actix_web::{AppExt, scope};
+
+/// What every worker's app shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The whole application, as the server runs it and as the HTTP tests call it.
+pub fn build(
+    state: AppState,
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    let (app, document) = App::new()
+        .into_utoipa_app()
+        .openapi(routes::docs::BaseDocument::openapi())
+        .service(routes::health::health)
+        .service(routes::docs::document)
+        .service(
+            scope("/v1")
+                .wrap(from_fn(require_api_key))
+                .configure(routes::v1),
+        )
+        .split_for_parts();
+    app.app_data(web::Data::new(ApiDocument(document)))
+        .app_data(web::Data::new(state.store))
+        .app_data(web::Data::from(state.metrics))
+        .app_data(web::JsonConfig::default().limit(1 << 20).error_handler(|err, _| {
+            ApiError::bad_request("invalid_body", format!("the JSON body was refused: {err}"))
+                .hint("send `Content-Type: application/json` with the fields the API documents at /v1/openapi.json")
+                .into()
+        }))
+        .app_data(web::QueryConfig::default().error_handler(|err, _| {
+            ApiError::bad_request("invalid_query", format!("the query string was refused: {err}")).into()
+        }))
+        .app_data(web::PathConfig::default().error_handler(|err, _| {
+            ApiError::bad_request("invalid_path", format!("the path was refused: {err}")).into()
+        }))
+        .route("/metrics", web::get().to(routes::metrics::scrape))
+        .default_service(web::to(not_found))
+        .wrap(from_fn(metrics::track))
+        .wrap(TracingLogger::default())
+}
+
+async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::not_found(
+        "route_not_found",
+        format!("no route for {} {}", req.method(), req.path()),
+    )
+    .hint("the API is described at /v1/openapi.json"))
+}

@@ -1,0 +1,82 @@
+//! API key authentication for `/v1`: a middleware on the protected scope checks
+//! `Authorization: Bearer <key>` against the store and leaves the [`Principal`]
+//! in the request; handlers take it with the [`Auth`] extractor. Being a
+//! middleware on the scope, a route added to `/v1` cannot forget it.
+
+use crate::error::{ApiError, blocking};
+use actix_web::body::MessageBody;
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::http::header::{AUTHORIZATION, HeaderMap};
+use actix_web::middleware::Next;
+use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
+use psbx_actors::store::{Principal, Store};
+use std::future::{Ready, ready};
+
+/// The bearer token of a request, if it carries one.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Refuses requests without a valid API key (401 with `WWW-Authenticate: Bearer`).
+pub async fn require_api_key(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let token = bearer_token(req.headers())
+        .ok_or_else(ApiError::missing_credentials)?
+        .to_owned();
+    let store = req
+        .app_data::<web::Data<Store>>()
+        .ok_or_else(|| ApiError::internal("the store is not registered with the app"))?
+        .clone();
+    let principal = blocking(move || store.authenticate(&token))
+        .await?
+        .ok_or_else(ApiError::invalid_credentials)?;
+    req.extensions_mut().insert(principal);
+    next.call(req).await
+}
+
+/// The caller of an authenticated route.
+pub struct Auth(pub Principal);
+
+impl FromRequest for Auth {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(
+            req.extensions()
+                .get::<Principal>()
+                .cloned()
+                .map(Auth)
+                .ok_or_else(ApiError::missing_credentials),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::http::header::HeaderValue;
+
+    fn headers(value: &'static str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(AUTHORIZATION, HeaderValue::from_static(value));
+        h
+    }
+
+    #[test]
+    fn only_bearer_tokens_count() {
+        assert_eq!(bearer_token(&headers("Bearer psbx_abc")), Some("psbx_abc"));
+        assert_eq!(
+            bearer_token(&headers("bearer  psbx_abc ")),
+            Some("psbx_abc")
+        );
+        assert_eq!(bearer_token(&headers("Basic dXNlcjpwYXNz")), None);
+        assert_eq!(bearer_token(&headers("Bearer ")), None);
+        assert_eq!(bearer_token(&HeaderMap::new()), None);
+    }
+}

@@ -1,0 +1,92 @@
+//! The `psbx` command line: one module per command group.
+
+pub mod keys;
+pub mod serve;
+
+use crate::config::{Config, LogFormat, Overrides};
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// psbx: self-hostable sandboxes for AI agents.
+#[derive(Debug, Parser)]
+#[command(name = "psbx", version, about)]
+pub struct Cli {
+    /// Configuration file (default: ./psbx.toml when it exists).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where psbx keeps its state (default ./.psbx).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server.
+    Serve {
+        /// Address and port to listen on (default 127.0.0.1:8080; port 0 picks one).
+        #[arg(long, value_name = "ADDR:PORT")]
+        listen: Option<SocketAddr>,
+        /// Serve HTTPS with a self-signed certificate kept under the data directory.
+        #[arg(long)]
+        tls_self_signed: bool,
+        /// Log as `text` or `json` lines.
+        #[arg(long)]
+        log_format: Option<LogFormat>,
+    },
+    /// Show the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the effective configuration (every source applied), secrets redacted.
+    Show,
+}
+
+/// Parses the command line and runs the command.
+pub fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let mut overrides = Overrides {
+        data_dir: cli.data_dir.clone(),
+        ..Overrides::default()
+    };
+    let mut log_format = None;
+    if let Command::Serve {
+        listen,
+        tls_self_signed,
+        log_format: format,
+    } = &cli.command
+    {
+        overrides.listen = *listen;
+        overrides.tls_self_signed = *tls_self_signed;
+        log_format = *format;
+    }
+    let config = Config::load(cli.config.as_deref(), &overrides)?;
+    match cli.command {
+        Command::Serve { .. } => {
+            crate::logging::init(&config.log_level, log_format.unwrap_or(config.log_format));
+            serve::run(config)
+        }
+        Command::Config(ConfigCommand::Show) => {
+            print!("{}", config.redacted_toml()?);
+            if config.database_url.is_none() {
+                println!(
+                    "# database: embedded PostgreSQL under {}",
+                    config.data_dir.join("pg").display()
+                );
+            }
+            Ok(())
+        }
+        Command::Keys(command) => {
+            crate::logging::init("warn", config.log_format);
+            keys::run(&config, command)
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! `psbx serve`: open the database (starting the embedded cluster if that is the
+//! configuration), make the first account and key on an empty database, register
+//! this replica, and serve HTTP(S) until SIGTERM or SIGINT; then stop cleanly.
+
+use crate::app::{self, AppState};
+use crate::banner;
+use crate::config::Config;
+use crate::database::{Database, Opener};
+use crate::metrics::Metrics;
+use crate::tls;
+use actix_web::HttpServer;
+use anyhow::Context;
+use psbx_actors::store::Store;
+use std::fs;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often a replica refreshes its row in `servers`.
+const HEARTBEAT: Duration = Duration::from_secs(15);
+/// How long in-flight requests may run on after a stop signal.
+const SHUTDOWN_GRACE: u64 = 10;
+
+pub fn run(config: Config) -> anyhow::Result<()> {
+    fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
+    let _lock = lock_data_dir(&config.data_dir)?;
+    let tls = tls::server_config(&config)?;
+    let listener = TcpListener::bind(config.listen)
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let bound = listener.local_addr()?;
+    let url = config.public_url_for(bound);
+
+    let database = Database::open(&config, Opener::Server)?;
+    tracing::info!(database = %database.location, "database ready");
+    let store = database.store.clone();
+    if let Some(first) = store.bootstrap()? {
+        print_now(&banner::first_key(&first, &url));
+    }
+    let hostname = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".to_owned());
+    let server = store.register_server(&hostname, env!("CARGO_PKG_VERSION"))?;
+    let metrics = Arc::new(Metrics::new()?);
+
+    let result = actix_web::rt::System::new().block_on(async {
+        let state = AppState {
+            store: store.clone(),
+            metrics,
+        };
+        let http =
+            HttpServer::new(move || app::build(state.clone())).shutdown_timeout(SHUTDOWN_GRACE);
+        let http = match tls {
+            Some(tls) => http.listen_rustls_0_23(listener, tls)?,
+            None => http.listen(listener)?,
+        }
+        .run();
+        let heartbeat = actix_web::rt::spawn(heartbeat(store.clone(), server.id.clone()));
+        tracing::info!(%url, replica = %server.id, "serving");
+        print_now(&banner::listening(&url));
+        let done = http.await;
+        heartbeat.abort();
+        done
+    });
+    tracing::info!("stopping");
+    if let Err(e) = store.stop_server(&server.id) {
+        tracing::warn!(error = %e, "could not mark this replica stopped");
+    }
+    drop(database);
+    result.context("the HTTP server failed")
+}
+
+async fn heartbeat(store: Store, id: psbx_actors::ids::ServerId) {
+    let mut tick = actix_web::rt::time::interval(HEARTBEAT);
+    loop {
+        tick.tick().await;
+        let (store, id) = (store.clone(), id.clone());
+        match actix_web::web::block(move || store.heartbeat_server(&id)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
+            Err(e) => tracing::warn!(error = %e, "heartbeat task failed"),
+        }
+    }
+}
+
+fn print_now(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+}
+
+/// One `psbx serve` per data directory: a second would share (and stop) the
+/// first one's database cluster. The lock is released when the process ends,
+/// however it ends.
+fn lock_data_dir(dir: &Path) -> anyhow::Result<nix::fcntl::Flock<fs::File>> {
+    let path = dir.join("serve.lock");
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let mut locked = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(file, errno)| {
+            let holder = fs::read_to_string(&path).unwrap_or_default();
+            drop(file);
+            anyhow::anyhow!(
+                "another `psbx serve` (pid {}) is using the data directory {}: stop it, \
+                 or give this one its own --data-dir ({errno})",
+                holder.trim(),
+                dir.display()
+            )
+        })?;
+    locked.set_len(0)?;
+    write!(locked, "{}", std::process::id())?;
+    Ok(locked)
+}

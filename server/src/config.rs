@@ -1,0 +1,319 @@
+//! The server's configuration: defaults that work on one machine, then the file
+//! (`psbx.toml`, or `--config`), then `PSBX_*` environment variables (nested keys
+//! with `__`: `PSBX_TLS__CERT`), `DATABASE_URL`, and last the command-line flags.
+//!
+//! figment does the layering; this module holds the shape, the defaults, the
+//! derived values (public URL) and the redacted view `psbx config show` prints.
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The file read when `--config` is not given (only if it exists).
+pub const DEFAULT_FILE: &str = "psbx.toml";
+
+/// Everything `psbx serve` and the operator commands need to know.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address and port the HTTP(S) server binds.
+    pub listen: SocketAddr,
+    /// The URL clients use to reach this server; derived from `listen` when unset.
+    pub public_url: Option<String>,
+    /// Box URLs are `<name>.<box_domain>`.
+    pub box_domain: String,
+    /// Where psbx keeps its state: the embedded PostgreSQL cluster, keys, images.
+    pub data_dir: PathBuf,
+    /// An external PostgreSQL database; when unset, psbx runs its own cluster under
+    /// `data_dir/pg`. Also read from `DATABASE_URL`. Redacted in `config show`.
+    pub database_url: Option<String>,
+    /// Largest number of connections to the database.
+    pub database_pool_size: u32,
+    /// The libvirt host boxes run on.
+    pub libvirt_uri: String,
+    /// `info`, `debug`, or a tracing filter such as `psbx_server=debug,info`
+    /// (`RUST_LOG` wins when set).
+    pub log_level: String,
+    pub log_format: LogFormat,
+    pub tls: TlsConfig,
+    pub postgres: EmbeddedPostgresConfig,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// HTTPS: a certificate and key in PEM files, or a self-signed pair psbx makes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    /// Generate (once, kept under `data_dir/tls/`) a self-signed certificate.
+    pub self_signed: bool,
+}
+
+/// How psbx runs its own PostgreSQL cluster when no database URL is given.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddedPostgresConfig {
+    /// Directory holding `initdb` and `pg_ctl`; searched on PATH and under
+    /// /usr/lib/postgresql/*/bin when unset.
+    pub bin_dir: Option<PathBuf>,
+    /// PostgreSQL refuses to run as root: when psbx runs as root, the cluster runs
+    /// as this user.
+    pub user: String,
+}
+
+impl Default for EmbeddedPostgresConfig {
+    fn default() -> Self {
+        Self {
+            bin_dir: None,
+            user: "postgres".to_owned(),
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            public_url: None,
+            box_domain: "box.localhost".to_owned(),
+            data_dir: PathBuf::from(".psbx"),
+            database_url: None,
+            database_pool_size: 10,
+            libvirt_uri: "qemu:///system".to_owned(),
+            log_level: "info".to_owned(),
+            log_format: LogFormat::Text,
+            tls: TlsConfig::default(),
+            postgres: EmbeddedPostgresConfig::default(),
+        }
+    }
+}
+
+/// The configuration could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("the configuration file {0} does not exist")]
+    MissingFile(PathBuf),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Values given on the command line; they override every other source.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub data_dir: Option<PathBuf>,
+    pub listen: Option<SocketAddr>,
+    pub tls_self_signed: bool,
+}
+
+impl Config {
+    /// Reads the layered configuration. `file` is the `--config` path: it must
+    /// exist; without it `psbx.toml` in the working directory is read if present.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        match file {
+            Some(path) if !path.is_file() => {
+                return Err(ConfigError::MissingFile(path.to_owned()));
+            }
+            Some(path) => figment = figment.merge(Toml::file_exact(path)),
+            None if Path::new(DEFAULT_FILE).is_file() => {
+                figment = figment.merge(Toml::file_exact(DEFAULT_FILE));
+            }
+            None => {}
+        }
+        let known = top_level_keys();
+        figment = figment.merge(Env::raw().only(&["DATABASE_URL"])).merge(
+            Env::prefixed("PSBX_").split("__").filter(move |key| {
+                let first = key.as_str().split("__").next().unwrap_or_default();
+                let first = first.split('.').next().unwrap_or_default();
+                known.iter().any(|k| k == first)
+            }),
+        );
+        let mut config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if let Some(dir) = &overrides.data_dir {
+            config.data_dir = dir.clone();
+        }
+        if let Some(listen) = overrides.listen {
+            config.listen = listen;
+        }
+        if overrides.tls_self_signed {
+            config.tls.self_signed = true;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(url) = &self.public_url {
+            let parsed = url::Url::parse(url)
+                .map_err(|e| ConfigError::Invalid(format!("public_url {url:?}: {e}")))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(ConfigError::Invalid(format!(
+                    "public_url {url:?} must start with http:// or https://"
+                )));
+            }
+        }
+        if self.tls.cert.is_some() != self.tls.key.is_some() {
+            return Err(ConfigError::Invalid(
+                "tls.cert and tls.key go together: set both or neither".to_owned(),
+            ));
+        }
+        if self.tls.self_signed && self.tls.cert.is_some() {
+            return Err(ConfigError::Invalid(
+                "tls.self_signed and tls.cert/tls.key exclude each other: choose one".to_owned(),
+            ));
+        }
+        if self.database_pool_size == 0 {
+            return Err(ConfigError::Invalid(
+                "database_pool_size must be at least 1".to_owned(),
+            ));
+        }
+        if self.box_domain.is_empty() || self.box_domain.contains(['/', ':', ' ']) {
+            return Err(ConfigError::Invalid(format!(
+                "box_domain {:?} must be a plain DNS name such as box.example.com",
+                self.box_domain
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn tls_enabled(&self) -> bool {
+        self.tls.self_signed || self.tls.cert.is_some()
+    }
+
+    /// The URL clients reach this server at, for a server bound to `bound`:
+    /// `public_url` when set, else derived from the bound address (an unspecified
+    /// address such as 0.0.0.0 becomes `localhost`).
+    pub fn public_url_for(&self, bound: SocketAddr) -> String {
+        if let Some(url) = &self.public_url {
+            return url.trim_end_matches('/').to_owned();
+        }
+        let scheme = if self.tls_enabled() { "https" } else { "http" };
+        let host = match bound.ip() {
+            ip if ip.is_unspecified() => "localhost".to_owned(),
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        };
+        format!("{scheme}://{host}:{}", bound.port())
+    }
+
+    /// The configuration as TOML with every secret replaced by `****`.
+    pub fn redacted_toml(&self) -> Result<String, ConfigError> {
+        let mut shown = self.clone();
+        shown.database_url = shown.database_url.as_deref().map(redact_url);
+        toml::to_string_pretty(&shown).map_err(|e| ConfigError::Invalid(e.to_string()))
+    }
+}
+
+/// Top-level keys of [`Config`]: the only `PSBX_*` variables read as settings, so
+/// variables of other tools (`PSBX_TEST_*`, `PSBX_CONNECTOR_TOKEN`) are left alone.
+fn top_level_keys() -> Vec<String> {
+    match toml::Value::try_from(Config::default()) {
+        Ok(toml::Value::Table(table)) => table.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+    .into_iter()
+    .chain(["public_url".to_owned(), "database_url".to_owned()])
+    .collect()
+}
+
+/// Hides the password (and any query string, which may carry one) of a URL.
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut url) => {
+            if url.password().is_some() {
+                let _ = url.set_password(Some("****"));
+            }
+            if url.query().is_some() {
+                url.set_query(Some("****"));
+            }
+            url.to_string()
+        }
+        Err(_) => "****".to_owned(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::result_large_err)] // figment::Jail's closures return figment::Error
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_work_on_one_machine() {
+        let c = Config::default();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.public_url_for(c.listen), "http://127.0.0.1:8080");
+        assert_eq!(c.libvirt_uri, "qemu:///system");
+        assert_eq!(c.data_dir, PathBuf::from(".psbx"));
+        assert!(c.database_url.is_none());
+    }
+
+    #[test]
+    fn public_url_follows_bind_and_tls() {
+        let mut c = Config::default();
+        c.tls.self_signed = true;
+        assert_eq!(
+            c.public_url_for("0.0.0.0:443".parse().unwrap()),
+            "https://localhost:443"
+        );
+        c.public_url = Some("https://psbx.example.com/".into());
+        assert_eq!(
+            c.public_url_for("0.0.0.0:443".parse().unwrap()),
+            "https://psbx.example.com"
+        );
+    }
+
+    #[test]
+    fn layers_apply_in_order() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "custom.toml",
+                "listen = \"127.0.0.1:9000\"\nbox_domain = \"b.example\"\n[tls]\nself_signed = true\n",
+            )?;
+            jail.set_env("PSBX_BOX_DOMAIN", "env.example");
+            jail.set_env("PSBX_POSTGRES__USER", "pguser");
+            jail.set_env("PSBX_TEST_DATABASE_URL", "ignored");
+            jail.set_env("DATABASE_URL", "postgres://u:hunter2@db/psbx");
+            let overrides = Overrides {
+                data_dir: Some("/srv/psbx".into()),
+                ..Overrides::default()
+            };
+            let c = Config::load(Some(Path::new("custom.toml")), &overrides).unwrap();
+            assert_eq!(c.listen.port(), 9000);
+            assert_eq!(c.box_domain, "env.example");
+            assert_eq!(c.postgres.user, "pguser");
+            assert_eq!(c.data_dir, PathBuf::from("/srv/psbx"));
+            assert!(c.tls.self_signed);
+            let shown = c.redacted_toml().unwrap();
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("postgres://u:****@db/psbx"), "{shown}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_input_is_explained() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("psbx.toml", "lisen = \"127.0.0.1:1\"\n")?;
+            let err = Config::load(None, &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains("lisen"), "{err}");
+            let err =
+                Config::load(Some(Path::new("nope.toml")), &Overrides::default()).unwrap_err();
+            assert!(matches!(err, ConfigError::MissingFile(_)));
+            jail.create_file("psbx.toml", "[tls]\ncert = \"/c.pem\"\n")?;
+            let err = Config::load(None, &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains("tls.key"), "{err}");
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,183 @@
+//! The API's errors: an HTTP status and the JSON body of DESIGN.md §10,
+//! `{"error": {"code", "message", "hint"}}`. Internal causes are logged here and
+//! answered with a generic message.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+use psbx_actors::store::StoreError;
+use serde::Serialize;
+use std::borrow::Cow;
+use utoipa::ToSchema;
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable: `unauthorized`, `api_key_not_found`, ...
+    pub code: Cow<'static, str>,
+    /// What went wrong, for a person.
+    pub message: String,
+    /// What to do about it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    detail: ErrorDetail,
+    /// For 401: whether a credential was presented (and refused).
+    bad_credential: bool,
+}
+
+impl ApiError {
+    pub fn new(
+        status: StatusCode,
+        code: impl Into<Cow<'static, str>>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            detail: ErrorDetail {
+                code: code.into(),
+                message: message.into(),
+                hint: None,
+            },
+            bad_credential: false,
+        }
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.detail.hint = Some(hint.into());
+        self
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub fn code(&self) -> &str {
+        &self.detail.code
+    }
+
+    /// No credential, or not a bearer one.
+    pub fn missing_credentials() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this request needs an API key",
+        )
+        .hint("send the header `Authorization: Bearer psbx_...`; `psbx keys create` makes a key")
+    }
+
+    /// A key that is unknown or revoked.
+    pub fn invalid_credentials() -> Self {
+        let mut e = Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "the API key is not valid: it is unknown or was revoked",
+        )
+        .hint("check the key you sent, or make a new one with `psbx keys create`");
+        e.bad_credential = true;
+        e
+    }
+
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, message)
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// Logs the cause; the caller only learns that something failed inside.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "internal error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "psbx failed to handle this request; the server log says why",
+        )
+    }
+
+    pub fn unavailable(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "database unavailable");
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database_unavailable",
+            "the database is not answering right now",
+        )
+        .hint("retry in a moment; the operator should check the server log")
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.detail.code,
+            self.detail.message
+        )
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status);
+        if self.status == StatusCode::UNAUTHORIZED {
+            let challenge = if self.bad_credential {
+                r#"Bearer realm="psbx", error="invalid_token""#
+            } else {
+                r#"Bearer realm="psbx""#
+            };
+            response.insert_header((
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            ));
+        }
+        response.json(ErrorBody {
+            error: ErrorDetail {
+                code: self.detail.code.clone(),
+                message: self.detail.message.clone(),
+                hint: self.detail.hint.clone(),
+            },
+        })
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Invalid(message) => Self::bad_request("invalid_request", message),
+            StoreError::Pool(_) | StoreError::Connect(_) => Self::unavailable(e),
+            other => Self::internal(other),
+        }
+    }
+}
+
+impl From<actix_web::error::BlockingError> for ApiError {
+    fn from(e: actix_web::error::BlockingError) -> Self {
+        Self::internal(e)
+    }
+}
+
+/// Runs a blocking store call off the async threads.
+pub async fn blocking<T, F>(f: F) -> Result<T, ApiError>
+where
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+    T: Send + 'static,
+{
+    actix_web::web::block(f).await?.map_err(ApiError::from)
+}

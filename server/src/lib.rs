@@ -1,0 +1,16 @@
+//! The psbx control plane (binary `psbx`): configuration, the embedded database,
+//! the HTTP application and the command line. A library so that the HTTP tests
+//! drive the very app the binary serves.
+
+pub mod app;
+pub mod auth;
+pub mod banner;
+pub mod commands;
+pub mod config;
+pub mod database;
+pub mod embedded_pg;
+pub mod error;
+pub mod logging;
+pub mod metrics;
+pub mod routes;
+pub mod tls;

@@ -1,0 +1,212 @@
+//! `/v1/api-keys`: list, create and revoke the caller's account's API keys.
+//! A key's secret appears in one answer only, the one that creates it.
+
+use crate::auth::Auth;
+use crate::error::{ApiError, blocking};
+use actix_web::{HttpResponse, delete, get, post, web};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
+use psbx_actors::ids::ApiKeyId;
+use psbx_actors::store::{ApiKey, Store};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+const DEFAULT_LIMIT: u32 = 50;
+const MAX_LIMIT: u32 = 200;
+
+/// An API key as listed: never its secret.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyView {
+    /// `key_...`
+    pub id: String,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+    /// When the key last authenticated a request (to the minute).
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+impl From<ApiKey> for ApiKeyView {
+    fn from(k: ApiKey) -> Self {
+        Self {
+            id: k.id.to_string(),
+            name: k.name,
+            created_at: k.created_at,
+            last_used_at: k.last_used_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyList {
+    pub api_keys: Vec<ApiKeyView>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Keys per page, 1 to 200 (default 50).
+    pub limit: Option<u32>,
+    /// The `nextCursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateApiKey {
+    /// What the key is for, e.g. `ci` or `laptop` (1 to 100 characters).
+    pub name: String,
+}
+
+/// A new key with its secret, shown this once.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatedApiKey {
+    #[serde(flatten)]
+    pub api_key: ApiKeyView,
+    /// The secret (`psbx_...`): send it as `Authorization: Bearer <key>`. It is
+    /// not stored and cannot be shown again.
+    pub key: String,
+}
+
+fn encode_cursor((created_at, id): &(DateTime<Utc>, ApiKeyId)) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{}|{id}", created_at.to_rfc3339()))
+}
+
+fn decode_cursor(cursor: &str) -> Result<(DateTime<Utc>, ApiKeyId), ApiError> {
+    let invalid = || {
+        ApiError::bad_request(
+            "invalid_cursor",
+            "the cursor is not one this server gave out",
+        )
+        .hint("pass the `nextCursor` of the previous page unchanged, or omit `cursor`")
+    };
+    let raw = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
+    let text = String::from_utf8(raw).map_err(|_| invalid())?;
+    let (time, id) = text.split_once('|').ok_or_else(invalid)?;
+    let time = DateTime::parse_from_rfc3339(time).map_err(|_| invalid())?;
+    let id = ApiKeyId::parse(id).map_err(|_| invalid())?;
+    Ok((time.with_timezone(&Utc), id))
+}
+
+#[utoipa::path(
+    tag = "api-keys",
+    operation_id = "listApiKeys",
+    params(ListQuery),
+    security(("api_key" = [])),
+    responses(
+        (status = 200, body = ApiKeyList),
+        (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody),
+    )
+)]
+#[get("/api-keys")]
+pub async fn list(
+    Auth(who): Auth,
+    store: web::Data<Store>,
+    query: web::Query<ListQuery>,
+) -> Result<web::Json<ApiKeyList>, ApiError> {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_limit",
+            format!("limit must be between 1 and {MAX_LIMIT}, not {limit}"),
+        ));
+    }
+    let after = query.cursor.as_deref().map(decode_cursor).transpose()?;
+    let store = store.into_inner();
+    let page =
+        blocking(move || store.list_api_keys(&who.account_id, after.as_ref(), limit)).await?;
+    Ok(web::Json(ApiKeyList {
+        api_keys: page.keys.into_iter().map(ApiKeyView::from).collect(),
+        next_cursor: page.next.as_ref().map(encode_cursor),
+    }))
+}
+
+#[utoipa::path(
+    tag = "api-keys",
+    operation_id = "createApiKey",
+    request_body = CreateApiKey,
+    security(("api_key" = [])),
+    responses(
+        (status = 201, body = CreatedApiKey),
+        (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody),
+    )
+)]
+#[post("/api-keys")]
+pub async fn create(
+    Auth(who): Auth,
+    store: web::Data<Store>,
+    body: web::Json<CreateApiKey>,
+) -> Result<HttpResponse, ApiError> {
+    let store = store.into_inner();
+    let name = body.into_inner().name;
+    let made = blocking(move || store.create_api_key(&who.account_id, &name)).await?;
+    Ok(HttpResponse::Created().json(CreatedApiKey {
+        key: made.secret.expose().to_owned(),
+        api_key: made.key.into(),
+    }))
+}
+
+#[utoipa::path(
+    tag = "api-keys",
+    operation_id = "revokeApiKey",
+    params(("id" = String, Path, description = "The key's id, `key_...`")),
+    security(("api_key" = [])),
+    responses(
+        (status = 204, description = "Revoked: the key stops working at once"),
+        (status = 401, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody),
+    )
+)]
+#[delete("/api-keys/{id}")]
+pub async fn revoke(
+    Auth(who): Auth,
+    store: web::Data<Store>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = id.into_inner();
+    let not_found = || {
+        ApiError::not_found(
+            "api_key_not_found",
+            format!("no API key {id:?} in this account"),
+        )
+        .hint("`GET /v1/api-keys` lists the keys that exist")
+    };
+    let key_id = ApiKeyId::parse(&id).map_err(|_| not_found())?;
+    let store = store.into_inner();
+    if blocking(move || store.revoke_api_key(&who.account_id, &key_id)).await? {
+        Ok(HttpResponse::NoContent().finish())
+    } else {
+        Err(not_found())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_refuse_forgeries() {
+        let at = DateTime::parse_from_rfc3339("2026-11-30T10:00:00.123456Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let id = ApiKeyId::parse("key_abc123").unwrap();
+        let cursor = encode_cursor(&(at, id.clone()));
+        assert_eq!(decode_cursor(&cursor).unwrap(), (at, id));
+        for bad in [
+            "",
+            "!!",
+            &URL_SAFE_NO_PAD.encode("nope"),
+            &URL_SAFE_NO_PAD.encode("2026|x"),
+        ] {
+            assert_eq!(decode_cursor(bad).unwrap_err().code(), "invalid_cursor");
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! The route table. Open routes (health, the OpenAPI document, metrics) are
+//! registered by `app.rs` ahead of the `/v1` scope; every route listed in [`v1`]
+//! sits behind the API key middleware.
+
+pub mod api_keys;
+pub mod docs;
+pub mod health;
+pub mod metrics;
+
+use utoipa_actix_web::service_config::ServiceConfig;
+
+/// Authenticated `/v1` routes, paths relative to `/v1`.
+pub fn v1(cfg: &mut ServiceConfig) {
+    cfg.service(api_keys::list)
+        .service(api_keys::create)
+        .service(api_keys::revoke);
+}

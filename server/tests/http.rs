@@ -1,0 +1,426 @@
+//! HTTP tests through the real app (the one `psbx serve` runs) on a real
+//! PostgreSQL database of their own.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use actix_web::http::{StatusCode, header};
+use actix_web::test::{self, TestRequest};
+use psbx_actors::store::{Bootstrap, PoolOptions, Store};
+use psbx_server::app::{self, AppState};
+use psbx_server::metrics::Metrics;
+use psbx_tests::TestDatabase;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+struct Fixture {
+    _db: TestDatabase,
+    store: Store,
+    first: Bootstrap,
+}
+
+fn fixture() -> Fixture {
+    let db = TestDatabase::new();
+    let store = Store::open(
+        db.url(),
+        PoolOptions {
+            max_size: 4,
+            ..PoolOptions::default()
+        },
+    )
+    .unwrap();
+    let first = store.bootstrap().unwrap().unwrap();
+    Fixture {
+        _db: db,
+        store,
+        first,
+    }
+}
+
+macro_rules! service {
+    ($f:expr) => {
+        test::init_service(app::build(AppState {
+            store: $f.store.clone(),
+            metrics: Arc::new(Metrics::new().unwrap()),
+        }))
+        .await
+    };
+}
+
+fn bearer(key: &str) -> (header::HeaderName, String) {
+    (header::AUTHORIZATION, format!("Bearer {key}"))
+}
+
+/// Checks the error body of DESIGN.md §10 and returns its code.
+fn error_code(body: &Value) -> &str {
+    let error = &body["error"];
+    assert!(
+        error["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    error["code"].as_str().expect("error.code")
+}
+
+#[actix_rt::test]
+async fn health_and_discovery_are_open() {
+    let f = fixture();
+    let app = service!(f);
+    let res = test::call_service(&app, TestRequest::get().uri("/v1/health").to_request()).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let body: Value = test::read_body_json(res).await;
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["database"], "ok");
+    assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
+
+    let res = test::call_service(
+        &app,
+        TestRequest::get().uri("/v1/openapi.json").to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let doc: Value = test::read_body_json(res).await;
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    for (path, method) in [
+        ("/v1/health", "get"),
+        ("/v1/openapi.json", "get"),
+        ("/v1/api-keys", "get"),
+        ("/v1/api-keys", "post"),
+        ("/v1/api-keys/{id}", "delete"),
+    ] {
+        assert!(
+            doc["paths"][path][method].is_object(),
+            "{method} {path} missing from the document"
+        );
+    }
+    assert_eq!(
+        doc["components"]["securitySchemes"]["api_key"]["scheme"],
+        "bearer"
+    );
+}
+
+#[actix_rt::test]
+async fn missing_wrong_and_revoked_keys_get_401_with_the_error_body() {
+    let f = fixture();
+    let app = service!(f);
+    let key = f.first.key.secret.expose().to_owned();
+
+    type Case = (
+        &'static str,
+        Option<(header::HeaderName, String)>,
+        &'static str,
+    );
+    let cases: Vec<Case> = vec![
+        ("missing", None, r#"Bearer realm="psbx""#),
+        (
+            "not bearer",
+            Some((header::AUTHORIZATION, "Basic dTpw".into())),
+            r#"Bearer realm="psbx""#,
+        ),
+        (
+            "wrong",
+            Some(bearer("psbx_notakey")),
+            r#"Bearer realm="psbx", error="invalid_token""#,
+        ),
+    ];
+    for (what, auth, challenge) in cases {
+        let mut req = TestRequest::get().uri("/v1/api-keys");
+        if let Some(h) = auth {
+            req = req.insert_header(h);
+        }
+        let res = test::call_service(&app, req.to_request()).await;
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED, "{what}");
+        assert_eq!(
+            res.headers().get(header::WWW_AUTHENTICATE).unwrap(),
+            challenge,
+            "{what}"
+        );
+        let body: Value = test::read_body_json(res).await;
+        assert_eq!(error_code(&body), "unauthorized", "{what}");
+        assert!(body["error"]["hint"].is_string());
+    }
+
+    // Unknown routes under /v1 do not reveal themselves to strangers.
+    let res = test::call_service(
+        &app,
+        TestRequest::get().uri("/v1/secret-thing").to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+
+    // A key revoked through the API stops working on the very next request.
+    let res = test::call_service(
+        &app,
+        TestRequest::post()
+            .uri("/v1/api-keys")
+            .insert_header(bearer(&key))
+            .set_json(json!({"name": "short-lived"}))
+            .to_request(),
+    )
+    .await;
+    let made: Value = test::read_body_json(res).await;
+    let doomed = made["key"].as_str().unwrap().to_owned();
+    let ok = TestRequest::get()
+        .uri("/v1/api-keys")
+        .insert_header(bearer(&doomed))
+        .to_request();
+    assert_eq!(test::call_service(&app, ok).await.status(), StatusCode::OK);
+    let res = test::call_service(
+        &app,
+        TestRequest::delete()
+            .uri(&format!("/v1/api-keys/{}", made["id"].as_str().unwrap()))
+            .insert_header(bearer(&key))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::NO_CONTENT);
+    let res = test::call_service(
+        &app,
+        TestRequest::get()
+            .uri("/v1/api-keys")
+            .insert_header(bearer(&doomed))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let body: Value = test::read_body_json(res).await;
+    assert_eq!(error_code(&body), "unauthorized");
+}
+
+#[actix_rt::test]
+async fn keys_are_created_listed_without_secrets_and_revoked() {
+    let f = fixture();
+    let app = service!(f);
+    let key = f.first.key.secret.expose().to_owned();
+
+    let res = test::call_service(
+        &app,
+        TestRequest::post()
+            .uri("/v1/api-keys")
+            .insert_header(bearer(&key))
+            .set_json(json!({"name": "ci"}))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let made: Value = test::read_body_json(res).await;
+    assert_eq!(made["name"], "ci");
+    assert!(made["id"].as_str().unwrap().starts_with("key_"));
+    let secret = made["key"].as_str().unwrap();
+    assert!(secret.starts_with("psbx_"));
+    assert!(made["createdAt"].as_str().unwrap().ends_with('Z'));
+
+    let res = test::call_service(
+        &app,
+        TestRequest::get()
+            .uri("/v1/api-keys")
+            .insert_header(bearer(secret))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let text = String::from_utf8(test::read_body(res).await.to_vec()).unwrap();
+    assert!(
+        !text.contains(secret) && !text.contains(&key),
+        "a secret was listed: {text}"
+    );
+    let list: Value = serde_json::from_str(&text).unwrap();
+    let names: Vec<&str> = list["apiKeys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["first key", "ci"]);
+    assert!(list.get("nextCursor").is_none());
+
+    // Paging with an opaque cursor.
+    let res = test::call_service(
+        &app,
+        TestRequest::get()
+            .uri("/v1/api-keys?limit=1")
+            .insert_header(bearer(&key))
+            .to_request(),
+    )
+    .await;
+    let page: Value = test::read_body_json(res).await;
+    assert_eq!(page["apiKeys"].as_array().unwrap().len(), 1);
+    let cursor = page["nextCursor"].as_str().unwrap();
+    let res = test::call_service(
+        &app,
+        TestRequest::get()
+            .uri(&format!("/v1/api-keys?limit=1&cursor={cursor}"))
+            .insert_header(bearer(&key))
+            .to_request(),
+    )
+    .await;
+    let page: Value = test::read_body_json(res).await;
+    assert_eq!(page["apiKeys"][0]["name"], "ci");
+    assert!(page.get("nextCursor").is_none());
+
+    let made_id = made["id"].as_str().unwrap();
+    let revoke = |id: &str| {
+        TestRequest::delete()
+            .uri(&format!("/v1/api-keys/{id}"))
+            .insert_header(bearer(&key))
+            .to_request()
+    };
+    assert_eq!(
+        test::call_service(&app, revoke(made_id)).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    // Unknown, malformed, and already revoked ids are 404.
+    for id in ["key_doesnotexist", "not-an-id", made_id] {
+        let res = test::call_service(&app, revoke(id)).await;
+        assert_eq!(res.status(), StatusCode::NOT_FOUND, "{id}");
+        let body: Value = test::read_body_json(res).await;
+        assert_eq!(error_code(&body), "api_key_not_found");
+    }
+}
+
+#[actix_rt::test]
+async fn another_accounts_key_is_a_404_not_a_403() {
+    let f = fixture();
+    let app = service!(f);
+    {
+        use diesel::RunQueryDsl;
+        let mut conn =
+            <diesel::PgConnection as diesel::Connection>::establish(f._db.url()).unwrap();
+        diesel::sql_query("INSERT INTO accounts (id, name) VALUES ('acct_other', 'other')")
+            .execute(&mut conn)
+            .unwrap();
+    }
+    let other = psbx_actors::ids::AccountId::parse("acct_other").unwrap();
+    let theirs = f.store.create_api_key(&other, "theirs").unwrap();
+    let res = test::call_service(
+        &app,
+        TestRequest::delete()
+            .uri(&format!("/v1/api-keys/{}", theirs.key.id))
+            .insert_header(bearer(f.first.key.secret.expose()))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    // And their key lists only their keys.
+    let res = test::call_service(
+        &app,
+        TestRequest::get()
+            .uri("/v1/api-keys")
+            .insert_header(bearer(theirs.secret.expose()))
+            .to_request(),
+    )
+    .await;
+    let list: Value = test::read_body_json(res).await;
+    assert_eq!(list["apiKeys"].as_array().unwrap().len(), 1);
+    assert_eq!(list["apiKeys"][0]["name"], "theirs");
+}
+
+#[actix_rt::test]
+async fn bad_input_is_a_400_that_says_what_was_wrong() {
+    let f = fixture();
+    let app = service!(f);
+    let key = f.first.key.secret.expose().to_owned();
+    let cases = [
+        (
+            TestRequest::post()
+                .uri("/v1/api-keys")
+                .set_json(json!({"name": "x", "admin": true})),
+            "invalid_body",
+            "admin",
+        ),
+        (
+            TestRequest::post().uri("/v1/api-keys").set_json(json!({})),
+            "invalid_body",
+            "name",
+        ),
+        (
+            TestRequest::post()
+                .uri("/v1/api-keys")
+                .set_json(json!({"name": ""})),
+            "invalid_request",
+            "name",
+        ),
+        (
+            TestRequest::get().uri("/v1/api-keys?limit=0"),
+            "invalid_limit",
+            "limit",
+        ),
+        (
+            TestRequest::get().uri("/v1/api-keys?limit=5000"),
+            "invalid_limit",
+            "limit",
+        ),
+        (
+            TestRequest::get().uri("/v1/api-keys?cursor=forged"),
+            "invalid_cursor",
+            "cursor",
+        ),
+        (
+            TestRequest::get().uri("/v1/api-keys?sort=name"),
+            "invalid_query",
+            "sort",
+        ),
+    ];
+    for (req, code, mentions) in cases {
+        let res = test::call_service(&app, req.insert_header(bearer(&key)).to_request()).await;
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{code}");
+        let body: Value = test::read_body_json(res).await;
+        assert_eq!(error_code(&body), code);
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(mentions),
+            "{body}"
+        );
+    }
+    let res = test::call_service(&app, TestRequest::get().uri("/nowhere").to_request()).await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let body: Value = test::read_body_json(res).await;
+    assert_eq!(error_code(&body), "route_not_found");
+}
+
+#[actix_rt::test]
+async fn metrics_count_requests_by_route_and_show_the_pool() {
+    let f = fixture();
+    let app = service!(f);
+    let key = f.first.key.secret.expose().to_owned();
+    for _ in 0..3 {
+        test::call_service(
+            &app,
+            TestRequest::get()
+                .uri("/v1/api-keys")
+                .insert_header(bearer(&key))
+                .to_request(),
+        )
+        .await;
+    }
+    test::call_service(&app, TestRequest::get().uri("/v1/api-keys").to_request()).await;
+    test::call_service(
+        &app,
+        TestRequest::delete()
+            .uri("/v1/api-keys/key_zzz")
+            .insert_header(bearer(&key))
+            .to_request(),
+    )
+    .await;
+    let res = test::call_service(&app, TestRequest::get().uri("/metrics").to_request()).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(
+        res.headers()
+            .get(header::CONTENT_TYPE)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = String::from_utf8(test::read_body(res).await.to_vec()).unwrap();
+    for expected in [
+        r#"psbx_http_requests_total{method="GET",route="/v1/api-keys",status="200"} 3"#,
+        r#"psbx_http_requests_total{method="GET",route="/v1/api-keys",status="401"} 1"#,
+        r#"psbx_http_requests_total{method="DELETE",route="/v1/api-keys/{id}",status="404"} 1"#,
+        r#"psbx_http_request_duration_seconds_count{method="GET",route="/v1/api-keys"} 4"#,
+        "psbx_db_pool_max_connections 4",
+        r#"psbx_db_pool_connections{state="idle"}"#,
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    assert!(!text.contains("key_zzz"), "raw paths leak into labels");
+}

@@ -1,0 +1,17 @@
+//! The harness psbx's tests share, and (under `tests/`) the end-to-end tests.
+//!
+//! * [`TestDatabase`] — a fresh, migrated database per test on the PostgreSQL
+//!   cluster `scripts/test` starts (`PSBX_TEST_DATABASE_URL`), dropped when the
+//!   value is dropped, also when the test fails.
+//! * [`binary`] and [`ServerProcess`] — the workspace's built binaries, and a
+//!   `psbx serve` child that is stopped when dropped.
+//!
+//! A missing prerequisite panics with a message that says what is missing and
+//! how to get it: a test never passes by skipping.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod database;
+mod process;
+
+pub use database::TestDatabase;
+pub use process::{ServerProcess, binary};

@@ -1,0 +1,153 @@
+//! The workspace's binaries, as `scripts/test` built them, and a running
+//! `psbx serve` that tests talk to over HTTP.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A binary of the workspace (`psbx`, `psbx-connector`, `boxd`), from the target
+/// directory this test runs from (or `PSBX_BIN_DIR`).
+pub fn binary(name: &str) -> PathBuf {
+    let dir = std::env::var_os("PSBX_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            // target/<profile>/deps/<test> -> target/<profile>
+            let exe = std::env::current_exe().expect("the test's own path");
+            exe.parent()
+                .and_then(Path::parent)
+                .expect("the test binary lives in target/<profile>/deps")
+                .to_owned()
+        });
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build the binaries first (`cargo build --workspace --bins`, which \
+         scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// A `psbx serve` child: started with the given arguments and environment, read
+/// until it says where it listens, stopped with SIGTERM when dropped.
+pub struct ServerProcess {
+    child: Child,
+    /// The URL it printed (`psbx is listening on <url>`).
+    pub url: String,
+    /// Everything it printed on stdout before it listened (the first key, if any).
+    pub banner: String,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl ServerProcess {
+    /// Starts `psbx serve --listen 127.0.0.1:0 <args>` with `envs` set and waits
+    /// (up to 90 s) until it listens. Panics with its output when it fails.
+    pub fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(binary("psbx"));
+        command
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in envs {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("starting psbx serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        let (err_tx, err_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = err_tx.send(line);
+            }
+        });
+        let (out_tx, out_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = out_tx.send(line);
+            }
+        });
+        let mut banner = String::new();
+        let url = loop {
+            match out_rx.recv_timeout(Duration::from_secs(90)) {
+                Ok(line) => match line.strip_prefix("psbx is listening on ") {
+                    Some(url) => break url.to_owned(),
+                    None => {
+                        banner.push_str(&line);
+                        banner.push('\n');
+                    }
+                },
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let log: Vec<String> = err_rx.try_iter().collect();
+                    panic!(
+                        "psbx serve did not start listening; stdout:\n{banner}\nstderr:\n{}",
+                        log.join("\n")
+                    );
+                }
+            }
+        };
+        Self {
+            child,
+            url,
+            banner,
+            stderr: err_rx,
+        }
+    }
+
+    /// The API key printed on a first start, if this start printed one.
+    pub fn first_key(&self) -> Option<String> {
+        self.banner
+            .split_whitespace()
+            .find(|w| w.starts_with("psbx_"))
+            .map(|w| {
+                w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                    .to_owned()
+            })
+    }
+
+    /// Sends SIGTERM and waits (up to 30 s) for a clean exit; returns whether the
+    /// exit was successful and what it logged.
+    pub fn stop(mut self) -> (bool, String) {
+        let ok = self.terminate();
+        let log: Vec<String> = self.stderr.try_iter().collect();
+        (ok, log.join("\n"))
+    }
+
+    /// Kills it with SIGKILL, as a crash would, and reaps it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn terminate(&mut self) -> bool {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_err() {
+            return false;
+        }
+        for _ in 0..300 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        false
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.terminate();
+        }
+    }
+}
