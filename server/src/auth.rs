@@ -8,7 +8,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{AUTHORIZATION, HeaderMap};
 use actix_web::middleware::Next;
-use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
+use actix_web::{FromRequest, HttpMessage, HttpRequest, ResponseError, web};
 use psbx_actors::store::{Principal, Store};
 use std::future::{Ready, ready};
 
@@ -20,11 +20,24 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// Refuses requests without a valid API key (401 with `WWW-Authenticate: Bearer`).
+/// Refuses requests without a valid API key (401 with `WWW-Authenticate: Bearer`),
+/// answering at once instead of passing an error outwards.
 pub async fn require_api_key(
     req: ServiceRequest,
-    next: Next<impl MessageBody>,
+    next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    match principal(&req).await {
+        Ok(principal) => {
+            req.extensions_mut().insert(principal);
+            Ok(next.call(req).await?.map_into_left_body())
+        }
+        Err(refused) => Ok(req
+            .into_response(refused.error_response())
+            .map_into_right_body()),
+    }
+}
+
+async fn principal(req: &ServiceRequest) -> Result<Principal, ApiError> {
     let token = bearer_token(req.headers())
         .ok_or_else(ApiError::missing_credentials)?
         .to_owned();
@@ -32,11 +45,9 @@ pub async fn require_api_key(
         .app_data::<web::Data<Store>>()
         .ok_or_else(|| ApiError::internal("the store is not registered with the app"))?
         .clone();
-    let principal = blocking(move || store.authenticate(&token))
+    blocking(move || store.authenticate(&token))
         .await?
-        .ok_or_else(ApiError::invalid_credentials)?;
-    req.extensions_mut().insert(principal);
-    next.call(req).await
+        .ok_or_else(ApiError::invalid_credentials)
 }
 
 /// The caller of an authenticated route.

@@ -134,7 +134,7 @@ impl Config {
             Env::prefixed("PSBX_").split("__").filter(move |key| {
                 let first = key.as_str().split("__").next().unwrap_or_default();
                 let first = first.split('.').next().unwrap_or_default();
-                known.iter().any(|k| k == first)
+                known.iter().any(|k| k.eq_ignore_ascii_case(first))
             }),
         );
         let mut config: Config = figment

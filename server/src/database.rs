@@ -36,9 +36,16 @@ pub struct Database {
 
 impl Database {
     pub fn open(config: &Config, opener: Opener) -> Result<Self, DatabaseError> {
-        let options = PoolOptions {
-            max_size: config.database_pool_size,
-            ..PoolOptions::default()
+        let options = match opener {
+            Opener::Server => PoolOptions {
+                max_size: config.database_pool_size,
+                ..PoolOptions::default()
+            },
+            Opener::Command => PoolOptions {
+                max_size: 2,
+                min_idle: 0,
+                ..PoolOptions::default()
+            },
         };
         if let Some(url) = &config.database_url {
             return Ok(Self {

@@ -77,33 +77,43 @@ impl Metrics {
     }
 }
 
-/// Counts and times every request. Routes are labelled by their pattern
-/// (`/v1/api-keys/{id}`), never the raw path, so label values stay few.
+/// Counts, times and logs every request. Routes are labelled by their pattern
+/// (`/v1/api-keys/{id}`), never the raw path, so label values stay few; the log
+/// line carries the path without its query string (which may hold codes).
 pub async fn track(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let metrics = req.app_data::<web::Data<Metrics>>().cloned();
     let method = req.method().to_string();
+    let path = req.path().to_owned();
     let started = Instant::now();
     let result = next.call(req).await;
+    let elapsed = started.elapsed();
+    let (route, status) = match &result {
+        Ok(res) => (
+            res.request()
+                .match_pattern()
+                .unwrap_or_else(|| "unmatched".to_owned()),
+            res.status().as_u16(),
+        ),
+        Err(e) => (
+            "unmatched".to_owned(),
+            e.as_response_error().status_code().as_u16(),
+        ),
+    };
+    tracing::info!(
+        %method,
+        %path,
+        status,
+        latency_ms = elapsed.as_secs_f64() * 1000.0,
+        "request"
+    );
     if let Some(metrics) = metrics {
-        let (route, status) = match &result {
-            Ok(res) => (
-                res.request()
-                    .match_pattern()
-                    .unwrap_or_else(|| "unmatched".to_owned()),
-                res.status().as_u16(),
-            ),
-            Err(e) => (
-                "unmatched".to_owned(),
-                e.as_response_error().status_code().as_u16(),
-            ),
-        };
         metrics
             .latency
             .with_label_values(&[method.as_str(), route.as_str()])
-            .observe(started.elapsed().as_secs_f64());
+            .observe(elapsed.as_secs_f64());
         metrics
             .requests
             .with_label_values(&[method.as_str(), route.as_str(), &status.to_string()])

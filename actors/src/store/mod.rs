@@ -43,6 +43,10 @@ pub enum StoreError {
 #[derive(Debug, Clone, Copy)]
 pub struct PoolOptions {
     pub max_size: u32,
+    /// Connections kept open while idle; the pool reopens them in background
+    /// threads. Short-lived commands use 0: a process must not exit while such a
+    /// thread is inside libpq (OpenSSL's exit handlers then crash it).
+    pub min_idle: u32,
     pub connect_timeout: Duration,
 }
 
@@ -50,6 +54,7 @@ impl Default for PoolOptions {
     fn default() -> Self {
         Self {
             max_size: 10,
+            min_idle: 1,
             connect_timeout: Duration::from_secs(10),
         }
     }
@@ -81,7 +86,7 @@ impl Store {
         drop(first);
         let pool = Pool::builder()
             .max_size(options.max_size)
-            .min_idle(Some(1))
+            .min_idle(Some(options.min_idle))
             .connection_timeout(options.connect_timeout)
             .build(ConnectionManager::new(database_url))
             .map_err(|e| StoreError::Connect(e.to_string()))?;
