@@ -99,6 +99,10 @@ prefixed_id!(
     ApiKeyId, "key_", "API key"
 );
 prefixed_id!(
+    /// A box; its libvirt domain is `psbx-<id>`.
+    BoxId, "box_", "box"
+);
+prefixed_id!(
     /// One running replica of the psbx server.
     ServerId, "srv_", "server"
 );

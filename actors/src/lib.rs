@@ -4,5 +4,6 @@
 //! Only the store and the typed ids exist yet; the actors come with the boxes,
 //! environments and connector issues.
 
+pub mod box_;
 pub mod ids;
 pub mod store;

@@ -1,4 +1,22 @@
-//! Driving boxes through libvirt: typed domain descriptions rendered to XML,
-//! qcow2 overlays on read-only base images, and the lifecycle calls.
+//! Driving boxes through libvirt: typed domain descriptions rendered to XML
+//! (`xml`), qcow2 overlays on read-only base images (`disk`), the lifecycle
+//! calls on a host connection (`host`), the one mapping of libvirt's states to
+//! ours (`state`), and the choice between KVM and TCG (`accel`).
 //!
-//! Empty until the boxes issue fills it; it is the only crate that may depend on `virt`.
+//! Every call blocks (libvirt's API is synchronous): callers keep them off async
+//! threads. This is the only crate that depends on `virt`; libvirt's default
+//! error printing is silenced and its errors come back as [`LibvirtError`].
+
+mod accel;
+mod disk;
+mod error;
+mod host;
+mod state;
+mod xml;
+
+pub use accel::{Accel, AccelChoice, probe_kvm};
+pub use disk::{create_overlay, remove_file_if_exists};
+pub use error::LibvirtError;
+pub use host::{DOMAIN_PREFIX, DomainInfo, Host, HostResources};
+pub use state::DomainStatus;
+pub use xml::{Boot, DomainSpec, Nic};

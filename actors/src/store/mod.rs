@@ -6,12 +6,16 @@
 
 mod accounts;
 mod api_keys;
+mod boxes;
+mod hosts;
 mod models;
 mod schema;
 mod servers;
 
 pub use accounts::{Account, Bootstrap};
 pub use api_keys::{ApiKey, KeyPage, NewApiKey, Principal};
+pub use boxes::{BoxRecord, Claim, NewBox, Transition};
+pub use hosts::HostRecord;
 pub use servers::Server;
 
 use diesel::pg::PgConnection;

@@ -32,5 +32,41 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    hosts (uri) {
+        uri -> Text,
+        server_id -> Nullable<Text>,
+        accel -> Text,
+        cpus -> Int4,
+        memory_mib -> Int8,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    boxes (id) {
+        id -> Text,
+        account_id -> Nullable<Text>,
+        host_uri -> Text,
+        state -> Text,
+        failure -> Nullable<Text>,
+        name -> Nullable<Text>,
+        goal -> Nullable<Text>,
+        image -> Text,
+        size -> Int4,
+        vcpus -> Int4,
+        memory_mib -> Int8,
+        disk_gb -> Int8,
+        keep_secs -> Int8,
+        spec -> Jsonb,
+        boot_id -> Nullable<Text>,
+        created_at -> Timestamptz,
+        ready_at -> Nullable<Timestamptz>,
+        last_activity_at -> Timestamptz,
+        frozen_at -> Nullable<Timestamptz>,
+        stopped_at -> Nullable<Timestamptz>,
+    }
+}
+
 diesel::joinable!(api_keys -> accounts (account_id));
-diesel::allow_tables_to_appear_in_same_query!(accounts, api_keys, servers);
+diesel::allow_tables_to_appear_in_same_query!(accounts, api_keys, servers, hosts, boxes);

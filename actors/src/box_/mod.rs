@@ -1,0 +1,2 @@
+//! BoxActor: one per live box.
+pub mod state;

@@ -1,0 +1,348 @@
+//! Boxes: one row per box from creation (or pooling) to its end. Transitions
+//! are written here only after the lifecycle call succeeded (DESIGN.md §3), and
+//! only from the state the caller expects, so a racing writer cannot move a
+//! box backwards.
+
+use super::schema::boxes;
+use super::{Store, StoreError};
+use crate::box_::state::BoxState;
+use crate::ids::{AccountId, BoxId};
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+
+/// A box as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoxRecord {
+    pub id: BoxId,
+    pub account_id: Option<AccountId>,
+    pub host_uri: String,
+    pub state: BoxState,
+    pub failure: Option<String>,
+    pub name: Option<String>,
+    pub goal: Option<String>,
+    pub image: String,
+    pub size: u32,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    pub disk_gb: u64,
+    pub keep_secs: i64,
+    pub spec: serde_json::Value,
+    pub boot_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub ready_at: Option<DateTime<Utc>>,
+    pub last_activity_at: DateTime<Utc>,
+    pub frozen_at: Option<DateTime<Utc>>,
+    pub stopped_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Queryable, Selectable)]
+#[diesel(table_name = boxes, check_for_backend(diesel::pg::Pg))]
+struct BoxRow {
+    id: String,
+    account_id: Option<String>,
+    host_uri: String,
+    state: String,
+    failure: Option<String>,
+    name: Option<String>,
+    goal: Option<String>,
+    image: String,
+    size: i32,
+    vcpus: i32,
+    memory_mib: i64,
+    disk_gb: i64,
+    keep_secs: i64,
+    spec: serde_json::Value,
+    boot_id: Option<String>,
+    created_at: DateTime<Utc>,
+    ready_at: Option<DateTime<Utc>>,
+    last_activity_at: DateTime<Utc>,
+    frozen_at: Option<DateTime<Utc>>,
+    stopped_at: Option<DateTime<Utc>>,
+}
+
+impl From<BoxRow> for BoxRecord {
+    fn from(r: BoxRow) -> Self {
+        Self {
+            id: BoxId::from_db(r.id),
+            account_id: r.account_id.map(AccountId::from_db),
+            host_uri: r.host_uri,
+            // The CHECK constraint admits only the names BoxState parses.
+            state: BoxState::parse(&r.state).unwrap_or(BoxState::Failed),
+            failure: r.failure,
+            name: r.name,
+            goal: r.goal,
+            image: r.image,
+            size: u32::try_from(r.size).unwrap_or(0),
+            vcpus: u32::try_from(r.vcpus).unwrap_or(0),
+            memory_mib: u64::try_from(r.memory_mib).unwrap_or(0),
+            disk_gb: u64::try_from(r.disk_gb).unwrap_or(0),
+            keep_secs: r.keep_secs,
+            spec: r.spec,
+            boot_id: r.boot_id,
+            created_at: r.created_at,
+            ready_at: r.ready_at,
+            last_activity_at: r.last_activity_at,
+            frozen_at: r.frozen_at,
+            stopped_at: r.stopped_at,
+        }
+    }
+}
+
+/// A box about to be made: who owns it (none while pooled), what it is.
+#[derive(Debug, Clone)]
+pub struct NewBox {
+    pub id: BoxId,
+    pub account_id: Option<AccountId>,
+    pub host_uri: String,
+    pub state: BoxState,
+    pub name: Option<String>,
+    pub goal: Option<String>,
+    pub image: String,
+    pub size: u32,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    pub disk_gb: u64,
+    pub keep_secs: i64,
+    pub spec: serde_json::Value,
+}
+
+/// What an account asks for when it claims a pooled box.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub account_id: AccountId,
+    pub name: Option<String>,
+    pub goal: Option<String>,
+    pub keep_secs: i64,
+    pub spec: serde_json::Value,
+}
+
+fn i64_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn i32_of(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+impl Store {
+    pub fn insert_box(&self, new: &NewBox) -> Result<BoxRecord, StoreError> {
+        Ok(diesel::insert_into(boxes::table)
+            .values((
+                boxes::id.eq(new.id.as_str()),
+                boxes::account_id.eq(new.account_id.as_ref().map(AccountId::as_str)),
+                boxes::host_uri.eq(&new.host_uri),
+                boxes::state.eq(new.state.as_str()),
+                boxes::name.eq(&new.name),
+                boxes::goal.eq(&new.goal),
+                boxes::image.eq(&new.image),
+                boxes::size.eq(i32_of(new.size)),
+                boxes::vcpus.eq(i32_of(new.vcpus)),
+                boxes::memory_mib.eq(i64_of(new.memory_mib)),
+                boxes::disk_gb.eq(i64_of(new.disk_gb)),
+                boxes::keep_secs.eq(new.keep_secs),
+                boxes::spec.eq(&new.spec),
+            ))
+            .returning(BoxRow::as_returning())
+            .get_result(&mut self.conn()?)?
+            .into())
+    }
+
+    /// One of the account's boxes (another account's is `None`, as if absent).
+    pub fn account_box(
+        &self,
+        account: &AccountId,
+        id: &BoxId,
+    ) -> Result<Option<BoxRecord>, StoreError> {
+        Ok(boxes::table
+            .find(id.as_str())
+            .filter(boxes::account_id.eq(account.as_str()))
+            .select(BoxRow::as_select())
+            .first(&mut self.conn()?)
+            .optional()?
+            .map(BoxRecord::from))
+    }
+
+    /// Any box by id (operators and the supervisor).
+    pub fn box_by_id(&self, id: &BoxId) -> Result<Option<BoxRecord>, StoreError> {
+        Ok(boxes::table
+            .find(id.as_str())
+            .select(BoxRow::as_select())
+            .first(&mut self.conn()?)
+            .optional()?
+            .map(BoxRecord::from))
+    }
+
+    /// The account's boxes, newest first, `limit` at a time.
+    pub fn list_boxes(
+        &self,
+        account: Option<&AccountId>,
+        before: Option<&(DateTime<Utc>, BoxId)>,
+        limit: u32,
+    ) -> Result<(Vec<BoxRecord>, Option<(DateTime<Utc>, BoxId)>), StoreError> {
+        let mut query = boxes::table
+            .filter(boxes::state.ne(BoxState::Pooled.as_str()))
+            .into_boxed();
+        if let Some(account) = account {
+            query = query.filter(boxes::account_id.eq(account.as_str()));
+        }
+        if let Some((created_at, id)) = before {
+            query = query.filter(
+                boxes::created_at.lt(created_at).or(boxes::created_at
+                    .eq(created_at)
+                    .and(boxes::id.lt(id.as_str()))),
+            );
+        }
+        let mut rows: Vec<BoxRecord> = query
+            .order((boxes::created_at.desc(), boxes::id.desc()))
+            .limit(i64::from(limit) + 1)
+            .select(BoxRow::as_select())
+            .load(&mut self.conn()?)?
+            .into_iter()
+            .map(BoxRecord::from)
+            .collect();
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let next = if rows.len() > limit {
+            rows.truncate(limit);
+            rows.last().map(|b| (b.created_at, b.id.clone()))
+        } else {
+            None
+        };
+        Ok((rows, next))
+    }
+
+    /// Boxes of a host that are not over (pooled included), for reconciliation.
+    pub fn live_boxes_on_host(&self, host_uri: &str) -> Result<Vec<BoxRecord>, StoreError> {
+        Ok(boxes::table
+            .filter(boxes::host_uri.eq(host_uri))
+            .filter(boxes::state.ne_all([BoxState::Stopped.as_str(), BoxState::Failed.as_str()]))
+            .select(BoxRow::as_select())
+            .load(&mut self.conn()?)?
+            .into_iter()
+            .map(BoxRecord::from)
+            .collect())
+    }
+
+    /// Moves a box from `from` to `to`, setting the timestamps that go with `to`.
+    /// Returns the new record, or `None` when the box was not in `from` (someone
+    /// else moved it first). Illegal transitions are refused.
+    pub fn transition_box(
+        &self,
+        id: &BoxId,
+        from: BoxState,
+        to: BoxState,
+        detail: Transition,
+    ) -> Result<Option<BoxRecord>, StoreError> {
+        if !from.can_become(to) {
+            return Err(StoreError::Invalid(format!(
+                "a box cannot go from {from} to {to}"
+            )));
+        }
+        let target = boxes::table
+            .filter(boxes::id.eq(id.as_str()))
+            .filter(boxes::state.eq(from.as_str()));
+        let now = Utc::now();
+        let mut conn = self.conn()?;
+        let updated = match to {
+            BoxState::Running => diesel::update(target)
+                .set((
+                    boxes::state.eq(to.as_str()),
+                    boxes::boot_id.eq(detail.boot_id),
+                    boxes::ready_at.eq(diesel::dsl::sql::<
+                        diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>,
+                    >("coalesce(ready_at, now())")),
+                    boxes::last_activity_at.eq(now),
+                    boxes::frozen_at.eq(None::<DateTime<Utc>>),
+                ))
+                .returning(BoxRow::as_returning())
+                .get_result(&mut conn)
+                .optional()?,
+            BoxState::Frozen => diesel::update(target)
+                .set((boxes::state.eq(to.as_str()), boxes::frozen_at.eq(now)))
+                .returning(BoxRow::as_returning())
+                .get_result(&mut conn)
+                .optional()?,
+            BoxState::Stopped | BoxState::Failed => diesel::update(target)
+                .set((
+                    boxes::state.eq(to.as_str()),
+                    boxes::stopped_at.eq(now),
+                    boxes::failure.eq(detail.failure),
+                ))
+                .returning(BoxRow::as_returning())
+                .get_result(&mut conn)
+                .optional()?,
+            _ => diesel::update(target)
+                .set(boxes::state.eq(to.as_str()))
+                .returning(BoxRow::as_returning())
+                .get_result(&mut conn)
+                .optional()?,
+        };
+        Ok(updated.map(BoxRecord::from))
+    }
+
+    /// Hands a pooled box to an account (it becomes running).
+    pub fn claim_pooled_box(
+        &self,
+        id: &BoxId,
+        claim: &Claim,
+        boot_id: &str,
+    ) -> Result<Option<BoxRecord>, StoreError> {
+        let now = Utc::now();
+        Ok(diesel::update(
+            boxes::table
+                .filter(boxes::id.eq(id.as_str()))
+                .filter(boxes::state.eq(BoxState::Pooled.as_str())),
+        )
+        .set((
+            boxes::account_id.eq(claim.account_id.as_str()),
+            boxes::state.eq(BoxState::Running.as_str()),
+            boxes::name.eq(&claim.name),
+            boxes::goal.eq(&claim.goal),
+            boxes::keep_secs.eq(claim.keep_secs),
+            boxes::spec.eq(&claim.spec),
+            boxes::boot_id.eq(boot_id),
+            boxes::created_at.eq(now),
+            boxes::ready_at.eq(now),
+            boxes::last_activity_at.eq(now),
+        ))
+        .returning(BoxRow::as_returning())
+        .get_result(&mut self.conn()?)
+        .optional()?
+        .map(BoxRecord::from))
+    }
+
+    /// Records activity: the idle and expiry clocks start again from now.
+    pub fn touch_box(&self, id: &BoxId) -> Result<DateTime<Utc>, StoreError> {
+        let now = Utc::now();
+        diesel::update(boxes::table.find(id.as_str()))
+            .set(boxes::last_activity_at.eq(now))
+            .execute(&mut self.conn()?)?;
+        Ok(now)
+    }
+
+    pub fn set_box_keep(&self, id: &BoxId, keep_secs: i64) -> Result<(), StoreError> {
+        diesel::update(boxes::table.find(id.as_str()))
+            .set(boxes::keep_secs.eq(keep_secs))
+            .execute(&mut self.conn()?)?;
+        Ok(())
+    }
+
+    /// Forgets a pooled box entirely (it never belonged to anyone).
+    pub fn delete_pooled_box(&self, id: &BoxId) -> Result<(), StoreError> {
+        diesel::delete(
+            boxes::table
+                .filter(boxes::id.eq(id.as_str()))
+                .filter(boxes::state.eq(BoxState::Pooled.as_str())),
+        )
+        .execute(&mut self.conn()?)?;
+        Ok(())
+    }
+}
+
+/// What a transition records besides the state.
+#[derive(Debug, Default, Clone)]
+pub struct Transition {
+    /// For `running`: the boot id boxd reported.
+    pub boot_id: Option<String>,
+    /// For `failed` (and a stop's cause): why.
+    pub failure: Option<String>,
+}

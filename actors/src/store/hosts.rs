@@ -1,0 +1,91 @@
+//! libvirt hosts as their supervisors last reported them.
+
+use super::schema::{boxes, hosts};
+use super::{Store, StoreError};
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+
+/// A host and what runs on it.
+#[derive(Debug, Clone)]
+pub struct HostRecord {
+    pub uri: String,
+    pub server_id: Option<String>,
+    pub accel: String,
+    pub cpus: u32,
+    pub memory_mib: u64,
+    pub updated_at: DateTime<Utc>,
+    /// Boxes on it by state, live states only (`pooled`, `running`, ...).
+    pub boxes: Vec<(String, i64)>,
+}
+
+impl Store {
+    /// Records that `server_id` supervises the host, with its resources.
+    pub fn upsert_host(
+        &self,
+        uri: &str,
+        server_id: &str,
+        accel: &str,
+        cpus: u32,
+        memory_mib: u64,
+    ) -> Result<(), StoreError> {
+        let cpus = i32::try_from(cpus).unwrap_or(i32::MAX);
+        let memory = i64::try_from(memory_mib).unwrap_or(i64::MAX);
+        diesel::insert_into(hosts::table)
+            .values((
+                hosts::uri.eq(uri),
+                hosts::server_id.eq(server_id),
+                hosts::accel.eq(accel),
+                hosts::cpus.eq(cpus),
+                hosts::memory_mib.eq(memory),
+            ))
+            .on_conflict(hosts::uri)
+            .do_update()
+            .set((
+                hosts::server_id.eq(server_id),
+                hosts::accel.eq(accel),
+                hosts::cpus.eq(cpus),
+                hosts::memory_mib.eq(memory),
+                hosts::updated_at.eq(diesel::dsl::now),
+            ))
+            .execute(&mut self.conn()?)?;
+        Ok(())
+    }
+
+    pub fn list_hosts(&self) -> Result<Vec<HostRecord>, StoreError> {
+        let mut conn = self.conn()?;
+        let rows: Vec<(String, Option<String>, String, i32, i64, DateTime<Utc>)> = hosts::table
+            .order(hosts::uri)
+            .select((
+                hosts::uri,
+                hosts::server_id,
+                hosts::accel,
+                hosts::cpus,
+                hosts::memory_mib,
+                hosts::updated_at,
+            ))
+            .load(&mut conn)?;
+        let counts: Vec<(String, String, i64)> = boxes::table
+            .filter(boxes::state.ne_all(["stopped", "failed"]))
+            .group_by((boxes::host_uri, boxes::state))
+            .select((boxes::host_uri, boxes::state, diesel::dsl::count_star()))
+            .load(&mut conn)?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(uri, server_id, accel, cpus, memory_mib, updated_at)| HostRecord {
+                    boxes: counts
+                        .iter()
+                        .filter(|(u, _, _)| *u == uri)
+                        .map(|(_, s, n)| (s.clone(), *n))
+                        .collect(),
+                    uri,
+                    server_id,
+                    accel,
+                    cpus: u32::try_from(cpus).unwrap_or(0),
+                    memory_mib: u64::try_from(memory_mib).unwrap_or(0),
+                    updated_at,
+                },
+            )
+            .collect())
+    }
+}

@@ -1,0 +1,33 @@
+//! What boxd reports about the box: boot id, uptime, load, memory, from /proc.
+
+use psbx_wire::control::Health;
+
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+pub fn read() -> Health {
+    let first_number = |path: &str| -> f64 {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
+            .unwrap_or(0.0)
+    };
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem = |key: &str| -> u64 {
+        meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|rest| rest.trim_start_matches(':').split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    Health {
+        uptime_s: first_number("/proc/uptime"),
+        load1: first_number("/proc/loadavg"),
+        mem_total_kb: mem("MemTotal"),
+        mem_available_kb: mem("MemAvailable"),
+    }
+}

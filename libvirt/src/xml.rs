@@ -1,0 +1,186 @@
+//! A box's libvirt domain, described by a typed [`DomainSpec`] and rendered to
+//! the domain XML. Written by hand: the XML is small and fixed, and every value
+//! placed in it is escaped here.
+
+use crate::Accel;
+use std::fmt::Write;
+use std::path::PathBuf;
+
+/// How the domain boots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Boot {
+    /// Direct kernel boot (the test image, and the production image's kernel).
+    Kernel {
+        kernel: PathBuf,
+        initrd: PathBuf,
+        cmdline: String,
+    },
+    /// From the disk's own boot loader.
+    Disk,
+}
+
+/// The box's network card.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nic {
+    /// User-mode networking (QEMU's slirp): outbound only, no host setup.
+    User,
+}
+
+/// Everything libvirt needs to know about one box's VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainSpec {
+    /// `psbx-<box id>`.
+    pub name: String,
+    pub accel: Accel,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    pub boot: Boot,
+    /// The box's qcow2 overlay, attached as `vda`.
+    pub disk: Option<PathBuf>,
+    /// The unix socket libvirt binds for the `org.psbx.boxd` channel.
+    pub channel_socket: PathBuf,
+    /// Where the serial console is written (appended across restores).
+    pub console_log: Option<PathBuf>,
+    /// None: the box has no network card at all.
+    pub nic: Option<Nic>,
+}
+
+/// Escapes text for XML element content and single- or double-quoted attributes.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\'' => out.push_str("&apos;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn path(p: &std::path::Path) -> String {
+    esc(&p.to_string_lossy())
+}
+
+impl DomainSpec {
+    /// The domain XML for `virDomainDefineXML`.
+    pub fn to_xml(&self) -> String {
+        let mut x = String::new();
+        // Writing into a String cannot fail; the results are ignored.
+        let _ = writeln!(x, "<domain type='{}'>", self.accel.domain_type());
+        let _ = writeln!(x, "  <name>{}</name>", esc(&self.name));
+        let _ = writeln!(x, "  <description>psbx box</description>");
+        let _ = writeln!(x, "  <memory unit='MiB'>{}</memory>", self.memory_mib);
+        let _ = writeln!(x, "  <vcpu>{}</vcpu>", self.vcpus);
+        x.push_str("  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n");
+        match &self.boot {
+            Boot::Kernel {
+                kernel,
+                initrd,
+                cmdline,
+            } => {
+                let _ = writeln!(x, "    <kernel>{}</kernel>", path(kernel));
+                let _ = writeln!(x, "    <initrd>{}</initrd>", path(initrd));
+                let _ = writeln!(x, "    <cmdline>{}</cmdline>", esc(cmdline));
+            }
+            Boot::Disk => x.push_str("    <boot dev='hd'/>\n"),
+        }
+        x.push_str("  </os>\n  <features><acpi/></features>\n");
+        if self.accel == Accel::Kvm {
+            x.push_str("  <cpu mode='host-passthrough'/>\n");
+        }
+        x.push_str("  <clock offset='utc'/>\n");
+        x.push_str("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>destroy</on_reboot>\n");
+        x.push_str("  <on_crash>destroy</on_crash>\n  <devices>\n");
+        if let Some(disk) = &self.disk {
+            let _ = writeln!(
+                x,
+                "    <disk type='file' device='disk'><driver name='qemu' type='qcow2'/>\
+                 <source file='{}'/><target dev='vda' bus='virtio'/></disk>",
+                path(disk)
+            );
+        }
+        match &self.console_log {
+            Some(log) => {
+                let _ = writeln!(
+                    x,
+                    "    <serial type='file'><source path='{}' append='on'/><target port='0'/></serial>",
+                    path(log)
+                );
+            }
+            None => x.push_str("    <serial type='null'><target port='0'/></serial>\n"),
+        }
+        let _ = writeln!(
+            x,
+            "    <channel type='unix'><source mode='bind' path='{}'/>\
+             <target type='virtio' name='org.psbx.boxd'/></channel>",
+            path(&self.channel_socket)
+        );
+        if let Some(Nic::User) = self.nic {
+            x.push_str("    <interface type='user'><model type='virtio'/></interface>\n");
+        }
+        x.push_str(
+            "    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>\n",
+        );
+        x.push_str("    <memballoon model='none'/>\n  </devices>\n</domain>\n");
+        x
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> DomainSpec {
+        DomainSpec {
+            name: "psbx-box_abc".into(),
+            accel: Accel::Tcg,
+            vcpus: 2,
+            memory_mib: 512,
+            boot: Boot::Kernel {
+                kernel: "/img/vmlinuz".into(),
+                initrd: "/img/initrd.img".into(),
+                cmdline: "console=ttyS0 x='<&>'".into(),
+            },
+            disk: Some("/data/boxes/box_abc/disk.qcow2".into()),
+            channel_socket: "/data/boxes/box_abc/boxd.sock".into(),
+            console_log: Some("/data/boxes/box_abc/console.log".into()),
+            nic: None,
+        }
+    }
+
+    #[test]
+    fn renders_a_tcg_box_without_network() {
+        let xml = spec().to_xml();
+        assert!(xml.starts_with("<domain type='qemu'>"), "{xml}");
+        assert!(xml.contains("<name>psbx-box_abc</name>"));
+        assert!(xml.contains("<memory unit='MiB'>512</memory>"));
+        assert!(xml.contains("<vcpu>2</vcpu>"));
+        assert!(xml.contains("<kernel>/img/vmlinuz</kernel>"));
+        assert!(xml.contains("<cmdline>console=ttyS0 x=&apos;&lt;&amp;&gt;&apos;</cmdline>"));
+        assert!(xml.contains("<source file='/data/boxes/box_abc/disk.qcow2'/>"));
+        assert!(xml.contains(
+            "<source mode='bind' path='/data/boxes/box_abc/boxd.sock'/><target type='virtio' name='org.psbx.boxd'/>"
+        ));
+        assert!(!xml.contains("<interface"), "a box without a NIC got one");
+        assert!(!xml.contains("host-passthrough"));
+    }
+
+    #[test]
+    fn renders_kvm_nic_and_disk_boot() {
+        let mut s = spec();
+        s.accel = Accel::Kvm;
+        s.nic = Some(Nic::User);
+        s.boot = Boot::Disk;
+        s.console_log = None;
+        let xml = s.to_xml();
+        assert!(xml.starts_with("<domain type='kvm'>"));
+        assert!(xml.contains("<interface type='user'><model type='virtio'/></interface>"));
+        assert!(xml.contains("<boot dev='hd'/>"));
+        assert!(!xml.contains("<kernel>"));
+        assert!(xml.contains("<serial type='null'>"));
+    }
+}

@@ -1,0 +1,2 @@
+DROP TABLE boxes;
+DROP TABLE hosts;
