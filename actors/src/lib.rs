@@ -5,5 +5,11 @@
 //! environments and connector issues.
 
 pub mod box_;
+pub mod boxes;
+pub mod duration;
+pub mod error;
+pub mod host;
 pub mod ids;
+pub mod image;
+pub mod settings;
 pub mod store;

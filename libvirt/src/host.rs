@@ -16,6 +16,8 @@ pub const DOMAIN_PREFIX: &str = "psbx-";
 pub struct DomainInfo {
     pub name: String,
     pub status: DomainStatus,
+    /// The installation recorded in its metadata (None: not made by psbx).
+    pub owner: Option<String>,
 }
 
 /// What the host has, for capacity decisions.
@@ -188,8 +190,20 @@ impl Host {
                 if !name.starts_with(DOMAIN_PREFIX) {
                     continue;
                 }
+                let owner = d
+                    .metadata(
+                        sys::VIR_DOMAIN_METADATA_ELEMENT as i32,
+                        Some(crate::METADATA_URI),
+                        0,
+                    )
+                    .ok()
+                    .and_then(|xml| owner_of(&xml));
                 match Self::status_of(&d, &name) {
-                    Ok(status) => out.push(DomainInfo { name, status }),
+                    Ok(status) => out.push(DomainInfo {
+                        name,
+                        status,
+                        owner,
+                    }),
                     // Undefined between the listing and the query.
                     Err(LibvirtError::NoDomain(_)) => {}
                     Err(e) => return Err(e),
@@ -241,5 +255,29 @@ impl Host {
             let d = Self::domain(c, name)?;
             f(&d).map_err(|e| LibvirtError::from_virt(&e, Some(name)))
         })
+    }
+}
+
+/// The `owner` attribute of psbx's metadata element.
+fn owner_of(xml: &str) -> Option<String> {
+    let start = xml.find("owner=")? + "owner=".len();
+    let quote = xml[start..].chars().next()?;
+    let rest = &xml[start + quote.len_utf8()..];
+    rest.find(quote).map(|end| rest[..end].to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_the_owner_back() {
+        assert_eq!(
+            super::owner_of("<box xmlns=\"urn:psbx:box\" owner=\"inst_1\"/>").as_deref(),
+            Some("inst_1")
+        );
+        assert_eq!(
+            super::owner_of("<psbx:box owner='x'/>").as_deref(),
+            Some("x")
+        );
+        assert_eq!(super::owner_of("<box/>"), None);
     }
 }

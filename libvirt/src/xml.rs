@@ -43,7 +43,14 @@ pub struct DomainSpec {
     pub console_log: Option<PathBuf>,
     /// None: the box has no network card at all.
     pub nic: Option<Nic>,
+    /// The psbx installation the domain belongs to, kept in the domain's
+    /// metadata: reconciliation only ever touches its own installation's
+    /// domains (several installations, or test runs, may share a libvirt).
+    pub owner: String,
 }
+
+/// The namespace of psbx's element in a domain's `<metadata>`.
+pub const METADATA_URI: &str = "urn:psbx:box";
 
 /// Escapes text for XML element content and single- or double-quoted attributes.
 fn esc(text: &str) -> String {
@@ -73,6 +80,11 @@ impl DomainSpec {
         let _ = writeln!(x, "<domain type='{}'>", self.accel.domain_type());
         let _ = writeln!(x, "  <name>{}</name>", esc(&self.name));
         let _ = writeln!(x, "  <description>psbx box</description>");
+        let _ = writeln!(
+            x,
+            "  <metadata><psbx:box xmlns:psbx='{METADATA_URI}' owner='{}'/></metadata>",
+            esc(&self.owner)
+        );
         let _ = writeln!(x, "  <memory unit='MiB'>{}</memory>", self.memory_mib);
         let _ = writeln!(x, "  <vcpu>{}</vcpu>", self.vcpus);
         x.push_str("  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n");
@@ -149,6 +161,7 @@ mod tests {
             channel_socket: "/data/boxes/box_abc/boxd.sock".into(),
             console_log: Some("/data/boxes/box_abc/console.log".into()),
             nic: None,
+            owner: "inst_abc".into(),
         }
     }
 
@@ -157,6 +170,7 @@ mod tests {
         let xml = spec().to_xml();
         assert!(xml.starts_with("<domain type='qemu'>"), "{xml}");
         assert!(xml.contains("<name>psbx-box_abc</name>"));
+        assert!(xml.contains("<psbx:box xmlns:psbx='urn:psbx:box' owner='inst_abc'/>"));
         assert!(xml.contains("<memory unit='MiB'>512</memory>"));
         assert!(xml.contains("<vcpu>2</vcpu>"));
         assert!(xml.contains("<kernel>/img/vmlinuz</kernel>"));

@@ -7,6 +7,7 @@
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use psbx_actors::settings::{BoxSettings, SIZES, Unit};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,126 @@ pub struct Config {
     pub log_format: LogFormat,
     pub tls: TlsConfig,
     pub postgres: EmbeddedPostgresConfig,
+    pub boxes: BoxesConfig,
+}
+
+/// Boxes: the image, sizes, timers, the pool and the host's limits.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BoxesConfig {
+    /// Run boxes on `libvirt_uri`; false serves the API without boxes.
+    pub enabled: bool,
+    /// `auto` (prove KVM with a short boot, else TCG), `kvm` or `tcg`.
+    pub accel: Accel,
+    /// Images: `<images_dir>/<image>/manifest.json`; default `<data_dir>/images`.
+    pub images_dir: Option<PathBuf>,
+    /// The image boxes start from (`scripts/image/<name>` builds it).
+    pub image: String,
+    /// One size unit; boxes are 1, 2, 4 or 8 units.
+    pub unit_vcpus: u32,
+    pub unit_memory_mib: u64,
+    pub unit_disk_gb: u64,
+    /// Freeze after this long without activity.
+    pub idle_freeze: String,
+    /// Stop this long after the last activity unless `keep` says otherwise...
+    pub default_keep: String,
+    /// ...up to this.
+    pub max_keep: String,
+    /// Pre-booted boxes kept ready per pooled size, and which sizes have a pool.
+    pub pool_size: usize,
+    pub pool_unit_sizes: Vec<u32>,
+    /// vCPUs promised to running boxes may reach this multiple of the host's CPUs;
+    /// memory this share of the host's memory.
+    pub cpu_overcommit: f64,
+    pub memory_overcommit: f64,
+    /// Longest time from starting a box to boxd's hello.
+    pub boot_timeout: String,
+    /// Give boxes a network card (user-mode networking, outbound only).
+    pub network: bool,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Accel {
+    Auto,
+    Kvm,
+    Tcg,
+}
+
+impl Default for BoxesConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            accel: Accel::Auto,
+            images_dir: None,
+            image: "debian".to_owned(),
+            unit_vcpus: 2,
+            unit_memory_mib: 8192,
+            unit_disk_gb: 40,
+            idle_freeze: "10m".to_owned(),
+            default_keep: "24h".to_owned(),
+            max_keep: "7d".to_owned(),
+            pool_size: 1,
+            pool_unit_sizes: vec![1],
+            cpu_overcommit: 4.0,
+            memory_overcommit: 1.0,
+            boot_timeout: "120s".to_owned(),
+            network: true,
+        }
+    }
+}
+
+impl BoxesConfig {
+    /// The settings the actors use, durations parsed.
+    pub fn settings(&self, data_dir: &Path) -> Result<BoxSettings, ConfigError> {
+        let duration = |key: &str, text: &str| {
+            psbx_actors::duration::parse(text)
+                .map_err(|e| ConfigError::Invalid(format!("boxes.{key}: {e}")))
+        };
+        let settings = BoxSettings {
+            boxes_dir: data_dir.join("boxes"),
+            images_dir: self
+                .images_dir
+                .clone()
+                .unwrap_or_else(|| data_dir.join("images")),
+            image: self.image.clone(),
+            unit: Unit {
+                vcpus: self.unit_vcpus,
+                memory_mib: self.unit_memory_mib,
+                disk_gb: self.unit_disk_gb,
+            },
+            idle_freeze: duration("idle_freeze", &self.idle_freeze)?,
+            default_keep: duration("default_keep", &self.default_keep)?,
+            max_keep: duration("max_keep", &self.max_keep)?,
+            pool_size: self.pool_size,
+            pool_unit_sizes: self.pool_unit_sizes.clone(),
+            cpu_overcommit: self.cpu_overcommit,
+            memory_overcommit: self.memory_overcommit,
+            boot_timeout: duration("boot_timeout", &self.boot_timeout)?,
+            network: self.network,
+        };
+        if settings.default_keep > settings.max_keep {
+            return Err(ConfigError::Invalid(
+                "boxes.default_keep is longer than boxes.max_keep".into(),
+            ));
+        }
+        if let Some(bad) = self.pool_unit_sizes.iter().find(|s| !SIZES.contains(s)) {
+            return Err(ConfigError::Invalid(format!(
+                "boxes.pool_unit_sizes: {bad} is not a box size (1, 2, 4 or 8)"
+            )));
+        }
+        if !(self.cpu_overcommit > 0.0 && self.memory_overcommit > 0.0) {
+            return Err(ConfigError::Invalid(
+                "boxes.cpu_overcommit and boxes.memory_overcommit must be above 0".into(),
+            ));
+        }
+        if self.unit_vcpus == 0 || self.unit_memory_mib < 128 || self.unit_disk_gb == 0 {
+            return Err(ConfigError::Invalid(
+                "a box unit needs at least 1 vCPU, 128 MiB and 1 GB".into(),
+            ));
+        }
+        Ok(settings)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
@@ -93,6 +214,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             tls: TlsConfig::default(),
             postgres: EmbeddedPostgresConfig::default(),
+            boxes: BoxesConfig::default(),
         }
     }
 }
@@ -149,6 +271,10 @@ impl Config {
         if overrides.tls_self_signed {
             config.tls.self_signed = true;
         }
+        // Child processes (PostgreSQL) and libvirt run elsewhere: paths are absolute.
+        config.data_dir = std::path::absolute(&config.data_dir).map_err(|e| {
+            ConfigError::Invalid(format!("data_dir {}: {e}", config.data_dir.display()))
+        })?;
         config.validate()?;
         Ok(config)
     }
@@ -173,6 +299,7 @@ impl Config {
                 "tls.self_signed and tls.cert/tls.key exclude each other: choose one".to_owned(),
             ));
         }
+        self.boxes.settings(&self.data_dir)?;
         if self.database_pool_size == 0 {
             return Err(ConfigError::Invalid(
                 "database_pool_size must be at least 1".to_owned(),
@@ -293,6 +420,9 @@ mod tests {
             assert_eq!(c.box_domain, "env.example");
             assert_eq!(c.postgres.user, "pguser");
             assert_eq!(c.data_dir, PathBuf::from("/srv/psbx"));
+            let relative = Config::load(None, &Overrides::default()).unwrap();
+            assert!(relative.data_dir.is_absolute());
+            assert!(relative.data_dir.ends_with(".psbx"));
             assert!(c.tls.self_signed);
             let shown = c.redacted_toml().unwrap();
             assert!(!shown.contains("hunter2"), "{shown}");

@@ -76,6 +76,11 @@ impl EmbeddedPostgres {
         } else {
             None
         };
+        let data_dir = std::path::absolute(data_dir).map_err(|source| EmbeddedPgError::Io {
+            what: "resolving the data directory",
+            dir: data_dir.to_owned(),
+            source,
+        })?;
         Ok(Self {
             dir: data_dir.join("pg"),
             bin,
@@ -261,7 +266,7 @@ impl EmbeddedPostgres {
             Err(EmbeddedPgError::Command {
                 command: shown,
                 detail: format!(
-                    "{}: {}{}",
+                    "{}: {}\n{}",
                     output.status,
                     String::from_utf8_lossy(&output.stderr).trim(),
                     String::from_utf8_lossy(&output.stdout).trim()

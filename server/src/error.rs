@@ -181,3 +181,41 @@ where
 {
     actix_web::web::block(f).await?.map_err(ApiError::from)
 }
+
+impl From<psbx_actors::error::BoxError> for ApiError {
+    fn from(e: psbx_actors::error::BoxError) -> Self {
+        use psbx_actors::box_::state::BoxState;
+        use psbx_actors::error::BoxError as E;
+        match e {
+            E::NotFound(_) => Self::not_found("box_not_found", e.to_string())
+                .hint("`GET /v1/boxes` lists this account's boxes"),
+            E::Over { state, .. } => {
+                let code = if state == BoxState::Failed {
+                    "box_failed"
+                } else {
+                    "box_stopped"
+                };
+                Self::new(StatusCode::CONFLICT, code, e.to_string())
+                    .hint("a stopped box does not come back: start a new one with `POST /v1/boxes`")
+            }
+            E::Invalid(message) => Self::bad_request("invalid_request", message),
+            E::HostFull(message) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "host_full", message)
+                    .hint("stop boxes you no longer need, or ask for a smaller size")
+            }
+            E::NoHost(message) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "boxes_unavailable",
+                message,
+            )
+            .hint("the operator should check the server log and libvirt"),
+            E::Boot(_) => {
+                tracing::error!(error = %e, "a box did not start");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "box_start_failed", e.to_string())
+                    .hint("retry; if it keeps failing, the operator should check the box image and the server log")
+            }
+            E::Store(inner) => inner.into(),
+            E::Libvirt(_) | E::Internal(_) => Self::internal(e),
+        }
+    }
+}

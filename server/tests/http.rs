@@ -4,6 +4,7 @@
 
 use actix_web::http::{StatusCode, header};
 use actix_web::test::{self, TestRequest};
+use psbx_actors::boxes::Boxes;
 use psbx_actors::store::{Bootstrap, PoolOptions, Store};
 use psbx_server::app::{self, AppState};
 use psbx_server::metrics::Metrics;
@@ -40,6 +41,14 @@ macro_rules! service {
         test::init_service(app::build(AppState {
             store: $f.store.clone(),
             metrics: Arc::new(Metrics::new().unwrap()),
+            boxes: Arc::new(Boxes::new(
+                $f.store.clone(),
+                psbx_server::config::Config::default()
+                    .boxes
+                    .settings(std::path::Path::new("/nonexistent"))
+                    .unwrap(),
+                Err("no libvirt host in the HTTP tests".to_owned()),
+            )),
         }))
         .await
     };

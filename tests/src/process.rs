@@ -45,7 +45,16 @@ impl ServerProcess {
     /// Starts `psbx serve --listen 127.0.0.1:0 <args>` with `envs` set and waits
     /// (up to 90 s) until it listens. Panics with its output when it fails.
     pub fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::start_in(None, args, envs)
+    }
+
+    /// [`Self::start`] with the working directory `cwd` (relative paths in
+    /// `args` resolve there).
+    pub fn start_in(cwd: Option<&Path>, args: &[&str], envs: &[(&str, &str)]) -> Self {
         let mut command = Command::new(binary("psbx"));
+        if let Some(dir) = cwd {
+            command.current_dir(dir);
+        }
         command
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])

@@ -48,11 +48,18 @@ fn cluster_running(data_dir: &Path) -> bool {
 #[test]
 fn embedded_default_creates_once_survives_restarts_and_crashes() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path();
+    // PostgreSQL runs as its own user, which must pass through to the data dir.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let data = &dir.path().join("state");
     let data_arg = data.to_str().unwrap();
 
-    // First start: a cluster, an account, a key printed once with a curl line.
-    let server = ServerProcess::start(&["--data-dir", data_arg], &[]);
+    // First start, with the data directory given relative to the working
+    // directory: a cluster, an account, a key printed once with a curl line.
+    let server = ServerProcess::start_in(Some(dir.path()), &["--data-dir", "state"], &[]);
     let key = server.first_key().expect("a first start prints a key");
     assert!(server.banner.contains(&format!(
         "curl -H \"Authorization: Bearer {key}\" {}/v1/api-keys",

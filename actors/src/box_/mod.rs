@@ -1,2 +1,201 @@
-//! BoxActor: one per live box.
+//! BoxActor: one per live box (running or frozen). It owns the box's state
+//! machine, its link to boxd, and its idle-freeze and expiry timers, re-armed
+//! from the stored last-activity time whenever the actor starts.
+//!
+//! Every lifecycle message is answered atomically: while a freeze, thaw or
+//! stop runs, no other message of this box is handled, so the box never sees
+//! two lifecycle calls at once.
+
+mod handlers;
+pub mod link;
 pub mod state;
+
+pub use handlers::{Keep, Status, Stop};
+
+use crate::error::{BoxError, blocking};
+use crate::host::context::HostContext;
+use crate::store::{BoxRecord, Transition};
+use actix::prelude::*;
+use chrono::{DateTime, Utc};
+use link::{BoxdLink, LinkHandle};
+use psbx_wire::control::{Health, Hello};
+use state::BoxState;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A box as a caller sees it: the record plus what boxd says.
+#[derive(Debug, Clone)]
+pub struct BoxSnapshot {
+    pub record: BoxRecord,
+    pub hello: Option<Hello>,
+    pub health: Option<Health>,
+    pub freezes_at: Option<DateTime<Utc>>,
+    pub expires_at: DateTime<Utc>,
+}
+
+impl BoxSnapshot {
+    /// The snapshot of `record` with what boxd said; the deadlines follow from
+    /// the last activity.
+    pub fn of(
+        record: BoxRecord,
+        hello: Option<Hello>,
+        health: Option<Health>,
+        idle_freeze: Duration,
+    ) -> Self {
+        let freezes_at = (record.state == BoxState::Running).then(|| {
+            record.last_activity_at
+                + chrono::Duration::from_std(idle_freeze)
+                    .unwrap_or_else(|_| chrono::Duration::days(1))
+        });
+        let expires_at = record.last_activity_at + chrono::Duration::seconds(record.keep_secs);
+        Self {
+            record,
+            hello,
+            health,
+            freezes_at,
+            expires_at,
+        }
+    }
+}
+
+/// How long a status call waits for boxd's pong.
+const PING_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub struct BoxActor {
+    record: BoxRecord,
+    ctx: Arc<HostContext>,
+    link: Option<BoxdLink>,
+    hello: Option<Hello>,
+    idle_timer: Option<SpawnHandle>,
+    expiry_timer: Option<SpawnHandle>,
+}
+
+impl BoxActor {
+    /// An actor for a box that is running (with its link, hello received) or
+    /// frozen (no link).
+    pub fn new(record: BoxRecord, ctx: Arc<HostContext>, link: Option<(BoxdLink, Hello)>) -> Self {
+        let (link, hello) = match link {
+            Some((l, h)) => (Some(l), Some(h)),
+            None => (None, None),
+        };
+        Self {
+            record,
+            ctx,
+            link,
+            hello,
+            idle_timer: None,
+            expiry_timer: None,
+        }
+    }
+
+    fn name(&self) -> String {
+        HostContext::domain_name(&self.record.id)
+    }
+
+    fn snapshot(&self, health: Option<Health>) -> BoxSnapshot {
+        BoxSnapshot::of(
+            self.record.clone(),
+            self.hello.clone(),
+            health,
+            self.ctx.settings.idle_freeze,
+        )
+    }
+
+    /// (Re)arms the timers from the record: idle freeze while running, expiry
+    /// always. A deadline already past fires at once.
+    fn arm_timers(&mut self, ctx: &mut Context<Self>) {
+        self.cancel_timers(ctx);
+        let until = |at: DateTime<Utc>| (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+        let deadlines = self.snapshot(None);
+        if let Some(at) = deadlines.freezes_at {
+            self.idle_timer = Some(ctx.run_later(until(at), |_, ctx| ctx.notify(handlers::Freeze)));
+        }
+        self.expiry_timer = Some(ctx.run_later(until(deadlines.expires_at), |_, ctx| {
+            ctx.notify(handlers::Expire)
+        }));
+    }
+
+    fn cancel_timers(&mut self, ctx: &mut Context<Self>) {
+        for handle in [self.idle_timer.take(), self.expiry_timer.take()]
+            .into_iter()
+            .flatten()
+        {
+            ctx.cancel_future(handle);
+        }
+    }
+
+    fn link_handle(&self) -> Option<LinkHandle> {
+        self.link.as_ref().map(BoxdLink::handle)
+    }
+
+    /// Moves the stored state; `None` from the store means someone else moved
+    /// it first, which is reported as an internal error.
+    async fn transition(
+        ctx: Arc<HostContext>,
+        record: &BoxRecord,
+        to: BoxState,
+        detail: Transition,
+    ) -> Result<BoxRecord, BoxError> {
+        let (id, from) = (record.id.clone(), record.state);
+        let store = ctx.store.clone();
+        blocking(move || store.transition_box(&id, from, to, detail))
+            .await?
+            .ok_or_else(|| BoxError::Internal(format!("box {} changed state under us", record.id)))
+    }
+
+    /// Marks the box failed after its VM was found broken or gone, and ends the actor.
+    fn fail(&mut self, ctx: &mut Context<Self>, reason: String) {
+        tracing::warn!(box_id = %self.record.id, %reason, "box failed");
+        self.cancel_timers(ctx);
+        self.link = None;
+        let (hctx, record) = (self.ctx.clone(), self.record.clone());
+        let id = record.id.clone();
+        ctx.wait(
+            async move {
+                let teardown_ctx = hctx.clone();
+                let tid = id.clone();
+                let _ = blocking(move || teardown_ctx.teardown(&tid)).await;
+                let detail = Transition {
+                    failure: Some(reason),
+                    ..Transition::default()
+                };
+                let result = Self::transition(hctx, &record, BoxState::Failed, detail).await;
+                if let Err(e) = &result {
+                    tracing::error!(box_id = %id, error = %e, "could not record a failed box");
+                }
+                result.ok()
+            }
+            .into_actor(self)
+            .map(|record, act, ctx| {
+                if let Some(record) = record {
+                    act.record = record;
+                }
+                ctx.stop();
+            }),
+        );
+    }
+}
+
+impl Actor for BoxActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.ctx.register(self.record.id.clone(), ctx.address());
+        if self.record.state == BoxState::Running {
+            let unit = crate::settings::Unit {
+                vcpus: self.record.vcpus,
+                memory_mib: self.record.memory_mib,
+                disk_gb: self.record.disk_gb,
+            };
+            if let Err(e) = self.ctx.reserve(&self.record.id, unit) {
+                // Adopted after a restart onto a host that shrank: keep it running.
+                tracing::warn!(box_id = %self.record.id, error = %e, "running box exceeds capacity");
+            }
+        }
+        self.arm_timers(ctx);
+    }
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        self.ctx.unregister(&self.record.id);
+    }
+}

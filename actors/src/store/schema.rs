@@ -68,5 +68,12 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    meta (key) {
+        key -> Text,
+        value -> Text,
+    }
+}
+
 diesel::joinable!(api_keys -> accounts (account_id));
-diesel::allow_tables_to_appear_in_same_query!(accounts, api_keys, servers, hosts, boxes);
+diesel::allow_tables_to_appear_in_same_query!(accounts, api_keys, servers, hosts, boxes, meta);

@@ -1,2 +1,3 @@
 DROP TABLE boxes;
 DROP TABLE hosts;
+DROP TABLE meta;

@@ -1,5 +1,12 @@
 -- Boxes (pooled, live and past) and the libvirt hosts replicas supervise.
 
+-- Facts about this installation, e.g. its id, which marks the libvirt domains
+-- it owns so that reconciliation never touches another installation's.
+CREATE TABLE meta (
+    key    TEXT PRIMARY KEY,
+    value  TEXT NOT NULL
+);
+
 CREATE TABLE hosts (
     uri          TEXT PRIMARY KEY,                -- libvirt URI
     server_id    TEXT REFERENCES servers (id) ON DELETE SET NULL,  -- the replica supervising it

@@ -1,5 +1,6 @@
 //! The `psbx` command line: one module per command group.
 
+pub mod boxes;
 pub mod keys;
 pub mod serve;
 
@@ -42,6 +43,12 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Operators' view of boxes.
+    #[command(subcommand)]
+    Boxes(boxes::BoxesCommand),
+    /// Operators' view of libvirt hosts.
+    #[command(subcommand)]
+    Hosts(boxes::HostsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -87,6 +94,14 @@ pub fn main() -> anyhow::Result<()> {
         Command::Keys(command) => {
             crate::logging::init("warn", config.log_format);
             keys::run(&config, command)
+        }
+        Command::Boxes(command) => {
+            crate::logging::init("warn", config.log_format);
+            boxes::run_boxes(&config, command)
+        }
+        Command::Hosts(command) => {
+            crate::logging::init("warn", config.log_format);
+            boxes::run_hosts(&config, command)
         }
     }
 }

@@ -4,13 +4,16 @@
 
 use crate::app::{self, AppState};
 use crate::banner;
-use crate::config::Config;
+use crate::config::{Accel, Config};
 use crate::database::{Database, Opener};
 use crate::metrics::Metrics;
 use crate::tls;
 use actix_web::HttpServer;
 use anyhow::Context;
+use psbx_actors::boxes::Boxes;
+use psbx_actors::host::start_host;
 use psbx_actors::store::Store;
+use psbx_libvirt::AccelChoice;
 use std::fs;
 use std::io::Write;
 use std::net::TcpListener;
@@ -44,11 +47,34 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .unwrap_or_else(|_| "unknown".to_owned());
     let server = store.register_server(&hostname, env!("CARGO_PKG_VERSION"))?;
     let metrics = Arc::new(Metrics::new()?);
+    let box_settings = config.boxes.settings(&config.data_dir)?;
 
     let result = actix_web::rt::System::new().block_on(async {
+        let host = if config.boxes.enabled {
+            start_host(
+                store.clone(),
+                box_settings.clone(),
+                config.libvirt_uri.clone(),
+                match config.boxes.accel {
+                    Accel::Auto => AccelChoice::Auto,
+                    Accel::Kvm => AccelChoice::Kvm,
+                    Accel::Tcg => AccelChoice::Tcg,
+                },
+                server.id.to_string(),
+            )
+            .await
+            .map_err(|e| {
+                tracing::error!(uri = %config.libvirt_uri, error = %e, "boxes are unavailable");
+                format!("boxes are unavailable on this server: {e}")
+            })
+        } else {
+            Err("boxes are disabled in this server's configuration (boxes.enabled)".to_owned())
+        };
+        let boxes = Arc::new(Boxes::new(store.clone(), box_settings, host));
         let state = AppState {
             store: store.clone(),
             metrics,
+            boxes: boxes.clone(),
         };
         let http =
             HttpServer::new(move || app::build(state.clone())).shutdown_timeout(SHUTDOWN_GRACE);
@@ -62,6 +88,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         print_now(&banner::listening(&url));
         let done = http.await;
         heartbeat.abort();
+        boxes.shutdown().await;
         done
     });
     tracing::info!("stopping");

@@ -3,6 +3,7 @@
 //! sits behind the API key middleware.
 
 pub mod api_keys;
+pub mod boxes;
 pub mod docs;
 pub mod health;
 pub mod metrics;
@@ -13,5 +14,10 @@ use utoipa_actix_web::service_config::ServiceConfig;
 pub fn v1(cfg: &mut ServiceConfig) {
     cfg.service(api_keys::list)
         .service(api_keys::create)
-        .service(api_keys::revoke);
+        .service(api_keys::revoke)
+        .service(boxes::start)
+        .service(boxes::list)
+        .service(boxes::get)
+        .service(boxes::keep)
+        .service(boxes::stop);
 }

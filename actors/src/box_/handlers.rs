@@ -1,0 +1,278 @@
+//! The messages a BoxActor answers: `Status` (thaws first when asked),
+//! `Keep`, `Stop`, and its own timers' `Freeze` and `Expire`.
+
+use super::link::BoxdLink;
+use super::state::BoxState;
+use super::{BoxActor, BoxSnapshot, PING_TIMEOUT};
+use crate::error::{BoxError, blocking};
+use crate::settings::Unit;
+use crate::store::Transition;
+use actix::fut::{ActorFutureExt, WrapFuture, ready};
+use actix::prelude::*;
+
+type Reply<T> = AtomicResponse<BoxActor, Result<T, BoxError>>;
+type Flow<T> = ResponseActFuture<BoxActor, Result<T, BoxError>>;
+
+/// Read the box (and ask boxd how it is). `thaw`: wake a frozen box first;
+/// `touch`: count this as activity.
+#[derive(Message)]
+#[rtype(result = "Result<BoxSnapshot, BoxError>")]
+pub struct Status {
+    pub thaw: bool,
+    pub touch: bool,
+}
+
+/// Keep the box this long after its last activity.
+#[derive(Message)]
+#[rtype(result = "Result<BoxSnapshot, BoxError>")]
+pub struct Keep {
+    pub keep_secs: i64,
+}
+
+/// Stop the box for good: domain, disk and saved memory deleted.
+#[derive(Message)]
+#[rtype(result = "Result<BoxSnapshot, BoxError>")]
+pub struct Stop {
+    pub reason: &'static str,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(super) struct Freeze;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(super) struct Expire;
+
+impl BoxActor {
+    fn over(&self) -> BoxError {
+        BoxError::Over {
+            id: self.record.id.to_string(),
+            state: self.record.state,
+            reason: self.record.failure.clone(),
+        }
+    }
+
+    /// Wakes a frozen box: start from its managed save, wait for boxd's hello.
+    fn thaw(&mut self) -> Flow<()> {
+        if self.record.state != BoxState::Frozen {
+            return Box::pin(ready(Ok(())));
+        }
+        let unit = Unit {
+            vcpus: self.record.vcpus,
+            memory_mib: self.record.memory_mib,
+            disk_gb: self.record.disk_gb,
+        };
+        if let Err(e) = self.ctx.reserve(&self.record.id, unit) {
+            return Box::pin(ready(Err(e)));
+        }
+        let (hctx, record, name) = (self.ctx.clone(), self.record.clone(), self.name());
+        let started = std::time::Instant::now();
+        Box::pin(
+            async move {
+                let h = hctx.clone();
+                blocking(move || h.host.start(&name)).await?;
+                let restored_ms = started.elapsed().as_millis() as u64;
+                let link = BoxdLink::open(hctx.socket(&record.id));
+                let hello = link
+                    .handle()
+                    .hello(hctx.settings.boot_timeout)
+                    .await
+                    .map_err(|e| BoxError::Boot(format!("after thawing: {e}")))?;
+                tracing::debug!(box_id = %record.id, restored_ms, "boxd answered after the restore");
+                let detail = Transition {
+                    boot_id: Some(hello.boot_id.clone()),
+                    ..Transition::default()
+                };
+                let record = Self::transition(hctx, &record, BoxState::Running, detail).await?;
+                Ok((record, link, hello))
+            }
+            .into_actor(self)
+            .map(move |result, act, ctx| match result {
+                Ok((record, link, hello)) => {
+                    if act.hello.as_ref().is_some_and(|h| h.boot_id != hello.boot_id) {
+                        tracing::warn!(box_id = %record.id, "the box rebooted while frozen");
+                    }
+                    tracing::info!(box_id = %record.id, ms = started.elapsed().as_millis() as u64, "thawed");
+                    act.record = record;
+                    act.link = Some(link);
+                    act.hello = Some(hello);
+                    act.arm_timers(ctx);
+                    Ok(())
+                }
+                Err(e) => {
+                    act.fail(ctx, format!("could not be thawed: {e}"));
+                    Err(e)
+                }
+            }),
+        )
+    }
+
+    /// Counts activity now (timers restart) and pings boxd when running.
+    fn status_after_thaw(&mut self, touch: bool) -> Flow<BoxSnapshot> {
+        if self.record.state.is_terminal() {
+            return Box::pin(ready(Err(self.over())));
+        }
+        let store = self.ctx.store.clone();
+        let id = self.record.id.clone();
+        let link = (self.record.state == BoxState::Running)
+            .then(|| self.link_handle())
+            .flatten();
+        Box::pin(
+            async move {
+                let touched = if touch {
+                    Some(blocking(move || store.touch_box(&id)).await?)
+                } else {
+                    None
+                };
+                let health = match link {
+                    Some(link) => link.ping(PING_TIMEOUT).await.ok(),
+                    None => None,
+                };
+                Ok::<_, BoxError>((touched, health))
+            }
+            .into_actor(self)
+            .map(|result, act, ctx| {
+                let (touched, health) = result?;
+                if let Some(at) = touched {
+                    act.record.last_activity_at = at;
+                    act.arm_timers(ctx);
+                }
+                Ok(act.snapshot(health))
+            }),
+        )
+    }
+
+    fn freeze(&mut self, ctx: &mut Context<Self>) -> Flow<()> {
+        if self.record.state != BoxState::Running {
+            return Box::pin(ready(Ok(())));
+        }
+        self.cancel_timers(ctx);
+        self.link = None;
+        let (hctx, record, name) = (self.ctx.clone(), self.record.clone(), self.name());
+        let started = std::time::Instant::now();
+        Box::pin(
+            async move {
+                let h = hctx.clone();
+                blocking(move || h.host.managed_save(&name)).await?;
+                Self::transition(hctx, &record, BoxState::Frozen, Transition::default()).await
+            }
+            .into_actor(self)
+            .map(move |result, act, ctx| match result {
+                Ok(record) => {
+                    tracing::info!(box_id = %record.id, ms = started.elapsed().as_millis() as u64, "frozen");
+                    act.record = record;
+                    act.ctx.release(&act.record.id);
+                    act.arm_timers(ctx);
+                    Ok(())
+                }
+                Err(e) => {
+                    act.fail(ctx, format!("could not be frozen: {e}"));
+                    Err(e)
+                }
+            }),
+        )
+    }
+
+    fn stop(&mut self, ctx: &mut Context<Self>, reason: &'static str) -> Flow<BoxSnapshot> {
+        if self.record.state.is_terminal() {
+            return Box::pin(ready(Err(self.over())));
+        }
+        self.cancel_timers(ctx);
+        self.link = None;
+        let (hctx, record) = (self.ctx.clone(), self.record.clone());
+        Box::pin(
+            async move {
+                let (h, id) = (hctx.clone(), record.id.clone());
+                blocking(move || h.teardown(&id)).await?;
+                Self::transition(hctx, &record, BoxState::Stopped, Transition::default()).await
+            }
+            .into_actor(self)
+            .map(move |result, act, ctx| {
+                let record = result?;
+                tracing::info!(box_id = %record.id, reason, "stopped");
+                act.record = record;
+                ctx.stop();
+                Ok(act.snapshot(None))
+            }),
+        )
+    }
+}
+
+impl Handler<Status> for BoxActor {
+    type Result = Reply<BoxSnapshot>;
+
+    fn handle(&mut self, msg: Status, _: &mut Context<Self>) -> Self::Result {
+        let thaw = if msg.thaw {
+            self.thaw()
+        } else {
+            Box::pin(ready(Ok(())))
+        };
+        AtomicResponse::new(Box::pin(thaw.then(move |result, act, _| match result {
+            Ok(()) => act.status_after_thaw(msg.touch),
+            Err(e) => Box::pin(ready(Err(e))),
+        })))
+    }
+}
+
+impl Handler<Keep> for BoxActor {
+    type Result = Reply<BoxSnapshot>;
+
+    fn handle(&mut self, msg: Keep, _: &mut Context<Self>) -> Self::Result {
+        let thaw = self.thaw();
+        AtomicResponse::new(Box::pin(thaw.then(
+            move |result, act, _| -> Flow<BoxSnapshot> {
+                if let Err(e) = result {
+                    return Box::pin(ready(Err(e)));
+                }
+                if act.record.state.is_terminal() {
+                    return Box::pin(ready(Err(act.over())));
+                }
+                let (store, id) = (act.ctx.store.clone(), act.record.id.clone());
+                Box::pin(
+                    async move { blocking(move || store.set_box_keep(&id, msg.keep_secs)).await }
+                        .into_actor(act)
+                        .then(move |result, act, _| match result {
+                            Ok(()) => {
+                                act.record.keep_secs = msg.keep_secs;
+                                act.status_after_thaw(true)
+                            }
+                            Err(e) => Box::pin(ready(Err(e))),
+                        }),
+                )
+            },
+        )))
+    }
+}
+
+impl Handler<Stop> for BoxActor {
+    type Result = Reply<BoxSnapshot>;
+
+    fn handle(&mut self, msg: Stop, ctx: &mut Context<Self>) -> Self::Result {
+        AtomicResponse::new(self.stop(ctx, msg.reason))
+    }
+}
+
+impl Handler<Freeze> for BoxActor {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, _: Freeze, ctx: &mut Context<Self>) -> Self::Result {
+        AtomicResponse::new(Box::pin(self.freeze(ctx).map(|result, act, _| {
+            if let Err(e) = result {
+                tracing::error!(box_id = %act.record.id, error = %e, "freeze failed");
+            }
+        })))
+    }
+}
+
+impl Handler<Expire> for BoxActor {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, _: Expire, ctx: &mut Context<Self>) -> Self::Result {
+        AtomicResponse::new(Box::pin(self.stop(ctx, "expired").map(|result, act, _| {
+            if let Err(e) = result {
+                tracing::error!(box_id = %act.record.id, error = %e, "expiry failed");
+            }
+        })))
+    }
+}

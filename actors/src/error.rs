@@ -1,0 +1,57 @@
+//! What can go wrong with a box, in terms the HTTP layer maps to statuses.
+
+use crate::box_::state::BoxState;
+use crate::store::StoreError;
+use psbx_libvirt::LibvirtError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BoxError {
+    /// No such box in this account (another account's box looks the same).
+    #[error("no box {0} in this account")]
+    NotFound(String),
+    /// The box is over: stopped or failed.
+    #[error("box {id} is {state}{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Over {
+        id: String,
+        state: BoxState,
+        reason: Option<String>,
+    },
+    /// The request asks for something psbx does not do.
+    #[error("{0}")]
+    Invalid(String),
+    /// The host cannot fit the box without overcommitting past its limits.
+    #[error("{0}")]
+    HostFull(String),
+    /// No libvirt host is available to run boxes.
+    #[error("{0}")]
+    NoHost(String),
+    /// The box did not come up.
+    #[error("the box did not start: {0}")]
+    Boot(String),
+    #[error(transparent)]
+    Libvirt(#[from] LibvirtError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Runs a blocking call (libvirt, the store, the file system) off the async threads.
+pub async fn blocking<T, E>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, BoxError>
+where
+    T: Send + 'static,
+    E: Into<BoxError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result.map_err(Into::into),
+        Err(e) => Err(BoxError::Internal(format!("a blocking task failed: {e}"))),
+    }
+}
+
+impl From<std::io::Error> for BoxError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Internal(e.to_string())
+    }
+}

@@ -1,0 +1,181 @@
+//! What every actor of one host shares: the libvirt connection, the store,
+//! the settings, the chosen accelerator, where box files live, the capacity
+//! ledger and the registry of live box actors.
+
+use crate::box_::BoxActor;
+use crate::error::BoxError;
+use crate::ids::BoxId;
+use crate::image::Image;
+use crate::settings::{BoxSettings, Unit};
+use crate::store::{BoxRecord, Store};
+use actix::Addr;
+use psbx_libvirt::{Accel, Boot, DomainSpec, Host, Nic};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+pub struct HostContext {
+    pub host: Host,
+    pub store: Store,
+    pub settings: BoxSettings,
+    pub accel: Accel,
+    pub server_id: String,
+    /// This installation's id: the owner written into every domain's metadata.
+    pub installation: String,
+    capacity: Mutex<Capacity>,
+    registry: Mutex<HashMap<BoxId, Addr<BoxActor>>>,
+}
+
+/// Resources promised to boxes that hold host memory (pooled, booting,
+/// running), against what the host may give.
+struct Capacity {
+    cpus_limit: f64,
+    memory_limit_mib: f64,
+    held: HashMap<BoxId, Unit>,
+}
+
+impl HostContext {
+    pub fn new(
+        host: Host,
+        store: Store,
+        settings: BoxSettings,
+        accel: Accel,
+        server_id: String,
+        installation: String,
+        cpus: u32,
+        memory_mib: u64,
+    ) -> Arc<Self> {
+        let capacity = Capacity {
+            cpus_limit: f64::from(cpus) * settings.cpu_overcommit,
+            memory_limit_mib: memory_mib as f64 * settings.memory_overcommit,
+            held: HashMap::new(),
+        };
+        Arc::new(Self {
+            host,
+            store,
+            settings,
+            accel,
+            server_id,
+            installation,
+            capacity: Mutex::new(capacity),
+            registry: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn box_dir(&self, id: &BoxId) -> PathBuf {
+        self.settings.boxes_dir.join(id.as_str())
+    }
+
+    pub fn domain_name(id: &BoxId) -> String {
+        format!("{}{}", psbx_libvirt::DOMAIN_PREFIX, id)
+    }
+
+    pub fn socket(&self, id: &BoxId) -> PathBuf {
+        self.box_dir(id).join("boxd.sock")
+    }
+
+    pub fn image(&self, name: &str) -> Result<Image, BoxError> {
+        Image::load(&self.settings.images_dir, name).map_err(|e| BoxError::NoHost(e.to_string()))
+    }
+
+    /// The domain of a box record.
+    pub fn domain_spec(&self, record: &BoxRecord, image: &Image) -> DomainSpec {
+        let dir = self.box_dir(&record.id);
+        DomainSpec {
+            name: Self::domain_name(&record.id),
+            accel: self.accel,
+            vcpus: record.vcpus,
+            memory_mib: record.memory_mib,
+            boot: Boot::Kernel {
+                kernel: image.kernel.clone(),
+                initrd: image.initrd.clone(),
+                cmdline: image.cmdline.clone(),
+            },
+            disk: Some(dir.join("disk.qcow2")),
+            channel_socket: dir.join("boxd.sock"),
+            console_log: Some(dir.join("console.log")),
+            nic: self.settings.network.then_some(Nic::User),
+            owner: self.installation.clone(),
+        }
+    }
+
+    /// Promises `unit` to box `id`, or says why the host cannot.
+    pub fn reserve(&self, id: &BoxId, unit: Unit) -> Result<(), BoxError> {
+        let mut cap = self
+            .capacity
+            .lock()
+            .map_err(|_| BoxError::Internal("capacity ledger poisoned".into()))?;
+        if cap.held.contains_key(id) {
+            return Ok(());
+        }
+        let cpus: f64 = cap.held.values().map(|u| f64::from(u.vcpus)).sum();
+        let memory: f64 = cap.held.values().map(|u| u.memory_mib as f64).sum();
+        if cpus + f64::from(unit.vcpus) > cap.cpus_limit
+            || memory + unit.memory_mib as f64 > cap.memory_limit_mib
+        {
+            return Err(BoxError::HostFull(format!(
+                "this host cannot fit a box of {} vCPU and {} MiB: {cpus} of {} vCPUs and {memory} of {} MiB \
+                 are already promised to running boxes",
+                unit.vcpus, unit.memory_mib, cap.cpus_limit, cap.memory_limit_mib
+            )));
+        }
+        cap.held.insert(id.clone(), unit);
+        Ok(())
+    }
+
+    pub fn release(&self, id: &BoxId) {
+        if let Ok(mut cap) = self.capacity.lock() {
+            cap.held.remove(id);
+        }
+    }
+
+    pub fn register(&self, id: BoxId, addr: Addr<BoxActor>) {
+        if let Ok(mut r) = self.registry.lock() {
+            r.insert(id, addr);
+        }
+    }
+
+    pub fn unregister(&self, id: &BoxId) {
+        if let Ok(mut r) = self.registry.lock() {
+            r.remove(id);
+        }
+        self.release(id);
+    }
+
+    pub fn actor(&self, id: &BoxId) -> Option<Addr<BoxActor>> {
+        self.registry.lock().ok()?.get(id).cloned()
+    }
+
+    /// Removes a box's domain (with its managed save) and its files.
+    pub fn teardown(&self, id: &BoxId) -> Result<(), BoxError> {
+        self.host.remove(&Self::domain_name(id))?;
+        let dir = self.box_dir(id);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(BoxError::Internal(format!(
+                "deleting {}: {e}",
+                dir.display()
+            ))),
+        }
+    }
+
+    /// Makes the box's directory and disk, defines and starts its domain.
+    pub fn boot(&self, record: &BoxRecord) -> Result<(), BoxError> {
+        let image = self.image(&record.image)?;
+        let dir = self.box_dir(&record.id);
+        std::fs::create_dir_all(&dir)?;
+        allow_qemu(&dir)?;
+        psbx_libvirt::create_overlay(&image.disk, &dir.join("disk.qcow2"), record.disk_gb)?;
+        self.host.define(&self.domain_spec(record, &image))?;
+        self.host.start(&Self::domain_name(&record.id))?;
+        Ok(())
+    }
+}
+
+/// libvirt's QEMU runs as its own user: it must reach the box directory.
+fn allow_qemu(dir: &std::path::Path) -> Result<(), BoxError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! HostSupervisor: one per libvirt host. It owns the host's pool of clean,
+//! pre-booted boxes (suspended in memory) and makes new boxes, from the pool
+//! or cold. Start-up (`start.rs`) connects to libvirt, settles KVM or TCG,
+//! reconciles libvirt with the store (`reconcile.rs`) and adopts live boxes.
+
+pub mod context;
+mod create;
+mod reconcile;
+mod start;
+
+pub use create::CreateBox;
+pub use start::{HostStart, start_host};
+
+use crate::box_::link::BoxdLink;
+use crate::store::BoxRecord;
+use actix::prelude::*;
+use context::HostContext;
+use psbx_wire::control::Hello;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A pooled box: booted, said hello, suspended, owned by nobody.
+struct PooledBox {
+    record: BoxRecord,
+    link: BoxdLink,
+    hello: Hello,
+}
+
+pub struct HostSupervisor {
+    ctx: Arc<HostContext>,
+    /// Pooled boxes of the configured image, by size.
+    pool: HashMap<u32, VecDeque<PooledBox>>,
+    /// Sizes whose pool is being refilled right now.
+    filling: HashSet<u32>,
+}
+
+/// How long a failed pool boot waits before the next try.
+const POOL_RETRY: Duration = Duration::from_secs(30);
+
+impl HostSupervisor {
+    fn new(ctx: Arc<HostContext>) -> Self {
+        Self {
+            ctx,
+            pool: HashMap::new(),
+            filling: HashSet::new(),
+        }
+    }
+}
+
+impl Actor for HostSupervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.notify(create::Refill);
+    }
+}
+
+/// Tear down the pool (the server is shutting down; running boxes stay).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+impl Handler<Shutdown> for HostSupervisor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) -> Self::Result {
+        let pooled: Vec<PooledBox> = self.pool.drain().flat_map(|(_, q)| q).collect();
+        ctx.stop();
+        let hctx = self.ctx.clone();
+        Box::pin(async move {
+            for pooled in pooled {
+                let (h, id) = (hctx.clone(), pooled.record.id.clone());
+                drop(pooled.link);
+                let result = crate::error::blocking(move || {
+                    h.teardown(&id)?;
+                    h.store
+                        .delete_pooled_box(&id)
+                        .map_err(crate::error::BoxError::from)
+                })
+                .await;
+                if let Err(e) = result {
+                    tracing::warn!(error = %e, "could not remove a pooled box");
+                }
+            }
+        })
+    }
+}
+
+/// What the pool holds, by size, for operators.
+#[derive(Message)]
+#[rtype(result = "Vec<(u32, usize)>")]
+pub struct PoolLevels;
+
+impl Handler<PoolLevels> for HostSupervisor {
+    type Result = Vec<(u32, usize)>;
+
+    fn handle(&mut self, _: PoolLevels, _: &mut Context<Self>) -> Self::Result {
+        let mut levels: Vec<(u32, usize)> = self.pool.iter().map(|(s, q)| (*s, q.len())).collect();
+        levels.sort_unstable();
+        levels
+    }
+}

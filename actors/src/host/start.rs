@@ -1,0 +1,194 @@
+//! Bringing a host under supervision: connect, settle KVM or TCG, record the
+//! host, reconcile, adopt the live boxes, start the supervisor (and its pool).
+
+use super::HostSupervisor;
+use super::context::HostContext;
+use super::reconcile::{self, Adopt};
+use crate::box_::BoxActor;
+use crate::box_::link::BoxdLink;
+use crate::box_::state::BoxState;
+use crate::error::{BoxError, blocking};
+use crate::settings::BoxSettings;
+use crate::store::{Store, Transition};
+use actix::prelude::*;
+use psbx_libvirt::{Accel, AccelChoice, Boot, DomainSpec, Host};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long `accel = "auto"` gives KVM to boot the box kernel.
+const KVM_PROBE: Duration = Duration::from_secs(20);
+/// How long an adopted running box has to say hello again.
+const ADOPT_HELLO: Duration = Duration::from_secs(30);
+
+/// A supervised host.
+pub struct HostStart {
+    pub supervisor: Addr<HostSupervisor>,
+    pub ctx: Arc<HostContext>,
+}
+
+pub async fn start_host(
+    store: Store,
+    settings: BoxSettings,
+    uri: String,
+    accel: AccelChoice,
+    server_id: String,
+) -> Result<HostStart, BoxError> {
+    let probe_settings = settings.clone();
+    let (host, resources, accel) = blocking(move || {
+        let host = Host::connect(&uri)?;
+        let resources = host.resources()?;
+        let accel = choose_accel(&host, accel, &probe_settings);
+        Ok::<_, BoxError>((host, resources, accel))
+    })
+    .await?;
+    let accel_name = match accel {
+        Accel::Kvm => "kvm",
+        Accel::Tcg => "tcg",
+    };
+    let (s, uri, sid) = (store.clone(), host.uri().to_owned(), server_id.clone());
+    let installation = blocking(move || {
+        s.upsert_host(&uri, &sid, accel_name, resources.cpus, resources.memory_mib)?;
+        s.installation_id()
+    })
+    .await?;
+    let ctx = HostContext::new(
+        host,
+        store,
+        settings,
+        accel,
+        server_id,
+        installation,
+        resources.cpus,
+        resources.memory_mib,
+    );
+    let rctx = ctx.clone();
+    let adopt = blocking(move || reconcile::reconcile(&rctx)).await?;
+    for box_ in adopt {
+        adopt_box(&ctx, box_).await;
+    }
+    tracing::info!(
+        uri = %ctx.host.uri(),
+        accel = accel_name,
+        cpus = resources.cpus,
+        memory_mib = resources.memory_mib,
+        "supervising libvirt host"
+    );
+    let supervisor = HostSupervisor::new(ctx.clone()).start();
+    Ok(HostStart { supervisor, ctx })
+}
+
+async fn adopt_box(ctx: &Arc<HostContext>, adopt: Adopt) {
+    match adopt {
+        Adopt::Frozen(record) => {
+            BoxActor::new(record, ctx.clone(), None).start();
+        }
+        Adopt::Running {
+            record,
+            from_frozen,
+        } => {
+            let link = BoxdLink::open(ctx.socket(&record.id));
+            let result = async {
+                let hello = link
+                    .handle()
+                    .hello(ADOPT_HELLO)
+                    .await
+                    .map_err(|e| BoxError::Boot(e.to_string()))?;
+                let record = if from_frozen {
+                    let (s, id) = (ctx.store.clone(), record.id.clone());
+                    let detail = Transition {
+                        boot_id: Some(hello.boot_id.clone()),
+                        ..Transition::default()
+                    };
+                    blocking(move || {
+                        s.transition_box(&id, BoxState::Frozen, BoxState::Running, detail)
+                    })
+                    .await?
+                    .ok_or_else(|| BoxError::Internal("box changed state under us".into()))?
+                } else {
+                    record.clone()
+                };
+                Ok::<_, BoxError>((record, hello))
+            }
+            .await;
+            match result {
+                Ok((record, hello)) => {
+                    tracing::info!(box_id = %record.id, "adopted a running box");
+                    BoxActor::new(record, ctx.clone(), Some((link, hello))).start();
+                }
+                Err(e) => {
+                    drop(link);
+                    let (c, r) = (ctx.clone(), record.clone());
+                    let reason = format!("boxd did not answer after the server restarted: {e}");
+                    if let Err(e) = blocking(move || reconcile::fail(&c, &r, reason)).await {
+                        tracing::error!(box_id = %record.id, error = %e, "could not fail a box");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// KVM when asked, TCG when asked; `auto` boots the box kernel under KVM for a
+/// bounded time and falls back to TCG unless boxd came up.
+fn choose_accel(host: &Host, choice: AccelChoice, settings: &BoxSettings) -> Accel {
+    match choice {
+        AccelChoice::Kvm => Accel::Kvm,
+        AccelChoice::Tcg => Accel::Tcg,
+        AccelChoice::Auto => match probe(host, settings) {
+            Ok(true) => {
+                tracing::info!("KVM booted the box kernel: boxes run with KVM");
+                Accel::Kvm
+            }
+            Ok(false) => {
+                tracing::warn!(
+                    "KVM is unavailable or did not boot the box kernel within {}s: boxes run under TCG \
+                     (software emulation, slower); set accel = \"tcg\" to skip this check",
+                    KVM_PROBE.as_secs()
+                );
+                Accel::Tcg
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not probe KVM: boxes run under TCG");
+                Accel::Tcg
+            }
+        },
+    }
+}
+
+fn probe(host: &Host, settings: &BoxSettings) -> Result<bool, BoxError> {
+    let image = crate::image::Image::load(&settings.images_dir, &settings.image)
+        .map_err(|e| BoxError::NoHost(e.to_string()))?;
+    let dir = settings
+        .boxes_dir
+        .join(format!("kvm-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let spec = DomainSpec {
+        name: format!("psbx-kvm-probe-{}", std::process::id()),
+        accel: Accel::Kvm,
+        vcpus: 1,
+        memory_mib: 256,
+        boot: Boot::Kernel {
+            kernel: image.kernel,
+            initrd: image.initrd,
+            cmdline: image.cmdline,
+        },
+        disk: None,
+        channel_socket: dir.join("boxd.sock"),
+        console_log: None,
+        nic: None,
+        owner: "kvm-probe".to_owned(),
+    };
+    let result = psbx_libvirt::probe_kvm(
+        host,
+        &spec,
+        &dir.join("console.log"),
+        "boxd ready",
+        KVM_PROBE,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(result?)
+}

@@ -1,0 +1,55 @@
+//! How boxes are made and kept: sizes, timers, the pool, capacity limits and
+//! where images and box files live. Built by the server from its configuration.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One size unit; a box is 1, 2, 4 or 8 of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unit {
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    pub disk_gb: u64,
+}
+
+/// The sizes a box may have, in units.
+pub const SIZES: [u32; 4] = [1, 2, 4, 8];
+
+#[derive(Debug, Clone)]
+pub struct BoxSettings {
+    /// Box files: `<boxes_dir>/<box id>/{disk.qcow2, boxd.sock, console.log}`.
+    pub boxes_dir: PathBuf,
+    /// Images: `<images_dir>/<name>/manifest.json` and the files it names.
+    pub images_dir: PathBuf,
+    pub image: String,
+    pub unit: Unit,
+    /// Freeze after this long without activity.
+    pub idle_freeze: Duration,
+    /// Stop this long after the last activity, unless `keep` says longer.
+    pub default_keep: Duration,
+    /// The longest `keep` accepted.
+    pub max_keep: Duration,
+    /// Pre-booted boxes kept per pooled size.
+    pub pool_size: usize,
+    /// The sizes (in units) that have a pool.
+    pub pool_unit_sizes: Vec<u32>,
+    /// vCPUs promised to boxes may reach this many times the host's CPUs.
+    pub cpu_overcommit: f64,
+    /// Memory promised to running boxes may reach this share of the host's.
+    pub memory_overcommit: f64,
+    /// How long a box may take from start to boxd's hello.
+    pub boot_timeout: Duration,
+    /// Give boxes a network card (user-mode networking).
+    pub network: bool,
+}
+
+impl BoxSettings {
+    /// The resources of a box of `size` units.
+    pub fn resources(&self, size: u32) -> Unit {
+        Unit {
+            vcpus: self.unit.vcpus * size,
+            memory_mib: self.unit.memory_mib * u64::from(size),
+            disk_gb: self.unit.disk_gb * u64::from(size),
+        }
+    }
+}

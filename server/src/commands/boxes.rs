@@ -1,0 +1,130 @@
+//! `psbx boxes list|stop` and `psbx hosts list`: operators' views of boxes and
+//! libvirt hosts, straight from the database (and libvirt, for a stop).
+
+use crate::config::Config;
+use crate::database::{Database, Opener};
+use psbx_actors::store::BoxRecord;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BoxesCommand {
+    /// List boxes of every account, newest first.
+    List {
+        /// Include stopped and failed boxes.
+        #[arg(long)]
+        all: bool,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a box for good (its VM, disk and saved memory are deleted).
+    Stop {
+        /// The box id, `box_...`.
+        id: String,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum HostsCommand {
+    /// List the libvirt hosts and what runs on them.
+    List,
+}
+
+fn time(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    t.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| "-".to_owned())
+}
+
+pub fn run_boxes(config: &Config, command: BoxesCommand) -> anyhow::Result<()> {
+    let database = Database::open(config, Opener::Command)?;
+    let store = &database.store;
+    match command {
+        BoxesCommand::List { all, json } => {
+            if !json {
+                println!(
+                    "{:<26} {:<9} {:>4} {:<24} {:<21} {:<21} NAME",
+                    "ID", "STATE", "SIZE", "ACCOUNT", "CREATED", "LAST ACTIVITY"
+                );
+            }
+            let mut before = None;
+            loop {
+                let (page, next) = store.list_boxes(None, before.as_ref(), 200)?;
+                for b in page.iter().filter(|b| all || !b.state.is_terminal()) {
+                    print_box(b, json);
+                }
+                match next {
+                    Some(n) => before = Some(n),
+                    None => break,
+                }
+            }
+        }
+        BoxesCommand::Stop { id } => {
+            let settings = config.boxes.settings(&config.data_dir)?;
+            let record =
+                psbx_actors::boxes::stop_directly(store, &settings, &config.libvirt_uri, &id)?;
+            println!("{} is {}", record.id, record.state);
+        }
+    }
+    Ok(())
+}
+
+fn print_box(b: &BoxRecord, json: bool) {
+    let account = b
+        .account_id
+        .as_ref()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    if json {
+        let line = serde_json::json!({
+            "id": b.id, "state": b.state.as_str(), "size": b.size, "account": account,
+            "name": b.name, "createdAt": time(Some(b.created_at)),
+            "lastActivityAt": time(Some(b.last_activity_at)), "failure": b.failure,
+        });
+        println!("{line}");
+    } else {
+        println!(
+            "{:<26} {:<9} {:>4} {:<24} {:<21} {:<21} {}",
+            b.id.as_str(),
+            b.state.as_str(),
+            b.size,
+            account,
+            time(Some(b.created_at)),
+            time(Some(b.last_activity_at)),
+            b.name.as_deref().unwrap_or("")
+        );
+    }
+}
+
+pub fn run_hosts(config: &Config, command: HostsCommand) -> anyhow::Result<()> {
+    let database = Database::open(config, Opener::Command)?;
+    match command {
+        HostsCommand::List => {
+            println!(
+                "{:<28} {:<5} {:>5} {:>10} {:<26} {:<21} BOXES",
+                "URI", "ACCEL", "CPUS", "MEMORY", "SERVER", "UPDATED"
+            );
+            for h in database.store.list_hosts()? {
+                let boxes = h
+                    .boxes
+                    .iter()
+                    .map(|(state, n)| format!("{n} {state}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                println!(
+                    "{:<28} {:<5} {:>5} {:>7}MiB {:<26} {:<21} {}",
+                    h.uri,
+                    h.accel,
+                    h.cpus,
+                    h.memory_mib,
+                    h.server_id.unwrap_or_default(),
+                    time(Some(h.updated_at)),
+                    if boxes.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        boxes
+                    }
+                );
+            }
+        }
+    }
+    Ok(())
+}

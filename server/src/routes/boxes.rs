@@ -1,0 +1,306 @@
+//! `/v1/boxes`: start, list, read (thawing a frozen box), keep and stop boxes.
+
+use crate::auth::Auth;
+use crate::error::ApiError;
+use actix_web::{HttpResponse, delete, get, post, web};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
+use psbx_actors::box_::BoxSnapshot;
+use psbx_actors::boxes::{Boxes, CreateRequest};
+use psbx_actors::duration;
+use psbx_actors::ids::BoxId;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+const DEFAULT_LIMIT: u32 = 50;
+const MAX_LIMIT: u32 = 200;
+
+/// A service the box runs, as the caller describes it (used by later features).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceSpec {
+    pub name: String,
+    pub port: Option<u16>,
+    pub target_port: Option<u16>,
+    pub version: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StartBox {
+    /// A short name for people.
+    pub name: Option<String>,
+    /// What the box is for.
+    pub goal: Option<String>,
+    /// Size in units: 1, 2, 4 or 8 (default 1).
+    pub size: Option<u32>,
+    /// Keep the box this long after its last use, e.g. `"3d"` (default `"24h"`, at most `"7d"`).
+    pub keep: Option<String>,
+    #[serde(default)]
+    pub services: Vec<ServiceSpec>,
+    /// Names of the account's secrets the box receives.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// The environment to plug the box into.
+    pub environment: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KeepBody {
+    /// E.g. `"3d"`; at most `"7d"`.
+    pub keep: String,
+}
+
+/// What boxd reports from inside the box.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoxHealth {
+    /// Whether boxd answered just now.
+    pub answering: bool,
+    pub boot_id: Option<String>,
+    pub boxd_version: Option<String>,
+    pub protocol: Option<u32>,
+    pub uptime_s: Option<f64>,
+    pub load1: Option<f64>,
+    pub mem_total_kb: Option<u64>,
+    pub mem_available_kb: Option<u64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoxView {
+    /// `box_...`
+    pub id: String,
+    pub name: Option<String>,
+    pub goal: Option<String>,
+    /// `creating`, `booting`, `running`, `frozen`, `stopped` or `failed`.
+    pub state: String,
+    /// Why the box failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    pub size: u32,
+    pub image: String,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    pub disk_gb: u64,
+    /// How long the box is kept after its last use.
+    pub keep: String,
+    pub created_at: DateTime<Utc>,
+    pub ready_at: Option<DateTime<Utc>>,
+    pub last_activity_at: DateTime<Utc>,
+    /// When it freezes if nothing happens (running boxes).
+    pub freezes_at: Option<DateTime<Utc>>,
+    /// When it stops for good if nothing happens.
+    pub expires_at: Option<DateTime<Utc>>,
+    pub stopped_at: Option<DateTime<Utc>>,
+    pub health: BoxHealth,
+}
+
+impl From<BoxSnapshot> for BoxView {
+    fn from(s: BoxSnapshot) -> Self {
+        let r = s.record;
+        let over = r.state.is_terminal();
+        Self {
+            id: r.id.to_string(),
+            name: r.name,
+            goal: r.goal,
+            state: r.state.to_string(),
+            failure: r.failure,
+            size: r.size,
+            image: r.image,
+            vcpus: r.vcpus,
+            memory_mib: r.memory_mib,
+            disk_gb: r.disk_gb,
+            keep: duration::format(std::time::Duration::from_secs(
+                r.keep_secs.max(0).unsigned_abs(),
+            )),
+            created_at: r.created_at,
+            ready_at: r.ready_at,
+            last_activity_at: r.last_activity_at,
+            freezes_at: s.freezes_at,
+            expires_at: (!over).then_some(s.expires_at),
+            stopped_at: r.stopped_at,
+            health: BoxHealth {
+                answering: s.health.is_some(),
+                boot_id: s.hello.as_ref().map(|h| h.boot_id.clone()).or(r.boot_id),
+                boxd_version: s.hello.as_ref().map(|h| h.version.clone()),
+                protocol: s.hello.as_ref().map(|h| h.protocol),
+                uptime_s: s.health.as_ref().map(|h| h.uptime_s),
+                load1: s.health.as_ref().map(|h| h.load1),
+                mem_total_kb: s.health.as_ref().map(|h| h.mem_total_kb),
+                mem_available_kb: s.health.as_ref().map(|h| h.mem_available_kb),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoxList {
+    pub boxes: Vec<BoxView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Boxes per page, 1 to 200 (default 50).
+    pub limit: Option<u32>,
+    /// The `nextCursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+fn encode_cursor((at, id): &(DateTime<Utc>, BoxId)) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{}|{id}", at.to_rfc3339()))
+}
+
+fn decode_cursor(cursor: &str) -> Result<(DateTime<Utc>, BoxId), ApiError> {
+    let invalid = || {
+        ApiError::bad_request(
+            "invalid_cursor",
+            "the cursor is not one this server gave out",
+        )
+        .hint("pass the `nextCursor` of the previous page unchanged, or omit `cursor`")
+    };
+    let text = URL_SAFE_NO_PAD
+        .decode(cursor)
+        .ok()
+        .and_then(|raw| String::from_utf8(raw).ok())
+        .ok_or_else(invalid)?;
+    let (time, id) = text.split_once('|').ok_or_else(invalid)?;
+    let time = DateTime::parse_from_rfc3339(time).map_err(|_| invalid())?;
+    Ok((
+        time.with_timezone(&Utc),
+        BoxId::parse(id).map_err(|_| invalid())?,
+    ))
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "startBox",
+    request_body = StartBox,
+    security(("api_key" = [])),
+    responses(
+        (status = 201, body = BoxView),
+        (status = 400, body = crate::error::ErrorBody),
+        (status = 503, description = "The host is full or has no libvirt", body = crate::error::ErrorBody),
+    )
+)]
+#[post("/boxes")]
+pub async fn start(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    body: web::Json<StartBox>,
+) -> Result<HttpResponse, ApiError> {
+    let body = body.into_inner();
+    let spec = serde_json::json!({
+        "services": body.services,
+        "secrets": body.secrets,
+        "environment": body.environment,
+    });
+    let request = CreateRequest {
+        name: body.name,
+        goal: body.goal,
+        size: body.size,
+        keep: body.keep,
+        spec,
+    };
+    let snapshot = boxes.create(who.account_id, request).await?;
+    Ok(HttpResponse::Created().json(BoxView::from(snapshot)))
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "listBoxes",
+    params(ListQuery),
+    security(("api_key" = [])),
+    responses((status = 200, body = BoxList), (status = 400, body = crate::error::ErrorBody))
+)]
+#[get("/boxes")]
+pub async fn list(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    query: web::Query<ListQuery>,
+) -> Result<web::Json<BoxList>, ApiError> {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_limit",
+            format!("limit must be between 1 and {MAX_LIMIT}, not {limit}"),
+        ));
+    }
+    let before = query.cursor.as_deref().map(decode_cursor).transpose()?;
+    let (page, next) = boxes.list(&who.account_id, before, limit).await?;
+    Ok(web::Json(BoxList {
+        boxes: page.into_iter().map(BoxView::from).collect(),
+        next_cursor: next.as_ref().map(encode_cursor),
+    }))
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "getBox",
+    params(("id" = String, Path, description = "`box_...`")),
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "The box; a frozen box is thawed first", body = BoxView),
+        (status = 404, body = crate::error::ErrorBody),
+    )
+)]
+#[get("/boxes/{id}")]
+pub async fn get(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    id: web::Path<String>,
+) -> Result<web::Json<BoxView>, ApiError> {
+    Ok(web::Json(
+        boxes.get(&who.account_id, &id, true).await?.into(),
+    ))
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "keepBox",
+    params(("id" = String, Path, description = "`box_...`")),
+    request_body = KeepBody,
+    security(("api_key" = [])),
+    responses(
+        (status = 200, body = BoxView),
+        (status = 400, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody),
+        (status = 409, description = "The box is stopped", body = crate::error::ErrorBody),
+    )
+)]
+#[post("/boxes/{id}/keep")]
+pub async fn keep(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    id: web::Path<String>,
+    body: web::Json<KeepBody>,
+) -> Result<web::Json<BoxView>, ApiError> {
+    Ok(web::Json(
+        boxes.keep(&who.account_id, &id, &body.keep).await?.into(),
+    ))
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "stopBox",
+    params(("id" = String, Path, description = "`box_...`")),
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "Stopped: its disk and saved memory are deleted", body = BoxView),
+        (status = 404, body = crate::error::ErrorBody),
+    )
+)]
+#[delete("/boxes/{id}")]
+pub async fn stop(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    id: web::Path<String>,
+) -> Result<web::Json<BoxView>, ApiError> {
+    Ok(web::Json(boxes.stop(&who.account_id, &id).await?.into()))
+}
