@@ -9,8 +9,7 @@ use crate::error::{BoxError, blocking};
 use crate::host::{CreateBox, HostStart, PoolLevels, Shutdown};
 use crate::ids::{AccountId, BoxId};
 use crate::settings::{BoxSettings, SIZES};
-use crate::store::{BoxRecord, Store};
-use chrono::{DateTime, Utc};
+use crate::store::{BoxCursor, BoxRecord, Store};
 
 /// What a caller asks for when starting a box.
 #[derive(Debug, Clone, Default)]
@@ -89,9 +88,10 @@ impl Boxes {
         let name = checked_text("name", req.name, MAX_NAME)?;
         let goal = checked_text("goal", req.goal, MAX_GOAL)?;
         let host = self.host()?;
-        host.supervisor
+        let made = host
+            .supervisor
             .send(CreateBox {
-                account,
+                account: account.clone(),
                 name,
                 goal,
                 size,
@@ -99,7 +99,18 @@ impl Boxes {
                 spec: req.spec,
             })
             .await
-            .map_err(|e| BoxError::Internal(format!("the host supervisor is gone: {e}")))?
+            .map_err(|e| BoxError::Internal(format!("the host supervisor is gone: {e}")))??;
+        // Read it back through its actor: the answer carries boxd's health.
+        match host.ctx.actor(&made.record.id) {
+            Some(addr) => send(
+                addr.send(Status {
+                    thaw: false,
+                    touch: false,
+                })
+                .await,
+            )?,
+            None => Ok(made),
+        }
     }
 
     async fn row(&self, account: &AccountId, id: &str) -> Result<BoxRecord, BoxError> {
@@ -177,9 +188,9 @@ impl Boxes {
     pub async fn list(
         &self,
         account: &AccountId,
-        before: Option<(DateTime<Utc>, BoxId)>,
+        before: Option<BoxCursor>,
         limit: u32,
-    ) -> Result<(Vec<BoxSnapshot>, Option<(DateTime<Utc>, BoxId)>), BoxError> {
+    ) -> Result<(Vec<BoxSnapshot>, Option<BoxCursor>), BoxError> {
         let (store, account) = (self.store.clone(), account.clone());
         let (rows, next) =
             blocking(move || store.list_boxes(Some(&account), before.as_ref(), limit)).await?;

@@ -5,6 +5,8 @@
 //!   value is dropped, also when the test fails.
 //! * [`binary`] and [`ServerProcess`] — the workspace's built binaries, and a
 //!   `psbx serve` child that is stopped when dropped.
+//! * [`vm`] — a server running real (TCG) boxes from the test image, with a
+//!   guard that removes their libvirt domains whatever happens.
 //!
 //! A missing prerequisite panics with a message that says what is missing and
 //! how to get it: a test never passes by skipping.
@@ -12,6 +14,7 @@
 
 mod database;
 mod process;
+pub mod vm;
 
 pub use database::TestDatabase;
 pub use process::{ServerProcess, binary};

@@ -39,6 +39,10 @@ pub struct ServerProcess {
     /// Everything it printed on stdout before it listened (the first key, if any).
     pub banner: String,
     stderr: mpsc::Receiver<String>,
+    /// Log lines already taken off `stderr` by [`Self::wait_for_log`]...
+    seen: Vec<String>,
+    /// ...of which those before this index were already matched.
+    cursor: usize,
 }
 
 impl ServerProcess {
@@ -108,6 +112,38 @@ impl ServerProcess {
             url,
             banner,
             stderr: err_rx,
+            seen: Vec::new(),
+            cursor: 0,
+        }
+    }
+
+    /// Waits for a log line containing `needle` after the line the previous
+    /// call matched; returns it. Panics with the log so far after `timeout`.
+    pub fn wait_for_log(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = std::time::Instant::now() + timeout;
+        if let Some(i) = self.seen[self.cursor..]
+            .iter()
+            .position(|l| l.contains(needle))
+        {
+            self.cursor += i + 1;
+            return self.seen[self.cursor - 1].clone();
+        }
+        self.cursor = self.seen.len();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    self.cursor = self.seen.len();
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "no log line with {needle:?} within {timeout:?}; log:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
         }
     }
 
@@ -126,7 +162,11 @@ impl ServerProcess {
     /// exit was successful and what it logged.
     pub fn stop(mut self) -> (bool, String) {
         let ok = self.terminate();
-        let log: Vec<String> = self.stderr.try_iter().collect();
+        let mut log = std::mem::take(&mut self.seen);
+        // The reader thread drains the pipe and ends with it.
+        while let Ok(line) = self.stderr.recv_timeout(Duration::from_secs(2)) {
+            log.push(line);
+        }
         (ok, log.join("\n"))
     }
 

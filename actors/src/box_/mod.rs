@@ -59,7 +59,7 @@ impl BoxSnapshot {
 }
 
 /// How long a status call waits for boxd's pong.
-const PING_TIMEOUT: Duration = Duration::from_secs(3);
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct BoxActor {
     record: BoxRecord,

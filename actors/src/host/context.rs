@@ -34,29 +34,29 @@ struct Capacity {
     held: HashMap<BoxId, Unit>,
 }
 
+/// What start-up learned about the host and this installation.
+pub struct HostFacts {
+    pub accel: Accel,
+    pub server_id: String,
+    pub installation: String,
+    pub cpus: u32,
+    pub memory_mib: u64,
+}
+
 impl HostContext {
-    pub fn new(
-        host: Host,
-        store: Store,
-        settings: BoxSettings,
-        accel: Accel,
-        server_id: String,
-        installation: String,
-        cpus: u32,
-        memory_mib: u64,
-    ) -> Arc<Self> {
+    pub fn new(host: Host, store: Store, settings: BoxSettings, facts: HostFacts) -> Arc<Self> {
         let capacity = Capacity {
-            cpus_limit: f64::from(cpus) * settings.cpu_overcommit,
-            memory_limit_mib: memory_mib as f64 * settings.memory_overcommit,
+            cpus_limit: f64::from(facts.cpus) * settings.cpu_overcommit,
+            memory_limit_mib: facts.memory_mib as f64 * settings.memory_overcommit,
             held: HashMap::new(),
         };
         Arc::new(Self {
             host,
             store,
             settings,
-            accel,
-            server_id,
-            installation,
+            accel: facts.accel,
+            server_id: facts.server_id,
+            installation: facts.installation,
             capacity: Mutex::new(capacity),
             registry: Mutex::new(HashMap::new()),
         })

@@ -287,7 +287,7 @@ impl Handler<Refill> for HostSupervisor {
                     act.filling.remove(&size);
                     match result {
                         Ok(pooled) => {
-                            tracing::debug!(box_id = %pooled.record.id, size, "pool box ready");
+                            tracing::info!(box_id = %pooled.record.id, size, "pool box ready");
                             act.pool.entry(size).or_default().push_back(pooled);
                             ctx.notify(Refill);
                         }

@@ -2,7 +2,7 @@
 //! host, reconcile, adopt the live boxes, start the supervisor (and its pool).
 
 use super::HostSupervisor;
-use super::context::HostContext;
+use super::context::{HostContext, HostFacts};
 use super::reconcile::{self, Adopt};
 use crate::box_::BoxActor;
 use crate::box_::link::BoxdLink;
@@ -51,16 +51,14 @@ pub async fn start_host(
         s.installation_id()
     })
     .await?;
-    let ctx = HostContext::new(
-        host,
-        store,
-        settings,
+    let facts = HostFacts {
         accel,
         server_id,
         installation,
-        resources.cpus,
-        resources.memory_mib,
-    );
+        cpus: resources.cpus,
+        memory_mib: resources.memory_mib,
+    };
+    let ctx = HostContext::new(host, store, settings, facts);
     let rctx = ctx.clone();
     let adopt = blocking(move || reconcile::reconcile(&rctx)).await?;
     for box_ in adopt {

@@ -88,6 +88,10 @@ impl From<BoxRow> for BoxRecord {
     }
 }
 
+/// Where a listing of boxes (newest first) continues: the last box's creation
+/// time and id.
+pub type BoxCursor = (DateTime<Utc>, BoxId);
+
 /// A box about to be made: who owns it (none while pooled), what it is.
 #[derive(Debug, Clone)]
 pub struct NewBox {
@@ -176,9 +180,9 @@ impl Store {
     pub fn list_boxes(
         &self,
         account: Option<&AccountId>,
-        before: Option<&(DateTime<Utc>, BoxId)>,
+        before: Option<&BoxCursor>,
         limit: u32,
-    ) -> Result<(Vec<BoxRecord>, Option<(DateTime<Utc>, BoxId)>), StoreError> {
+    ) -> Result<(Vec<BoxRecord>, Option<BoxCursor>), StoreError> {
         let mut query = boxes::table
             .filter(boxes::state.ne(BoxState::Pooled.as_str()))
             .into_boxed();

@@ -68,16 +68,19 @@ impl Store {
 
     pub fn list_hosts(&self) -> Result<Vec<HostRecord>, StoreError> {
         let mut conn = self.conn()?;
-        let rows: Vec<(String, Option<String>, String, i32, i64, DateTime<Utc>)> = hosts::table
+        #[derive(Queryable, Selectable)]
+        #[diesel(table_name = hosts, check_for_backend(diesel::pg::Pg))]
+        struct HostRow {
+            uri: String,
+            server_id: Option<String>,
+            accel: String,
+            cpus: i32,
+            memory_mib: i64,
+            updated_at: DateTime<Utc>,
+        }
+        let rows: Vec<HostRow> = hosts::table
             .order(hosts::uri)
-            .select((
-                hosts::uri,
-                hosts::server_id,
-                hosts::accel,
-                hosts::cpus,
-                hosts::memory_mib,
-                hosts::updated_at,
-            ))
+            .select(HostRow::as_select())
             .load(&mut conn)?;
         let counts: Vec<(String, String, i64)> = boxes::table
             .filter(boxes::state.ne_all(["stopped", "failed"]))
@@ -86,21 +89,19 @@ impl Store {
             .load(&mut conn)?;
         Ok(rows
             .into_iter()
-            .map(
-                |(uri, server_id, accel, cpus, memory_mib, updated_at)| HostRecord {
-                    boxes: counts
-                        .iter()
-                        .filter(|(u, _, _)| *u == uri)
-                        .map(|(_, s, n)| (s.clone(), *n))
-                        .collect(),
-                    uri,
-                    server_id,
-                    accel,
-                    cpus: u32::try_from(cpus).unwrap_or(0),
-                    memory_mib: u64::try_from(memory_mib).unwrap_or(0),
-                    updated_at,
-                },
-            )
+            .map(|h| HostRecord {
+                boxes: counts
+                    .iter()
+                    .filter(|(u, _, _)| *u == h.uri)
+                    .map(|(_, s, n)| (s.clone(), *n))
+                    .collect(),
+                uri: h.uri,
+                server_id: h.server_id,
+                accel: h.accel,
+                cpus: u32::try_from(h.cpus).unwrap_or(0),
+                memory_mib: u64::try_from(h.memory_mib).unwrap_or(0),
+                updated_at: h.updated_at,
+            })
             .collect())
     }
 }

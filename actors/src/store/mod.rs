@@ -14,7 +14,7 @@ mod servers;
 
 pub use accounts::{Account, Bootstrap};
 pub use api_keys::{ApiKey, KeyPage, NewApiKey, Principal};
-pub use boxes::{BoxRecord, Claim, NewBox, Transition};
+pub use boxes::{BoxCursor, BoxRecord, Claim, NewBox, Transition};
 pub use hosts::HostRecord;
 pub use servers::Server;
 

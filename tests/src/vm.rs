@@ -1,0 +1,243 @@
+//! Running real boxes in tests: a `psbx serve` configured for small TCG boxes
+//! from the test image, on a database of its own, and a guard that removes
+//! every libvirt domain of that database's boxes however the test ends.
+
+use crate::{ServerProcess, TestDatabase};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The variable `scripts/test` sets to where it built the test image.
+pub const IMAGES_VAR: &str = "PSBX_TEST_IMAGES_DIR";
+
+/// The directory holding `test/manifest.json`.
+pub fn images_dir() -> PathBuf {
+    let dir = std::env::var_os(IMAGES_VAR)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!(
+                "{IMAGES_VAR} is not set: these tests boot the test image that scripts/test builds \
+             (scripts/image/test); run the suite with scripts/test"
+            )
+        });
+    assert!(
+        dir.join("test/manifest.json").is_file(),
+        "{} has no test image: run scripts/image/test {}/test <boxd>",
+        dir.display(),
+        dir.display()
+    );
+    dir
+}
+
+/// `virsh -c qemu:///system <args>`: (success, stdout + stderr).
+pub fn virsh(args: &[&str]) -> (bool, String) {
+    let out = Command::new("virsh")
+        .args(["-c", "qemu:///system"])
+        .args(args)
+        .output()
+        .expect("virsh is installed (scripts/setup installs libvirt-clients)");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text.trim().to_owned())
+}
+
+/// The libvirt state of a box's domain (`running`, `shut off`, `paused`), or
+/// `None` when libvirt has no such domain.
+pub fn domain_state(box_id: &str) -> Option<String> {
+    let (ok, text) = virsh(&["domstate", &format!("psbx-{box_id}")]);
+    ok.then_some(text)
+}
+
+/// Polls `check` every 200 ms until it returns Some, or panics after `timeout`.
+pub fn wait_until<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A server for box tests; everything it made is removed on drop.
+pub struct BoxServer {
+    pub server: Option<ServerProcess>,
+    pub key: String,
+    pub dir: tempfile::TempDir,
+    config: PathBuf,
+    // Dropped last: the guard needs the database to find the boxes.
+    _guard: DomainGuard,
+    pub db: TestDatabase,
+}
+
+impl BoxServer {
+    /// Starts `psbx serve` with `[boxes]` settings for 1 vCPU / 256 MiB / 2 GB
+    /// TCG boxes without network, plus `extra` TOML lines in `[boxes]`.
+    pub fn start(extra: &str) -> Self {
+        let images = images_dir();
+        let db = TestDatabase::new();
+        let dir = tempfile::tempdir().expect("tempdir");
+        // libvirt's QEMU user must reach the box files under the data dir.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod");
+        let config = dir.path().join("psbx.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[boxes]\naccel = \"tcg\"\nimages_dir = \"{}\"\nimage = \"test\"\nunit_vcpus = 1\n\
+                 unit_memory_mib = 256\nunit_disk_gb = 2\nnetwork = false\nboot_timeout = \"120s\"\n{extra}\n",
+                images.display()
+            ),
+        )
+        .expect("config");
+        let guard = DomainGuard {
+            url: db.url().to_owned(),
+        };
+        let mut me = Self {
+            server: None,
+            key: String::new(),
+            dir,
+            config,
+            _guard: guard,
+            db,
+        };
+        me.restart();
+        me.key = me
+            .server()
+            .first_key()
+            .expect("a first start prints the first key");
+        me
+    }
+
+    /// Starts the server (again) on the same data dir and database.
+    pub fn restart(&mut self) {
+        let data = self.dir.path().join("data");
+        let server = ServerProcess::start(
+            &[
+                "--config",
+                self.config.to_str().expect("utf-8 path"),
+                "--data-dir",
+                data.to_str().expect("utf-8 path"),
+            ],
+            &[("DATABASE_URL", self.db.url())],
+        );
+        self.server = Some(server);
+    }
+
+    pub fn server(&mut self) -> &mut ServerProcess {
+        self.server.as_mut().expect("the server runs")
+    }
+
+    pub fn url(&self) -> String {
+        self.server.as_ref().expect("the server runs").url.clone()
+    }
+
+    pub fn box_dir(&self, box_id: &str) -> PathBuf {
+        self.dir.path().join("data/boxes").join(box_id)
+    }
+
+    fn client() -> reqwest::blocking::Client {
+        reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(300))
+            .build()
+            .expect("http client")
+    }
+
+    /// A request to the API with this server's key: (status, JSON body).
+    pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut req = Self::client()
+            .request(method, format!("{}{path}", self.url()))
+            .bearer_auth(&self.key);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let res = req.send().expect("the server answers");
+        let status = res.status().as_u16();
+        (status, res.json().unwrap_or(Value::Null))
+    }
+
+    /// The state stored for a box, read from the database directly.
+    pub fn db_box_state(&self, box_id: &str) -> Option<String> {
+        self.db_query(&format!(
+            "SELECT state AS v FROM boxes WHERE id = '{}'",
+            box_id.replace('\'', "")
+        ))
+        .pop()
+    }
+
+    /// Every box id in the database, pooled ones included.
+    pub fn db_box_ids(&self) -> Vec<String> {
+        self.db_query("SELECT id AS v FROM boxes")
+    }
+
+    fn db_query(&self, sql: &str) -> Vec<String> {
+        use diesel::{Connection, RunQueryDsl};
+        #[derive(diesel::QueryableByName)]
+        struct V {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            v: String,
+        }
+        let mut conn = diesel::PgConnection::establish(self.db.url()).expect("test database");
+        let rows: Vec<V> = diesel::sql_query(sql).load(&mut conn).expect("query");
+        rows.into_iter().map(|r| r.v).collect()
+    }
+
+    /// A box's state as listed (listing never thaws or touches a box).
+    pub fn listed_state(&self, box_id: &str) -> Option<String> {
+        let (_, list) = self.call("GET", "/v1/boxes?limit=200", None);
+        list["boxes"]
+            .as_array()?
+            .iter()
+            .find(|b| b["id"] == box_id)
+            .and_then(|b| b["state"].as_str().map(str::to_owned))
+    }
+}
+
+impl Drop for BoxServer {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.kill();
+        }
+    }
+}
+
+/// Removes the libvirt domain of every box in a test database.
+struct DomainGuard {
+    url: String,
+}
+
+impl Drop for DomainGuard {
+    fn drop(&mut self) {
+        use diesel::{Connection, RunQueryDsl};
+        #[derive(diesel::QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            id: String,
+        }
+        let Ok(mut conn) = diesel::PgConnection::establish(&self.url) else {
+            return;
+        };
+        let ids: Vec<Id> = diesel::sql_query("SELECT id FROM boxes")
+            .load(&mut conn)
+            .unwrap_or_default();
+        for Id { id } in ids {
+            let name = format!("psbx-{id}");
+            let _ = virsh(&["destroy", &name]);
+            let _ = virsh(&["undefine", &name, "--managed-save"]);
+        }
+    }
+}
+
+/// Whether libvirt keeps a managed save (frozen memory) for the box.
+pub fn has_saved_memory(box_id: &str) -> bool {
+    Path::new(&format!("/var/lib/libvirt/qemu/save/psbx-{box_id}.save")).exists()
+}

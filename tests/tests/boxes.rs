@@ -1,0 +1,220 @@
+//! Real boxes end to end: libvirt domains under TCG with the real boxd inside,
+//! driven through the `psbx` binary's REST API.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use psbx_tests::vm::{BoxServer, domain_state, has_saved_memory, virsh, wait_until};
+use serde_json::json;
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(180);
+
+#[test]
+fn a_box_runs_freezes_thaws_and_stops() {
+    // One vCPU of room (2 host CPUs x 0.5): a second box does not fit.
+    let mut s = BoxServer::start("idle_freeze = \"6s\"\npool_size = 0\ncpu_overcommit = 0.5");
+
+    let (status, started) = s.call(
+        "POST",
+        "/v1/boxes",
+        Some(json!({"name": "one", "goal": "test"})),
+    );
+    assert_eq!(status, 201, "{started}");
+    let id = started["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("box_"));
+    assert_eq!(started["state"], "running");
+    // boxd's hello arrived over the channel.
+    assert_eq!(started["health"]["protocol"], 1, "{started}");
+    assert_eq!(started["health"]["boxdVersion"], env!("CARGO_PKG_VERSION"));
+    let boot_id = started["health"]["bootId"].as_str().unwrap().to_owned();
+    assert_eq!(domain_state(&id).as_deref(), Some("running"));
+    assert!(s.box_dir(&id).join("disk.qcow2").is_file());
+
+    // The host refuses what it cannot fit.
+    let (status, full) = s.call("POST", "/v1/boxes", Some(json!({})));
+    assert_eq!(status, 503, "{full}");
+    assert_eq!(full["error"]["code"], "host_full");
+
+    // Bad sizes and keeps are refused before anything is made.
+    let (status, bad) = s.call("POST", "/v1/boxes", Some(json!({"size": 3})));
+    assert_eq!(status, 400);
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1, 2, 4 or 8"),
+        "{bad}"
+    );
+    let (status, bad) = s.call("POST", "/v1/boxes", Some(json!({"keep": "8d"})));
+    assert_eq!(status, 400);
+    assert!(
+        bad["error"]["message"].as_str().unwrap().contains("7d"),
+        "{bad}"
+    );
+
+    // Idle past idle_freeze: shut off with a managed save, listed as frozen.
+    wait_until("the box to freeze", LONG, || {
+        (s.listed_state(&id).as_deref() == Some("frozen")).then_some(())
+    });
+    assert_eq!(domain_state(&id).as_deref(), Some("shut off"));
+    assert!(has_saved_memory(&id), "no managed save for a frozen box");
+    s.server().wait_for_log("frozen", Duration::from_secs(5));
+
+    // Reading it thaws it: memory was kept, so the boot id is the same.
+    let (status, thawed) = s.call("GET", &format!("/v1/boxes/{id}"), None);
+    assert_eq!(status, 200, "{thawed}");
+    assert_eq!(thawed["state"], "running");
+    assert_eq!(thawed["health"]["answering"], true, "{thawed}");
+    assert_eq!(thawed["health"]["bootId"], boot_id.as_str());
+    assert_eq!(domain_state(&id).as_deref(), Some("running"));
+
+    // keep: up to 7 days.
+    let (status, bad) = s.call(
+        "POST",
+        &format!("/v1/boxes/{id}/keep"),
+        Some(json!({"keep": "8d"})),
+    );
+    assert_eq!(status, 400, "{bad}");
+    let (status, kept) = s.call(
+        "POST",
+        &format!("/v1/boxes/{id}/keep"),
+        Some(json!({"keep": "3d"})),
+    );
+    assert_eq!(status, 200, "{kept}");
+    assert_eq!(kept["keep"], "3d");
+
+    // Stop: domain, disk and saved memory gone; the row says stopped.
+    let (status, stopped) = s.call("DELETE", &format!("/v1/boxes/{id}"), None);
+    assert_eq!(status, 200, "{stopped}");
+    assert_eq!(stopped["state"], "stopped");
+    assert_eq!(domain_state(&id), None, "the domain outlived the box");
+    assert!(!s.box_dir(&id).exists(), "the box's disk outlived it");
+    assert!(!has_saved_memory(&id));
+    let (status, after) = s.call("GET", &format!("/v1/boxes/{id}"), None);
+    assert_eq!((status, after["state"].as_str()), (200, Some("stopped")));
+    let (status, gone) = s.call(
+        "POST",
+        &format!("/v1/boxes/{id}/keep"),
+        Some(json!({"keep": "1d"})),
+    );
+    assert_eq!(
+        (status, gone["error"]["code"].as_str()),
+        (409, Some("box_stopped"))
+    );
+    let (status, _) = s.call("GET", "/v1/boxes/box_doesnotexist", None);
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn an_unused_box_expires() {
+    let s = BoxServer::start("idle_freeze = \"1h\"\ndefault_keep = \"10s\"\npool_size = 0");
+    let (status, started) = s.call("POST", "/v1/boxes", Some(json!({})));
+    assert_eq!(status, 201, "{started}");
+    let id = started["id"].as_str().unwrap().to_owned();
+    wait_until("the box to expire", LONG, || {
+        (s.listed_state(&id).as_deref() == Some("stopped")).then_some(())
+    });
+    assert_eq!(domain_state(&id), None);
+    assert!(!s.box_dir(&id).exists());
+}
+
+#[test]
+fn restarts_keep_running_boxes_and_leave_no_half_made_ones() {
+    let mut s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
+    let (status, x) = s.call("POST", "/v1/boxes", Some(json!({"name": "survivor"})));
+    assert_eq!(status, 201, "{x}");
+    let x_id = x["id"].as_str().unwrap().to_owned();
+    let x_boot = x["health"]["bootId"].as_str().unwrap().to_owned();
+    let x_freezes = x["freezesAt"].as_str().unwrap().to_owned();
+
+    // A crash: the running box is adopted by the next start, timers and all.
+    s.server.take().unwrap().kill();
+    s.restart();
+    let (status, back) = s.call("GET", &format!("/v1/boxes/{x_id}"), None);
+    assert_eq!(status, 200, "{back}");
+    assert_eq!(back["state"], "running");
+    assert_eq!(back["health"]["answering"], true, "{back}");
+    assert_eq!(back["health"]["bootId"], x_boot.as_str());
+    assert!(back["freezesAt"].as_str().unwrap() >= x_freezes.as_str());
+
+    // A crash while a box is being created.
+    let url = s.url();
+    let key = s.key.clone();
+    let creating = std::thread::spawn(move || {
+        let _ = reqwest::blocking::Client::new()
+            .post(format!("{url}/v1/boxes"))
+            .bearer_auth(key)
+            .json(&json!({"name": "doomed"}))
+            .timeout(Duration::from_secs(120))
+            .send();
+    });
+    let doomed = wait_until("the new box's domain", LONG, || {
+        let (_, names) = virsh(&["list", "--all", "--name"]);
+        names
+            .lines()
+            .filter_map(|n| n.trim().strip_prefix("psbx-"))
+            .find(|id| *id != x_id && s.db_box_state(id).is_some())
+            .map(str::to_owned)
+    });
+    s.server.take().unwrap().kill();
+    let _ = creating.join();
+    s.restart();
+    let state = s.db_box_state(&doomed).unwrap();
+    assert_eq!(state, "failed", "a half-made box was left {state}");
+    assert_eq!(
+        domain_state(&doomed),
+        None,
+        "an orphan domain survived the restart"
+    );
+    assert!(!s.box_dir(&doomed).exists());
+    let (_, listed) = s.call("GET", &format!("/v1/boxes/{doomed}"), None);
+    assert!(
+        listed["failure"]
+            .as_str()
+            .unwrap()
+            .contains("server stopped"),
+        "{listed}"
+    );
+    assert_eq!(domain_state(&x_id).as_deref(), Some("running"));
+
+    let (status, _) = s.call("DELETE", &format!("/v1/boxes/{x_id}"), None);
+    assert_eq!(status, 200);
+    assert_eq!(domain_state(&x_id), None);
+}
+
+#[test]
+fn boxes_start_from_the_pool_and_the_pool_leaves_with_the_server() {
+    let mut s = BoxServer::start("pool_size = 1\nidle_freeze = \"1h\"");
+    let line = s.server().wait_for_log("pool box ready", LONG);
+    let pooled_id = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("box_id="))
+        .unwrap()
+        .to_owned();
+    assert_eq!(domain_state(&pooled_id).as_deref(), Some("paused"));
+    let (status, started) = s.call("POST", "/v1/boxes", Some(json!({"name": "fast"})));
+    assert_eq!(status, 201, "{started}");
+    assert_eq!(
+        started["id"],
+        pooled_id.as_str(),
+        "the box did not come from the pool"
+    );
+    assert_eq!(started["state"], "running");
+    assert_eq!(started["health"]["answering"], true);
+    s.server()
+        .wait_for_log("box started from the pool", Duration::from_secs(10));
+    let refill = s.server().wait_for_log("pool box ready", LONG);
+    assert!(!refill.contains(&pooled_id));
+
+    let (status, _) = s.call("DELETE", &format!("/v1/boxes/{pooled_id}"), None);
+    assert_eq!(status, 200);
+    // A clean stop removes the pool's boxes: no domain of this installation remains.
+    let (clean, log) = s.server.take().unwrap().stop();
+    assert!(clean, "{log}");
+    for id in s.db_box_ids() {
+        assert_eq!(
+            domain_state(&id),
+            None,
+            "domain psbx-{id} outlived the server"
+        );
+    }
+}
