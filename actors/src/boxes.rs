@@ -3,7 +3,7 @@
 //! the host supervisor or the box's actor.
 
 use crate::box_::state::BoxState;
-use crate::box_::{BoxSnapshot, Keep, Status, Stop};
+use crate::box_::{BoxSnapshot, Forget, Keep, Status, Stop};
 use crate::duration;
 use crate::error::{BoxError, blocking};
 use crate::host::{CreateBox, HostStart, PoolLevels, Shutdown};
@@ -134,6 +134,12 @@ impl Boxes {
     ) -> Result<Result<actix::Addr<crate::box_::BoxActor>, BoxRecord>, BoxError> {
         let record = self.row(account, id).await?;
         if record.state.is_terminal() {
+            // Ended behind the actor's back (an operator's stop): let it go.
+            if let Ok(host) = &self.host
+                && let Some(addr) = host.ctx.actor(&record.id)
+            {
+                addr.do_send(Forget);
+            }
             return Ok(Err(record));
         }
         let host = self.host()?;

@@ -132,6 +132,26 @@ impl BoxServer {
         self.server = Some(server);
     }
 
+    /// Runs a `psbx` operator command on this server's configuration and
+    /// database: (success, stdout, stderr).
+    pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        let data = self.dir.path().join("data");
+        let out = Command::new(crate::binary("psbx"))
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(args)
+            .env("DATABASE_URL", self.db.url())
+            .output()
+            .expect("running psbx");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     pub fn server(&mut self) -> &mut ServerProcess {
         self.server.as_mut().expect("the server runs")
     }

@@ -205,8 +205,36 @@ fn boxes_start_from_the_pool_and_the_pool_leaves_with_the_server() {
     let refill = s.server().wait_for_log("pool box ready", LONG);
     assert!(!refill.contains(&pooled_id));
 
-    let (status, _) = s.call("DELETE", &format!("/v1/boxes/{pooled_id}"), None);
-    assert_eq!(status, 200);
+    // Operators see the box and the host, and can stop a box themselves.
+    let (ok, out, err) = s.cli(&["boxes", "list", "--json"]);
+    assert!(ok, "{err}");
+    let listed: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        listed.iter().any(|b| b["id"] == pooled_id.as_str()
+            && b["state"] == "running"
+            && b["name"] == "fast"),
+        "{out}"
+    );
+    let (ok, out, err) = s.cli(&["hosts", "list"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("qemu:///system") && out.contains("tcg") && out.contains("1 running"),
+        "{out}"
+    );
+    let (ok, out, err) = s.cli(&["boxes", "stop", &pooled_id]);
+    assert!(ok, "{err}");
+    assert!(out.contains("stopped"), "{out}");
+    assert_eq!(domain_state(&pooled_id), None);
+    let (status, after) = s.call("GET", &format!("/v1/boxes/{pooled_id}"), None);
+    assert_eq!(
+        (status, after["state"].as_str()),
+        (200, Some("stopped")),
+        "{after}"
+    );
+
     // A clean stop removes the pool's boxes: no domain of this installation remains.
     let (clean, log) = s.server.take().unwrap().stop();
     assert!(clean, "{log}");

@@ -36,6 +36,12 @@ pub struct Stop {
     pub reason: &'static str,
 }
 
+/// The box was ended outside this actor (an operator's `psbx boxes stop`):
+/// stop the actor and its timers without touching the VM or the row.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Forget;
+
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(super) struct Freeze;
@@ -274,5 +280,15 @@ impl Handler<Expire> for BoxActor {
                 tracing::error!(box_id = %act.record.id, error = %e, "expiry failed");
             }
         })))
+    }
+}
+
+impl Handler<Forget> for BoxActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Forget, ctx: &mut Context<Self>) {
+        self.cancel_timers(ctx);
+        self.link = None;
+        ctx.stop();
     }
 }

@@ -10,7 +10,7 @@ mod handlers;
 pub mod link;
 pub mod state;
 
-pub use handlers::{Keep, Status, Stop};
+pub use handlers::{Forget, Keep, Status, Stop};
 
 use crate::error::{BoxError, blocking};
 use crate::host::context::HostContext;
