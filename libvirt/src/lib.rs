@@ -19,4 +19,4 @@ pub use disk::{create_overlay, remove_file_if_exists};
 pub use error::LibvirtError;
 pub use host::{DOMAIN_PREFIX, DomainInfo, Host, HostResources};
 pub use state::DomainStatus;
-pub use xml::{Boot, DomainSpec, METADATA_URI, Nic};
+pub use xml::{Boot, Disk, DomainSpec, METADATA_URI, Nic};

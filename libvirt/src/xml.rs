@@ -19,6 +19,15 @@ pub enum Boot {
     Disk,
 }
 
+/// A qcow2 overlay on a base image shared by every box of that image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disk {
+    pub overlay: PathBuf,
+    /// Read-only, and never relabelled: libvirt would otherwise hand the shared
+    /// base file to the QEMU user (and never give it back).
+    pub base: PathBuf,
+}
+
 /// The box's network card.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Nic {
@@ -35,8 +44,8 @@ pub struct DomainSpec {
     pub vcpus: u32,
     pub memory_mib: u64,
     pub boot: Boot,
-    /// The box's qcow2 overlay, attached as `vda`.
-    pub disk: Option<PathBuf>,
+    /// The box's disk, attached as `vda`.
+    pub disk: Option<Disk>,
     /// The unix socket libvirt binds for the `org.psbx.boxd` channel.
     pub channel_socket: PathBuf,
     /// Where the serial console is written (appended across restores).
@@ -111,8 +120,11 @@ impl DomainSpec {
             let _ = writeln!(
                 x,
                 "    <disk type='file' device='disk'><driver name='qemu' type='qcow2'/>\
-                 <source file='{}'/><target dev='vda' bus='virtio'/></disk>",
-                path(disk)
+                 <source file='{}'/><backingStore type='file'><format type='qcow2'/>\
+                 <source file='{}'><seclabel model='dac' relabel='no'/></source>\
+                 <backingStore/></backingStore><target dev='vda' bus='virtio'/></disk>",
+                path(&disk.overlay),
+                path(&disk.base)
             );
         }
         match &self.console_log {
@@ -157,7 +169,10 @@ mod tests {
                 initrd: "/img/initrd.img".into(),
                 cmdline: "console=ttyS0 x='<&>'".into(),
             },
-            disk: Some("/data/boxes/box_abc/disk.qcow2".into()),
+            disk: Some(Disk {
+                overlay: "/data/boxes/box_abc/disk.qcow2".into(),
+                base: "/img/base.qcow2".into(),
+            }),
             channel_socket: "/data/boxes/box_abc/boxd.sock".into(),
             console_log: Some("/data/boxes/box_abc/console.log".into()),
             nic: None,
@@ -176,6 +191,9 @@ mod tests {
         assert!(xml.contains("<kernel>/img/vmlinuz</kernel>"));
         assert!(xml.contains("<cmdline>console=ttyS0 x=&apos;&lt;&amp;&gt;&apos;</cmdline>"));
         assert!(xml.contains("<source file='/data/boxes/box_abc/disk.qcow2'/>"));
+        assert!(xml.contains(
+            "<source file='/img/base.qcow2'><seclabel model='dac' relabel='no'/></source>"
+        ));
         assert!(xml.contains(
             "<source mode='bind' path='/data/boxes/box_abc/boxd.sock'/><target type='virtio' name='org.psbx.boxd'/>"
         ));

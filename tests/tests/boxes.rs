@@ -28,6 +28,12 @@ fn a_box_runs_freezes_thaws_and_stops() {
     let boot_id = started["health"]["bootId"].as_str().unwrap().to_owned();
     assert_eq!(domain_state(&id).as_deref(), Some("running"));
     assert!(s.box_dir(&id).join("disk.qcow2").is_file());
+    // The base image every box shares is not handed to the QEMU user.
+    let base = psbx_tests::vm::images_dir().join("test/base.qcow2");
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&base).unwrap()),
+        0
+    );
 
     // The host refuses what it cannot fit.
     let (status, full) = s.call("POST", "/v1/boxes", Some(json!({})));

@@ -9,7 +9,7 @@ use crate::image::Image;
 use crate::settings::{BoxSettings, Unit};
 use crate::store::{BoxRecord, Store};
 use actix::Addr;
-use psbx_libvirt::{Accel, Boot, DomainSpec, Host, Nic};
+use psbx_libvirt::{Accel, Boot, Disk, DomainSpec, Host, Nic};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -91,7 +91,10 @@ impl HostContext {
                 initrd: image.initrd.clone(),
                 cmdline: image.cmdline.clone(),
             },
-            disk: Some(dir.join("disk.qcow2")),
+            disk: Some(Disk {
+                overlay: dir.join("disk.qcow2"),
+                base: image.disk.clone(),
+            }),
             channel_socket: dir.join("boxd.sock"),
             console_log: Some(dir.join("console.log")),
             nic: self.settings.network.then_some(Nic::User),

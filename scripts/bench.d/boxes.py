@@ -1,0 +1,129 @@
+"""scripts/bench boxes: how long boxes take to start (from the pool and cold),
+to freeze and to thaw, measured through the REST API of a real `psbx serve`
+(embedded PostgreSQL, TCG domains from the test image).
+
+usage: boxes.py PSBX_BINARY IMAGES_DIR [RUNS]   (RUNS >= 5, default 5)
+
+Each figure is measured RUNS times; the median, min and max are printed.
+Freeze times are the server's own measure of the managed save (log lines
+`frozen ... ms=`); the others are wall-clock times of the API calls.
+"""
+
+import json
+import os
+import queue
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+PSBX, IMAGES = sys.argv[1], sys.argv[2]
+RUNS = max(5, int(sys.argv[3]) if len(sys.argv) > 3 else 5)
+UNIT = 'unit_vcpus = 1\nunit_memory_mib = 256\nunit_disk_gb = 2\n'
+
+
+class Server:
+    def __init__(self, extra):
+        self.dir = tempfile.mkdtemp(prefix="psbx-bench-")
+        os.chmod(self.dir, 0o755)
+        config = os.path.join(self.dir, "psbx.toml")
+        with open(config, "w") as f:
+            f.write(f'[boxes]\naccel = "tcg"\nimages_dir = "{IMAGES}"\nimage = "test"\n'
+                    f'network = false\n{UNIT}{extra}\n')
+        env = dict(os.environ)
+        env.pop("DATABASE_URL", None)
+        self.proc = subprocess.Popen(
+            [PSBX, "--config", config, "--data-dir", os.path.join(self.dir, "data"),
+             "serve", "--listen", "127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.log = queue.Queue()
+        threading.Thread(target=self._drain, daemon=True).start()
+        banner = ""
+        for line in self.proc.stdout:
+            banner += line
+            if line.startswith("psbx is listening on "):
+                self.url = line.split()[-1]
+                break
+        self.key = re.search(r"psbx_[a-z0-9]+", banner).group(0)
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.log.put(line)
+
+    def wait_log(self, needle, timeout=600):
+        end = time.time() + timeout
+        while time.time() < end:
+            try:
+                line = self.log.get(timeout=1)
+            except queue.Empty:
+                continue
+            if needle in line:
+                return line
+        raise SystemExit(f"no log line with {needle!r} within {timeout}s")
+
+    def call(self, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers={
+            "Authorization": "Bearer " + self.key, "Content-Type": "application/json"})
+        started = time.monotonic()
+        with urllib.request.urlopen(req, timeout=600) as res:
+            answer = json.load(res)
+        return time.monotonic() - started, answer
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=120)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def report(name, samples, unit="s"):
+    med = statistics.median(samples)
+    print(f"{name:<28} median {med:8.3f} {unit}   min {min(samples):8.3f}   "
+          f"max {max(samples):8.3f}   (n={len(samples)})", flush=True)
+
+
+def main():
+    print(f"# scripts/bench boxes {RUNS}: TCG, box = 1 vCPU / 256 MiB / 2 GB, test image", flush=True)
+    # Pool: wait for a pooled box each time, then start one.
+    server = Server("pool_size = 1\nidle_freeze = \"1h\"")
+    pool = []
+    try:
+        for _ in range(RUNS):
+            server.wait_log("pool box ready")
+            took, box = server.call("POST", "/v1/boxes", {"name": "bench-pool"})
+            assert box["state"] == "running", box
+            pool.append(took)
+            server.call("DELETE", f"/v1/boxes/{box['id']}")
+    finally:
+        server.stop()
+    report("start from the pool", pool)
+
+    # Cold starts, then freeze and thaw of the same boxes.
+    server = Server("pool_size = 0\nidle_freeze = \"5s\"")
+    cold, freeze, thaw, ids = [], [], [], []
+    try:
+        for _ in range(RUNS):
+            took, box = server.call("POST", "/v1/boxes", {"name": "bench-cold"})
+            assert box["state"] == "running", box
+            cold.append(took)
+            ids.append(box["id"])
+            line = server.wait_log(f"frozen box_id={box['id']}")
+            freeze.append(int(re.search(r"ms=(\d+)", line).group(1)) / 1000)
+        for box_id in ids:
+            took, box = server.call("GET", f"/v1/boxes/{box_id}")
+            assert box["state"] == "running", box
+            thaw.append(took)
+            server.call("DELETE", f"/v1/boxes/{box_id}")
+    finally:
+        server.stop()
+    report("start cold", cold)
+    report("freeze (managed save)", freeze)
+    report("thaw (GET of a frozen box)", thaw)
+
+
+main()
