@@ -11,6 +11,7 @@ Freeze times are the server's own measure of the managed save (log lines
 
 import json
 import os
+import signal
 import queue
 import re
 import shutil
@@ -76,6 +77,14 @@ class Server:
         return time.monotonic() - started, answer
 
     def stop(self):
+        # Leave nothing behind, also after an interrupted run.
+        try:
+            _, listed = self.call("GET", "/v1/boxes?limit=200")
+            for box in listed["boxes"]:
+                if box["state"] not in ("stopped", "failed"):
+                    self.call("DELETE", f"/v1/boxes/{box['id']}")
+        except Exception as e:  # the server may be gone already
+            print(f"cleanup: {e}", file=sys.stderr)
         self.proc.terminate()
         self.proc.wait(timeout=120)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -126,4 +135,6 @@ def main():
     report("thaw (GET of a frozen box)", thaw)
 
 
+# SIGTERM (a killed benchmark) unwinds through the `finally` clauses too.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 main()

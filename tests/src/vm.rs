@@ -77,7 +77,8 @@ pub struct BoxServer {
 
 impl BoxServer {
     /// Starts `psbx serve` with `[boxes]` settings for 1 vCPU / 256 MiB / 2 GB
-    /// TCG boxes without network, plus `extra` TOML lines in `[boxes]`.
+    /// TCG boxes without network, plus `extra` TOML lines in `[boxes]` (which
+    /// may set `accel` instead).
     pub fn start(extra: &str) -> Self {
         let images = images_dir();
         let db = TestDatabase::new();
@@ -92,8 +93,9 @@ impl BoxServer {
         std::fs::write(
             &config,
             format!(
-                "[boxes]\naccel = \"tcg\"\nimages_dir = \"{}\"\nimage = \"test\"\nunit_vcpus = 1\n\
+                "[boxes]\n{}images_dir = \"{}\"\nimage = \"test\"\nunit_vcpus = 1\n\
                  unit_memory_mib = 256\nunit_disk_gb = 2\nnetwork = false\nboot_timeout = \"120s\"\n{extra}\n",
+                if extra.contains("accel") { "" } else { "accel = \"tcg\"\n" },
                 images.display()
             ),
         )
@@ -255,6 +257,24 @@ impl Drop for DomainGuard {
             let _ = virsh(&["undefine", &name, "--managed-save"]);
         }
     }
+}
+
+/// Restarts libvirtd (as `scripts/setup` starts it: no systemd here) and waits
+/// until it answers again. Running domains keep running meanwhile.
+pub fn restart_libvirtd() {
+    let _ = Command::new("pkill").args(["-x", "libvirtd"]).status();
+    wait_until("libvirtd to exit", Duration::from_secs(30), || {
+        let running = Command::new("pgrep").args(["-x", "libvirtd"]).status();
+        (!running.is_ok_and(|s| s.success())).then_some(())
+    });
+    let started = Command::new("libvirtd")
+        .arg("-d")
+        .status()
+        .expect("starting libvirtd");
+    assert!(started.success(), "libvirtd -d failed");
+    wait_until("libvirtd to answer", Duration::from_secs(30), || {
+        virsh(&["version"]).0.then_some(())
+    });
 }
 
 /// Whether libvirt keeps a managed save (frozen memory) for the box.

@@ -36,6 +36,7 @@ pub async fn start_host(
     let probe_settings = settings.clone();
     let (host, resources, accel) = blocking(move || {
         let host = Host::connect(&uri)?;
+        warn_if_kvm_unreachable();
         let resources = host.resources()?;
         let accel = choose_accel(&host, accel, &probe_settings);
         Ok::<_, BoxError>((host, resources, accel))
@@ -123,6 +124,35 @@ async fn adopt_box(ctx: &Arc<HostContext>, adopt: Adopt) {
                 }
             }
         }
+    }
+}
+
+/// libvirt re-probes QEMU (tens of seconds) before every domain start while
+/// /dev/kvm exists but its QEMU user cannot open it: say so once, clearly.
+fn warn_if_kvm_unreachable() {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata("/dev/kvm") else {
+        return;
+    };
+    let Ok(Some(user)) = nix::unistd::User::from_name("libvirt-qemu") else {
+        return;
+    };
+    let Ok(name) = std::ffi::CString::new(user.name.clone()) else {
+        return;
+    };
+    let groups = nix::unistd::getgrouplist(&name, user.gid).unwrap_or_default();
+    let mode = meta.mode();
+    let usable = (meta.uid() == user.uid.as_raw() && mode & 0o600 == 0o600)
+        || (groups.iter().any(|g| g.as_raw() == meta.gid()) && mode & 0o060 == 0o060)
+        || mode & 0o006 == 0o006;
+    if !usable {
+        tracing::warn!(
+            "/dev/kvm is not usable by libvirt-qemu (owner {}:{}, mode {:o}): libvirt will re-probe \
+             QEMU before every box start, which takes seconds; run scripts/setup (group kvm, mode 0660)",
+            meta.uid(),
+            meta.gid(),
+            mode & 0o777
+        );
     }
 }
 
