@@ -1,19 +1,15 @@
 //! `/v1/api-keys`: list, create and revoke the caller's account's API keys.
 //! A key's secret appears in one answer only, the one that creates it.
 
+use super::paging::{self, ListQuery};
 use crate::auth::Auth;
 use crate::error::{ApiError, blocking};
 use actix_web::{HttpResponse, delete, get, post, web};
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use psbx_actors::ids::ApiKeyId;
 use psbx_actors::store::{ApiKey, Store};
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
-
-const DEFAULT_LIMIT: u32 = 50;
-const MAX_LIMIT: u32 = 200;
+use utoipa::ToSchema;
 
 /// An API key as listed: never its secret.
 #[derive(Debug, Serialize, ToSchema)]
@@ -47,15 +43,6 @@ pub struct ApiKeyList {
     pub next_cursor: Option<String>,
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// Keys per page, 1 to 200 (default 50).
-    pub limit: Option<u32>,
-    /// The `nextCursor` of the previous page.
-    pub cursor: Option<String>,
-}
-
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateApiKey {
@@ -72,26 +59,6 @@ pub struct CreatedApiKey {
     /// The secret (`psbx_...`): send it as `Authorization: Bearer <key>`. It is
     /// not stored and cannot be shown again.
     pub key: String,
-}
-
-fn encode_cursor((created_at, id): &(DateTime<Utc>, ApiKeyId)) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{}|{id}", created_at.to_rfc3339()))
-}
-
-fn decode_cursor(cursor: &str) -> Result<(DateTime<Utc>, ApiKeyId), ApiError> {
-    let invalid = || {
-        ApiError::bad_request(
-            "invalid_cursor",
-            "the cursor is not one this server gave out",
-        )
-        .hint("pass the `nextCursor` of the previous page unchanged, or omit `cursor`")
-    };
-    let raw = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
-    let text = String::from_utf8(raw).map_err(|_| invalid())?;
-    let (time, id) = text.split_once('|').ok_or_else(invalid)?;
-    let time = DateTime::parse_from_rfc3339(time).map_err(|_| invalid())?;
-    let id = ApiKeyId::parse(id).map_err(|_| invalid())?;
-    Ok((time.with_timezone(&Utc), id))
 }
 
 #[utoipa::path(
@@ -111,20 +78,14 @@ pub async fn list(
     store: web::Data<Store>,
     query: web::Query<ListQuery>,
 ) -> Result<web::Json<ApiKeyList>, ApiError> {
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::bad_request(
-            "invalid_limit",
-            format!("limit must be between 1 and {MAX_LIMIT}, not {limit}"),
-        ));
-    }
-    let after = query.cursor.as_deref().map(decode_cursor).transpose()?;
+    let limit = query.limit()?;
+    let after = query.position(ApiKeyId::parse)?;
     let store = store.into_inner();
     let page =
         blocking(move || store.list_api_keys(&who.account_id, after.as_ref(), limit)).await?;
     Ok(web::Json(ApiKeyList {
         api_keys: page.keys.into_iter().map(ApiKeyView::from).collect(),
-        next_cursor: page.next.as_ref().map(encode_cursor),
+        next_cursor: page.next.as_ref().map(paging::cursor),
     }))
 }
 
@@ -185,28 +146,5 @@ pub async fn revoke(
         Ok(HttpResponse::NoContent().finish())
     } else {
         Err(not_found())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cursors_round_trip_and_refuse_forgeries() {
-        let at = DateTime::parse_from_rfc3339("2026-11-30T10:00:00.123456Z")
-            .unwrap()
-            .with_timezone(&Utc);
-        let id = ApiKeyId::parse("key_abc123").unwrap();
-        let cursor = encode_cursor(&(at, id.clone()));
-        assert_eq!(decode_cursor(&cursor).unwrap(), (at, id));
-        for bad in [
-            "",
-            "!!",
-            &URL_SAFE_NO_PAD.encode("nope"),
-            &URL_SAFE_NO_PAD.encode("2026|x"),
-        ] {
-            assert_eq!(decode_cursor(bad).unwrap_err().code(), "invalid_cursor");
-        }
     }
 }

@@ -1,20 +1,16 @@
 //! `/v1/boxes`: start, list, read (thawing a frozen box), keep and stop boxes.
 
+use super::paging::{self, ListQuery};
 use crate::auth::Auth;
 use crate::error::ApiError;
 use actix_web::{HttpResponse, delete, get, post, web};
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use psbx_actors::box_::BoxSnapshot;
 use psbx_actors::boxes::{Boxes, CreateRequest};
 use psbx_actors::duration;
 use psbx_actors::ids::BoxId;
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
-
-const DEFAULT_LIMIT: u32 = 50;
-const MAX_LIMIT: u32 = 200;
+use utoipa::ToSchema;
 
 /// A service the box runs, as the caller describes it (used by later features).
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -144,40 +140,6 @@ pub struct BoxList {
     pub next_cursor: Option<String>,
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// Boxes per page, 1 to 200 (default 50).
-    pub limit: Option<u32>,
-    /// The `nextCursor` of the previous page.
-    pub cursor: Option<String>,
-}
-
-fn encode_cursor((at, id): &(DateTime<Utc>, BoxId)) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{}|{id}", at.to_rfc3339()))
-}
-
-fn decode_cursor(cursor: &str) -> Result<(DateTime<Utc>, BoxId), ApiError> {
-    let invalid = || {
-        ApiError::bad_request(
-            "invalid_cursor",
-            "the cursor is not one this server gave out",
-        )
-        .hint("pass the `nextCursor` of the previous page unchanged, or omit `cursor`")
-    };
-    let text = URL_SAFE_NO_PAD
-        .decode(cursor)
-        .ok()
-        .and_then(|raw| String::from_utf8(raw).ok())
-        .ok_or_else(invalid)?;
-    let (time, id) = text.split_once('|').ok_or_else(invalid)?;
-    let time = DateTime::parse_from_rfc3339(time).map_err(|_| invalid())?;
-    Ok((
-        time.with_timezone(&Utc),
-        BoxId::parse(id).map_err(|_| invalid())?,
-    ))
-}
-
 #[utoipa::path(
     tag = "boxes",
     operation_id = "startBox",
@@ -225,18 +187,12 @@ pub async fn list(
     boxes: web::Data<Boxes>,
     query: web::Query<ListQuery>,
 ) -> Result<web::Json<BoxList>, ApiError> {
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::bad_request(
-            "invalid_limit",
-            format!("limit must be between 1 and {MAX_LIMIT}, not {limit}"),
-        ));
-    }
-    let before = query.cursor.as_deref().map(decode_cursor).transpose()?;
+    let limit = query.limit()?;
+    let before = query.position(BoxId::parse)?;
     let (page, next) = boxes.list(&who.account_id, before, limit).await?;
     Ok(web::Json(BoxList {
         boxes: page.into_iter().map(BoxView::from).collect(),
-        next_cursor: next.as_ref().map(encode_cursor),
+        next_cursor: next.as_ref().map(paging::cursor),
     }))
 }
 

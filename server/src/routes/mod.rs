@@ -7,6 +7,7 @@ pub mod boxes;
 pub mod docs;
 pub mod health;
 pub mod metrics;
+pub mod paging;
 
 use utoipa_actix_web::service_config::ServiceConfig;
 
