@@ -65,7 +65,12 @@ impl Host {
         for attempt in 0..2 {
             let conn = self.live_connection(attempt > 0)?;
             match f(&conn) {
-                Err(e) if e.is_disconnected() && attempt == 0 => {
+                // Whatever libvirt called the failure, a dead connection is
+                // worth one retry on a new one (libvirtd restarted).
+                Err(e)
+                    if attempt == 0
+                        && (e.is_disconnected() || !conn.is_alive().unwrap_or(false)) =>
+                {
                     tracing::warn!(uri = %self.uri, error = %e, "libvirt connection lost; reconnecting");
                 }
                 other => return other,

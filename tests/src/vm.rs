@@ -264,7 +264,10 @@ impl Drop for DomainGuard {
 pub fn restart_libvirtd() {
     let _ = Command::new("pkill").args(["-x", "libvirtd"]).status();
     wait_until("libvirtd to exit", Duration::from_secs(30), || {
-        let running = Command::new("pgrep").args(["-x", "libvirtd"]).status();
+        let running = Command::new("pgrep")
+            .args(["-x", "libvirtd"])
+            .stdout(std::process::Stdio::null())
+            .status();
         (!running.is_ok_and(|s| s.success())).then_some(())
     });
     let started = Command::new("libvirtd")

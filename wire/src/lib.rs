@@ -1,13 +1,28 @@
 //! The channel every byte into or out of a box travels on (DESIGN.md §5).
 //!
-//! Today it holds the typed control messages boxd and the server exchange
-//! (`control`), carried one JSON object per line over the virtio-serial port
-//! (`lines`). The wire issue replaces the carriage with the frame codec and
-//! the stream multiplexer; the messages stay. Shared by the server, boxd and
-//! the connector, so it never depends on diesel or actix.
+//! * [`frame`]: the frames (stream id, type, payload) and their strict decoder;
+//! * [`codec`]: their carriages, length-prefixed on a byte stream or one per
+//!   WebSocket message;
+//! * [`mux`]: the stream multiplexer ([`Session`], [`Stream`]) with credit
+//!   flow control, half-close, liveness, `GOAWAY` and control messages;
+//! * [`hello`]: the first control message, with version negotiation;
+//! * [`control`]: the typed control messages boxd and the server exchange,
+//!   and [`lines`], their line-per-message carriage until boxd moves to the
+//!   multiplexer.
+//!
+//! Shared by the server, boxd and the connector, so it never depends on
+//! diesel or actix.
 
+pub mod codec;
 pub mod control;
+pub mod frame;
+pub mod hello;
 pub mod lines;
+pub mod mux;
+
+pub use frame::Frame;
+pub use hello::Hello;
+pub use mux::{Config, Incoming, OpenError, Role, Session, SessionError, Stream};
 
 /// The protocol version boxd and the server speak; a hello carries it.
 pub const PROTOCOL_VERSION: u32 = 1;
