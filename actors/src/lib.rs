@@ -11,5 +11,6 @@ pub mod error;
 pub mod host;
 pub mod ids;
 pub mod image;
+pub mod secrets;
 pub mod settings;
 pub mod store;

@@ -11,6 +11,7 @@ use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::middleware::from_fn;
 use actix_web::{App, HttpRequest, HttpResponse, web};
 use psbx_actors::boxes::Boxes;
+use psbx_actors::secrets::Secrets;
 use psbx_actors::store::Store;
 use std::sync::Arc;
 use tracing_actix_web::TracingLogger;
@@ -23,6 +24,7 @@ pub struct AppState {
     pub store: Store,
     pub metrics: Arc<Metrics>,
     pub boxes: Arc<Boxes>,
+    pub secrets: Secrets,
 }
 
 /// The whole application, as the server runs it and as the HTTP tests call it.
@@ -52,6 +54,7 @@ pub fn build(
         .app_data(web::Data::new(state.store))
         .app_data(web::Data::from(state.metrics))
         .app_data(web::Data::from(state.boxes))
+        .app_data(web::Data::new(state.secrets))
         .app_data(web::JsonConfig::default().limit(1 << 20).error_handler(|err, _| {
             ApiError::bad_request("invalid_body", format!("the JSON body was refused: {err}"))
                 .hint("send `Content-Type: application/json` with the fields the API documents at /v1/openapi.json")

@@ -34,6 +34,9 @@ pub struct Config {
     pub database_pool_size: u32,
     /// The libvirt host boxes run on.
     pub libvirt_uri: String,
+    /// The 32-byte key that seals secrets (created, mode 0600, when missing);
+    /// default `<data_dir>/master.key`. Every replica needs the same file.
+    pub master_key_file: Option<PathBuf>,
     /// `info`, `debug`, or a tracing filter such as `psbx_server=debug,info`
     /// (`RUST_LOG` wins when set).
     pub log_level: String,
@@ -210,6 +213,7 @@ impl Default for Config {
             database_url: None,
             database_pool_size: 10,
             libvirt_uri: "qemu:///system".to_owned(),
+            master_key_file: None,
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
             tls: TlsConfig::default(),
@@ -314,6 +318,12 @@ impl Config {
         Ok(())
     }
 
+    pub fn master_key_path(&self) -> PathBuf {
+        self.master_key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("master.key"))
+    }
+
     pub fn tls_enabled(&self) -> bool {
         self.tls.self_signed || self.tls.cert.is_some()
     }
@@ -350,7 +360,7 @@ fn top_level_keys() -> Vec<String> {
         _ => Vec::new(),
     }
     .into_iter()
-    .chain(["public_url".to_owned(), "database_url".to_owned()])
+    .chain(["public_url", "database_url", "master_key_file"].map(str::to_owned))
     .collect()
 }
 

@@ -219,3 +219,16 @@ impl From<psbx_actors::error::BoxError> for ApiError {
         }
     }
 }
+
+impl From<psbx_actors::secrets::SecretError> for ApiError {
+    fn from(e: psbx_actors::secrets::SecretError) -> Self {
+        use psbx_actors::secrets::SecretError as E;
+        match e {
+            E::Invalid(message) => Self::bad_request("invalid_request", message),
+            E::NotFound(_) => Self::not_found("secret_not_found", e.to_string())
+                .hint("`GET /v1/secrets` lists this account's secret names; `PUT /v1/secrets/{name}` stores one"),
+            E::Store(inner) => inner.into(),
+            E::Vault(_) | E::Internal(_) => Self::internal(e),
+        }
+    }
+}

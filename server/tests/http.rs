@@ -5,6 +5,8 @@
 use actix_web::http::{StatusCode, header};
 use actix_web::test::{self, TestRequest};
 use psbx_actors::boxes::Boxes;
+use psbx_actors::secrets::Secrets;
+use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::{Bootstrap, PoolOptions, Store};
 use psbx_server::app::{self, AppState};
 use psbx_server::metrics::Metrics;
@@ -49,6 +51,7 @@ macro_rules! service {
                     .unwrap(),
                 Err("no libvirt host in the HTTP tests".to_owned()),
             )),
+            secrets: Secrets::new($f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap(),
         }))
         .await
     };
@@ -432,4 +435,142 @@ async fn metrics_count_requests_by_route_and_show_the_pool() {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
     assert!(!text.contains("key_zzz"), "raw paths leak into labels");
+}
+
+#[actix_rt::test]
+async fn secrets_are_stored_sealed_and_never_read_back() {
+    let f = fixture();
+    let app = service!(f);
+    let key = f.first.key.secret.expose().to_owned();
+    let value = "s3cr3t-value-that-must-not-leak";
+    let put = |name: &str, value: &str| {
+        TestRequest::put()
+            .uri(&format!("/v1/secrets/{name}"))
+            .insert_header(bearer(&key))
+            .set_json(json!({ "value": value }))
+            .to_request()
+    };
+    let res = test::call_service(&app, put("GITHUB_TOKEN", value)).await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let made: Value = test::read_body_json(res).await;
+    assert_eq!(made["name"], "GITHUB_TOKEN");
+    assert!(made.get("value").is_none(), "{made}");
+    let res = test::call_service(&app, put("GITHUB_TOKEN", "another-value-1")).await;
+    assert_eq!(res.status(), StatusCode::OK, "replacing answers 200");
+    test::call_service(&app, put("A_SECOND", "x")).await;
+
+    let res = test::call_service(
+        &app,
+        TestRequest::get()
+            .uri("/v1/secrets")
+            .insert_header(bearer(&key))
+            .to_request(),
+    )
+    .await;
+    let text = String::from_utf8(test::read_body(res).await.to_vec()).unwrap();
+    assert!(
+        !text.contains(value) && !text.contains("another-value-1"),
+        "{text}"
+    );
+    let list: Value = serde_json::from_str(&text).unwrap();
+    let names: Vec<&str> = list["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["A_SECOND", "GITHUB_TOKEN"]);
+    assert!(list["secrets"][0]["updatedAt"].is_string());
+
+    // Sealed at rest.
+    {
+        use diesel::RunQueryDsl;
+        #[derive(diesel::QueryableByName)]
+        struct Row {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            row: String,
+        }
+        let mut conn =
+            <diesel::PgConnection as diesel::Connection>::establish(f._db.url()).unwrap();
+        let rows: Vec<Row> = diesel::sql_query("SELECT secrets::text AS row FROM secrets")
+            .load(&mut conn)
+            .unwrap();
+        let hex_value: String = b"another-value-1"
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        for r in rows {
+            assert!(
+                !r.row.contains("another-value") && !r.row.contains(&hex_value),
+                "{}",
+                r.row
+            );
+        }
+    }
+
+    // Names are environment variable names; values have bounds.
+    for (name, value) in [("1BAD", "x"), ("A-B", "x"), ("OK", "")] {
+        let res = test::call_service(&app, put(name, value)).await;
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{name}");
+        let body: Value = test::read_body_json(res).await;
+        assert_eq!(error_code(&body), "invalid_request");
+    }
+
+    let delete = |name: &str| {
+        TestRequest::delete()
+            .uri(&format!("/v1/secrets/{name}"))
+            .insert_header(bearer(&key))
+            .to_request()
+    };
+    assert_eq!(
+        test::call_service(&app, delete("A_SECOND")).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let res = test::call_service(&app, delete("A_SECOND")).await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let body: Value = test::read_body_json(res).await;
+    assert_eq!(error_code(&body), "secret_not_found");
+
+    // Another account sees none of them.
+    {
+        use diesel::RunQueryDsl;
+        let mut conn =
+            <diesel::PgConnection as diesel::Connection>::establish(f._db.url()).unwrap();
+        diesel::sql_query("INSERT INTO accounts (id, name) VALUES ('acct_other', 'other')")
+            .execute(&mut conn)
+            .unwrap();
+    }
+    let other = psbx_actors::ids::AccountId::parse("acct_other").unwrap();
+    let theirs = f.store.create_api_key(&other, "theirs").unwrap();
+    let res = test::call_service(
+        &app,
+        TestRequest::get()
+            .uri("/v1/secrets")
+            .insert_header(bearer(theirs.secret.expose()))
+            .to_request(),
+    )
+    .await;
+    let list: Value = test::read_body_json(res).await;
+    assert_eq!(list["secrets"].as_array().unwrap().len(), 0);
+    let res = test::call_service(
+        &app,
+        TestRequest::delete()
+            .uri("/v1/secrets/GITHUB_TOKEN")
+            .insert_header(bearer(theirs.secret.expose()))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+}
+
+#[test]
+fn a_different_master_key_is_refused() {
+    let db = TestDatabase::new();
+    let store = Store::open(db.url(), PoolOptions::default()).unwrap();
+    Secrets::new(store.clone(), Vault::from_key(&[1u8; 32])).unwrap();
+    Secrets::new(store.clone(), Vault::from_key(&[1u8; 32])).unwrap();
+    let err = Secrets::new(store, Vault::from_key(&[2u8; 32]))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("master key"), "{err}");
 }

@@ -67,6 +67,12 @@ fn embedded_default_creates_once_survives_restarts_and_crashes() {
     )));
     assert!(server.banner.contains("mcpServers"), "{}", server.banner);
     assert!(data.join("pg/data/PG_VERSION").is_file());
+    let master_key = std::fs::metadata(data.join("master.key")).expect("the master key file");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&master_key.permissions()) & 0o777,
+        0o600
+    );
+    assert_eq!(master_key.len(), 32);
     let health: Value = client()
         .get(format!("{}/v1/health", server.url))
         .send()

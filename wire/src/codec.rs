@@ -59,7 +59,12 @@ impl Decoder for FrameCodec {
             return Err(FrameError::Truncated { len }.into());
         }
         if len - HEADER_LEN > self.max_payload {
-            return Err(FrameError::TooLarge { kind: None, len: len - HEADER_LEN, max: self.max_payload }.into());
+            return Err(FrameError::TooLarge {
+                kind: None,
+                len: len - HEADER_LEN,
+                max: self.max_payload,
+            }
+            .into());
         }
         let total = LENGTH_PREFIX + len;
         if src.len() < total {
@@ -104,7 +109,10 @@ pub type IoSink<T> = FramedWrite<WriteHalf<T>, FrameCodec>;
 /// Splits a byte stream into its frame stream and frame sink.
 pub fn framed_io<T: AsyncRead + AsyncWrite>(io: T, max_payload: usize) -> (IoSource<T>, IoSink<T>) {
     let (read, write) = tokio::io::split(io);
-    (FramedRead::new(read, FrameCodec::new(max_payload)), FramedWrite::new(write, FrameCodec::new(max_payload)))
+    (
+        FramedRead::new(read, FrameCodec::new(max_payload)),
+        FramedWrite::new(write, FrameCodec::new(max_payload)),
+    )
 }
 
 /// Encodes a frame as one WebSocket binary message.
@@ -166,7 +174,11 @@ impl<Si> MessageSink<Si> {
     pub const BLOCK: usize = 64 * 1024;
 
     pub fn new(inner: Si, max_payload: usize) -> Self {
-        Self { inner, max_payload, block: BytesMut::new() }
+        Self {
+            inner,
+            max_payload,
+            block: BytesMut::new(),
+        }
     }
 }
 
@@ -178,7 +190,9 @@ where
     type Error = CodecError;
 
     fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), CodecError>> {
-        Pin::new(&mut self.inner).poll_ready(cx).map_err(|e| CodecError::Io(io::Error::other(e)))
+        Pin::new(&mut self.inner)
+            .poll_ready(cx)
+            .map_err(|e| CodecError::Io(io::Error::other(e)))
     }
 
     fn start_send(mut self: Pin<&mut Self>, frame: Frame) -> Result<(), CodecError> {
@@ -191,15 +205,21 @@ where
         }
         frame.encode(&mut this.block);
         let message = this.block.split().freeze();
-        Pin::new(&mut this.inner).start_send(message).map_err(|e| CodecError::Io(io::Error::other(e)))
+        Pin::new(&mut this.inner)
+            .start_send(message)
+            .map_err(|e| CodecError::Io(io::Error::other(e)))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), CodecError>> {
-        Pin::new(&mut self.inner).poll_flush(cx).map_err(|e| CodecError::Io(io::Error::other(e)))
+        Pin::new(&mut self.inner)
+            .poll_flush(cx)
+            .map_err(|e| CodecError::Io(io::Error::other(e)))
     }
 
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), CodecError>> {
-        Pin::new(&mut self.inner).poll_close(cx).map_err(|e| CodecError::Io(io::Error::other(e)))
+        Pin::new(&mut self.inner)
+            .poll_close(cx)
+            .map_err(|e| CodecError::Io(io::Error::other(e)))
     }
 }
 
@@ -221,10 +241,21 @@ mod tests {
 
     fn sample() -> Vec<Frame> {
         vec![
-            Frame::Open { stream: 1, target: "exec".into() },
-            Frame::Data { stream: 1, data: Bytes::from(vec![9; 20_000]) },
-            Frame::Credit { stream: 2, bytes: 1 },
-            Frame::Control { payload: Bytes::from_static(b"{}") },
+            Frame::Open {
+                stream: 1,
+                target: "exec".into(),
+            },
+            Frame::Data {
+                stream: 1,
+                data: Bytes::from(vec![9; 20_000]),
+            },
+            Frame::Credit {
+                stream: 2,
+                bytes: 1,
+            },
+            Frame::Control {
+                payload: Bytes::from_static(b"{}"),
+            },
             Frame::Fin { stream: 1 },
         ]
     }
@@ -265,8 +296,15 @@ mod tests {
         buf.put_slice(&[0, 0, 0, 1, FrameType::Data as u8]);
         let capacity = buf.capacity();
         let result = codec.decode(&mut buf);
-        assert!(matches!(result, Err(CodecError::Frame(FrameError::TooLarge { .. }))), "{result:?}");
-        assert_eq!(buf.capacity(), capacity, "the decoder reserved room for a refused frame");
+        assert!(
+            matches!(result, Err(CodecError::Frame(FrameError::TooLarge { .. }))),
+            "{result:?}"
+        );
+        assert_eq!(
+            buf.capacity(),
+            capacity,
+            "the decoder reserved room for a refused frame"
+        );
 
         // One byte over the limit is refused too; exactly the limit is not.
         let mut over = BytesMut::new();
@@ -284,7 +322,10 @@ mod tests {
             buf.put_u32(len);
             buf.put_slice(&[0; 8]);
             let result = FrameCodec::new(MAX).decode(&mut buf);
-            assert!(matches!(result, Err(CodecError::Frame(FrameError::Truncated { .. }))), "{result:?}");
+            assert!(
+                matches!(result, Err(CodecError::Frame(FrameError::Truncated { .. }))),
+                "{result:?}"
+            );
         }
     }
 
@@ -297,7 +338,10 @@ mod tests {
         for _ in 0..sample().len() {
             result = codec.decode_eof(&mut buf);
         }
-        assert!(matches!(result, Err(CodecError::TruncatedAtEof(_))), "{result:?}");
+        assert!(
+            matches!(result, Err(CodecError::TruncatedAtEof(_))),
+            "{result:?}"
+        );
     }
 
     #[test]
@@ -305,14 +349,27 @@ mod tests {
         let mut buf = BytesMut::new();
         buf.put_u32(6);
         buf.put_slice(&[0, 0, 0, 1, 99, 0]);
-        assert!(matches!(FrameCodec::new(MAX).decode(&mut buf), Err(CodecError::Frame(FrameError::UnknownType(99)))));
+        assert!(matches!(
+            FrameCodec::new(MAX).decode(&mut buf),
+            Err(CodecError::Frame(FrameError::UnknownType(99)))
+        ));
     }
 
     #[test]
     fn the_encoder_refuses_invalid_frames() {
         let mut buf = BytesMut::new();
         let mut codec = FrameCodec::new(8);
-        assert!(codec.encode(Frame::Data { stream: 1, data: Bytes::from(vec![0; 9]) }, &mut buf).is_err());
+        assert!(
+            codec
+                .encode(
+                    Frame::Data {
+                        stream: 1,
+                        data: Bytes::from(vec![0; 9])
+                    },
+                    &mut buf
+                )
+                .is_err()
+        );
         assert!(codec.encode(Frame::Fin { stream: 0 }, &mut buf).is_err());
         assert!(buf.is_empty());
     }
@@ -323,6 +380,15 @@ mod tests {
             let message = encode_message(&frame, MAX).unwrap();
             assert_eq!(decode_message(message, MAX).unwrap(), frame);
         }
-        assert!(encode_message(&Frame::Credit { stream: 1, bytes: 0 }, MAX).is_err());
+        assert!(
+            encode_message(
+                &Frame::Credit {
+                    stream: 1,
+                    bytes: 0
+                },
+                MAX
+            )
+            .is_err()
+        );
     }
 }

@@ -91,17 +91,45 @@ impl FrameType {
 /// A frame, decoded and validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
-    Open { stream: u32, target: String },
-    OpenOk { stream: u32 },
-    OpenErr { stream: u32, code: u16, reason: String },
-    Data { stream: u32, data: Bytes },
-    Credit { stream: u32, bytes: u32 },
-    Fin { stream: u32 },
-    Rst { stream: u32, reason: String },
-    Ping { opaque: u64 },
-    Pong { opaque: u64 },
-    GoAway { reason: String },
-    Control { payload: Bytes },
+    Open {
+        stream: u32,
+        target: String,
+    },
+    OpenOk {
+        stream: u32,
+    },
+    OpenErr {
+        stream: u32,
+        code: u16,
+        reason: String,
+    },
+    Data {
+        stream: u32,
+        data: Bytes,
+    },
+    Credit {
+        stream: u32,
+        bytes: u32,
+    },
+    Fin {
+        stream: u32,
+    },
+    Rst {
+        stream: u32,
+        reason: String,
+    },
+    Ping {
+        opaque: u64,
+    },
+    Pong {
+        opaque: u64,
+    },
+    GoAway {
+        reason: String,
+    },
+    Control {
+        payload: Bytes,
+    },
 }
 
 /// Why bytes are not a valid frame.
@@ -112,7 +140,11 @@ pub enum FrameError {
     #[error("unknown frame type {0}")]
     UnknownType(u8),
     #[error("a {kind:?} frame payload of {len} bytes exceeds the maximum of {max}")]
-    TooLarge { kind: Option<FrameType>, len: usize, max: usize },
+    TooLarge {
+        kind: Option<FrameType>,
+        len: usize,
+        max: usize,
+    },
     #[error("a {kind:?} frame on stream {stream}: it belongs on stream 0")]
     NotSessionStream { kind: FrameType, stream: u32 },
     #[error("a {0:?} frame on stream 0: it belongs on a stream")]
@@ -199,7 +231,11 @@ impl Frame {
         let kind = self.frame_type();
         let len = self.payload_len();
         if len > max_payload {
-            return Err(FrameError::TooLarge { kind: Some(kind), len, max: max_payload });
+            return Err(FrameError::TooLarge {
+                kind: Some(kind),
+                len,
+                max: max_payload,
+            });
         }
         check_stream(kind, self.stream())?;
         match self {
@@ -212,7 +248,9 @@ impl Frame {
             Self::Credit { bytes, .. } => check_credit(*bytes),
             Self::Rst { reason, .. } | Self::GoAway { reason } => check_reason(kind, reason),
             Self::Control { payload } => check_nonempty(kind, payload),
-            Self::OpenOk { .. } | Self::Fin { .. } | Self::Ping { .. } | Self::Pong { .. } => Ok(()),
+            Self::OpenOk { .. } | Self::Fin { .. } | Self::Ping { .. } | Self::Pong { .. } => {
+                Ok(())
+            }
         }
     }
 
@@ -226,7 +264,11 @@ impl Frame {
         let byte = src.get_u8();
         let kind = FrameType::from_u8(byte).ok_or(FrameError::UnknownType(byte))?;
         if src.len() > max_payload {
-            return Err(FrameError::TooLarge { kind: Some(kind), len: src.len(), max: max_payload });
+            return Err(FrameError::TooLarge {
+                kind: Some(kind),
+                len: src.len(),
+                max: max_payload,
+            });
         }
         check_stream(kind, stream)?;
         let frame = match kind {
@@ -241,13 +283,20 @@ impl Frame {
             }
             FrameType::OpenErr => {
                 if src.len() < 2 {
-                    return Err(FrameError::Malformed { kind, why: "no code" });
+                    return Err(FrameError::Malformed {
+                        kind,
+                        why: "no code",
+                    });
                 }
                 let code = src.get_u16();
                 check_code(code)?;
                 let reason = utf8(kind, src)?;
                 check_reason(kind, &reason)?;
-                Self::OpenErr { stream, code, reason }
+                Self::OpenErr {
+                    stream,
+                    code,
+                    reason,
+                }
             }
             FrameType::Data => {
                 check_nonempty(kind, &src)?;
@@ -255,7 +304,10 @@ impl Frame {
             }
             FrameType::Credit => {
                 if src.len() != 4 {
-                    return Err(FrameError::Malformed { kind, why: "payload is not 4 bytes" });
+                    return Err(FrameError::Malformed {
+                        kind,
+                        why: "payload is not 4 bytes",
+                    });
                 }
                 let bytes = src.get_u32();
                 check_credit(bytes)?;
@@ -272,7 +324,10 @@ impl Frame {
             }
             FrameType::Ping | FrameType::Pong => {
                 if src.len() != 8 {
-                    return Err(FrameError::Malformed { kind, why: "payload is not 8 bytes" });
+                    return Err(FrameError::Malformed {
+                        kind,
+                        why: "payload is not 8 bytes",
+                    });
                 }
                 let opaque = src.get_u64();
                 if kind == FrameType::Ping {
@@ -312,10 +367,16 @@ pub fn clip_reason(reason: &str) -> String {
 pub fn check_target(target: &str) -> Result<(), FrameError> {
     let kind = FrameType::Open;
     if target.is_empty() {
-        return Err(FrameError::Malformed { kind, why: "empty target" });
+        return Err(FrameError::Malformed {
+            kind,
+            why: "empty target",
+        });
     }
     if target.len() > MAX_TARGET_LEN {
-        return Err(FrameError::Malformed { kind, why: "target longer than 1024 bytes" });
+        return Err(FrameError::Malformed {
+            kind,
+            why: "target longer than 1024 bytes",
+        });
     }
     Ok(())
 }
@@ -332,41 +393,59 @@ fn check_code(code: u16) -> Result<(), FrameError> {
     if (400..=599).contains(&code) {
         Ok(())
     } else {
-        Err(FrameError::Malformed { kind: FrameType::OpenErr, why: "code outside 400..=599" })
+        Err(FrameError::Malformed {
+            kind: FrameType::OpenErr,
+            why: "code outside 400..=599",
+        })
     }
 }
 
 fn check_reason(kind: FrameType, reason: &str) -> Result<(), FrameError> {
     if reason.len() > MAX_REASON_LEN {
-        return Err(FrameError::Malformed { kind, why: "reason longer than 1024 bytes" });
+        return Err(FrameError::Malformed {
+            kind,
+            why: "reason longer than 1024 bytes",
+        });
     }
     Ok(())
 }
 
 fn check_credit(bytes: u32) -> Result<(), FrameError> {
     if bytes == 0 {
-        return Err(FrameError::Malformed { kind: FrameType::Credit, why: "zero credit" });
+        return Err(FrameError::Malformed {
+            kind: FrameType::Credit,
+            why: "zero credit",
+        });
     }
     Ok(())
 }
 
 fn check_empty(kind: FrameType, payload: &[u8]) -> Result<(), FrameError> {
     if !payload.is_empty() {
-        return Err(FrameError::Malformed { kind, why: "payload must be empty" });
+        return Err(FrameError::Malformed {
+            kind,
+            why: "payload must be empty",
+        });
     }
     Ok(())
 }
 
 fn check_nonempty(kind: FrameType, payload: &[u8]) -> Result<(), FrameError> {
     if payload.is_empty() {
-        return Err(FrameError::Malformed { kind, why: "empty payload" });
+        return Err(FrameError::Malformed {
+            kind,
+            why: "empty payload",
+        });
     }
     Ok(())
 }
 
 fn utf8(kind: FrameType, payload: Bytes) -> Result<String, FrameError> {
     // Bounded by the caller's size checks before this allocates.
-    String::from_utf8(payload.to_vec()).map_err(|_| FrameError::Malformed { kind, why: "text is not UTF-8" })
+    String::from_utf8(payload.to_vec()).map_err(|_| FrameError::Malformed {
+        kind,
+        why: "text is not UTF-8",
+    })
 }
 
 #[cfg(test)]
@@ -377,19 +456,46 @@ mod tests {
 
     fn every_type() -> Vec<Frame> {
         vec![
-            Frame::Open { stream: 1, target: "tcp:db.internal:5432".into() },
+            Frame::Open {
+                stream: 1,
+                target: "tcp:db.internal:5432".into(),
+            },
             Frame::OpenOk { stream: 2 },
-            Frame::OpenErr { stream: 3, code: code::UNAVAILABLE, reason: "connector of conn_x is offline".into() },
-            Frame::OpenErr { stream: 3, code: code::FORBIDDEN, reason: String::new() },
-            Frame::Data { stream: u32::MAX, data: Bytes::from_static(b"hello") },
-            Frame::Credit { stream: 5, bytes: 256 * 1024 },
+            Frame::OpenErr {
+                stream: 3,
+                code: code::UNAVAILABLE,
+                reason: "connector of conn_x is offline".into(),
+            },
+            Frame::OpenErr {
+                stream: 3,
+                code: code::FORBIDDEN,
+                reason: String::new(),
+            },
+            Frame::Data {
+                stream: u32::MAX,
+                data: Bytes::from_static(b"hello"),
+            },
+            Frame::Credit {
+                stream: 5,
+                bytes: 256 * 1024,
+            },
             Frame::Fin { stream: 6 },
-            Frame::Rst { stream: 7, reason: "stream dropped".into() },
-            Frame::Rst { stream: 7, reason: String::new() },
+            Frame::Rst {
+                stream: 7,
+                reason: "stream dropped".into(),
+            },
+            Frame::Rst {
+                stream: 7,
+                reason: String::new(),
+            },
             Frame::Ping { opaque: 42 },
             Frame::Pong { opaque: u64::MAX },
-            Frame::GoAway { reason: "server draining".into() },
-            Frame::Control { payload: Bytes::from_static(br#"{"type":"health"}"#) },
+            Frame::GoAway {
+                reason: "server draining".into(),
+            },
+            Frame::Control {
+                payload: Bytes::from_static(br#"{"type":"health"}"#),
+            },
         ]
     }
 
@@ -419,44 +525,82 @@ mod tests {
 
     #[test]
     fn data_is_a_slice_of_the_input() {
-        let bytes = encoded(&Frame::Data { stream: 1, data: Bytes::from_static(b"payload") });
+        let bytes = encoded(&Frame::Data {
+            stream: 1,
+            data: Bytes::from_static(b"payload"),
+        });
         let start = bytes.as_ptr() as usize;
-        let Frame::Data { data, .. } = Frame::decode(bytes, MAX).unwrap() else { panic!("not data") };
+        let Frame::Data { data, .. } = Frame::decode(bytes, MAX).unwrap() else {
+            panic!("not data")
+        };
         assert_eq!(data.as_ptr() as usize, start + HEADER_LEN);
     }
 
     #[test]
     fn truncated_frames_are_refused() {
         for len in 0..HEADER_LEN {
-            assert_eq!(Frame::decode(Bytes::from(vec![0; len]), MAX), Err(FrameError::Truncated { len }));
+            assert_eq!(
+                Frame::decode(Bytes::from(vec![0; len]), MAX),
+                Err(FrameError::Truncated { len })
+            );
         }
         // Truncated payloads of fixed-size types.
-        let credit = encoded(&Frame::Credit { stream: 1, bytes: 9 });
-        assert!(matches!(Frame::decode(credit.slice(..7), MAX), Err(FrameError::Malformed { .. })));
+        let credit = encoded(&Frame::Credit {
+            stream: 1,
+            bytes: 9,
+        });
+        assert!(matches!(
+            Frame::decode(credit.slice(..7), MAX),
+            Err(FrameError::Malformed { .. })
+        ));
         let ping = encoded(&Frame::Ping { opaque: 9 });
-        assert!(matches!(Frame::decode(ping.slice(..12), MAX), Err(FrameError::Malformed { .. })));
-        assert!(matches!(Frame::decode(raw(1, 3, &[1]), MAX), Err(FrameError::Malformed { .. })));
+        assert!(matches!(
+            Frame::decode(ping.slice(..12), MAX),
+            Err(FrameError::Malformed { .. })
+        ));
+        assert!(matches!(
+            Frame::decode(raw(1, 3, &[1]), MAX),
+            Err(FrameError::Malformed { .. })
+        ));
     }
 
     #[test]
     fn unknown_types_are_refused() {
         for kind in [0u8, 12, 200, 255] {
-            assert_eq!(Frame::decode(raw(1, kind, b"x"), MAX), Err(FrameError::UnknownType(kind)));
+            assert_eq!(
+                Frame::decode(raw(1, kind, b"x"), MAX),
+                Err(FrameError::UnknownType(kind))
+            );
         }
     }
 
     #[test]
     fn oversize_payloads_are_refused() {
         let data = raw(1, FrameType::Data as u8, &[7; 101]);
-        assert!(matches!(Frame::decode(data, 100), Err(FrameError::TooLarge { len: 101, max: 100, .. })));
-        let control = Frame::Control { payload: Bytes::from(vec![b'1'; 101]) };
-        assert!(matches!(control.check(100), Err(FrameError::TooLarge { .. })));
+        assert!(matches!(
+            Frame::decode(data, 100),
+            Err(FrameError::TooLarge {
+                len: 101,
+                max: 100,
+                ..
+            })
+        ));
+        let control = Frame::Control {
+            payload: Bytes::from(vec![b'1'; 101]),
+        };
+        assert!(matches!(
+            control.check(100),
+            Err(FrameError::TooLarge { .. })
+        ));
     }
 
     #[test]
     fn stream_zero_rules_hold() {
         for kind in [1u8, 2, 3, 4, 5, 6, 7] {
-            assert!(matches!(Frame::decode(raw(0, kind, b"xx"), MAX), Err(FrameError::SessionStream(_))));
+            assert!(matches!(
+                Frame::decode(raw(0, kind, b"xx"), MAX),
+                Err(FrameError::SessionStream(_))
+            ));
         }
         for kind in [8u8, 9, 10, 11] {
             assert!(matches!(
@@ -476,7 +620,11 @@ mod tests {
             (1, FrameType::OpenErr, vec![0, 200]),
             (1, FrameType::OpenErr, vec![2, 88]),
             (1, FrameType::OpenErr, [&[1, 147][..], &[0xc3][..]].concat()),
-            (1, FrameType::OpenErr, [&[1, 147][..], &[b'r'; MAX_REASON_LEN + 1][..]].concat()),
+            (
+                1,
+                FrameType::OpenErr,
+                [&[1, 147][..], &[b'r'; MAX_REASON_LEN + 1][..]].concat(),
+            ),
             (1, FrameType::Data, vec![]),
             (1, FrameType::Credit, vec![0, 0, 0, 0]),
             (1, FrameType::Credit, vec![0, 0, 0, 0, 1]),
@@ -490,18 +638,64 @@ mod tests {
         ];
         for (stream, kind, payload) in cases {
             let result = Frame::decode(raw(stream, kind as u8, &payload), MAX);
-            assert!(matches!(result, Err(FrameError::Malformed { .. })), "{kind:?} {payload:?}: {result:?}");
+            assert!(
+                matches!(result, Err(FrameError::Malformed { .. })),
+                "{kind:?} {payload:?}: {result:?}"
+            );
         }
     }
 
     #[test]
     fn check_refuses_what_decode_refuses() {
-        assert!(Frame::Open { stream: 1, target: String::new() }.check(MAX).is_err());
-        assert!(Frame::Open { stream: 0, target: "exec".into() }.check(MAX).is_err());
-        assert!(Frame::Credit { stream: 1, bytes: 0 }.check(MAX).is_err());
-        assert!(Frame::OpenErr { stream: 1, code: 200, reason: String::new() }.check(MAX).is_err());
-        assert!(Frame::Data { stream: 1, data: Bytes::new() }.check(MAX).is_err());
-        assert!(Frame::Rst { stream: 1, reason: "r".repeat(MAX_REASON_LEN + 1) }.check(MAX).is_err());
+        assert!(
+            Frame::Open {
+                stream: 1,
+                target: String::new()
+            }
+            .check(MAX)
+            .is_err()
+        );
+        assert!(
+            Frame::Open {
+                stream: 0,
+                target: "exec".into()
+            }
+            .check(MAX)
+            .is_err()
+        );
+        assert!(
+            Frame::Credit {
+                stream: 1,
+                bytes: 0
+            }
+            .check(MAX)
+            .is_err()
+        );
+        assert!(
+            Frame::OpenErr {
+                stream: 1,
+                code: 200,
+                reason: String::new()
+            }
+            .check(MAX)
+            .is_err()
+        );
+        assert!(
+            Frame::Data {
+                stream: 1,
+                data: Bytes::new()
+            }
+            .check(MAX)
+            .is_err()
+        );
+        assert!(
+            Frame::Rst {
+                stream: 1,
+                reason: "r".repeat(MAX_REASON_LEN + 1)
+            }
+            .check(MAX)
+            .is_err()
+        );
     }
 
     #[test]

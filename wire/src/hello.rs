@@ -44,14 +44,27 @@ pub enum HelloError {
     Malformed(String),
     #[error("invalid hello: {0}")]
     Invalid(&'static str),
-    #[error("no common protocol version: this side speaks {ours}, the peer ({software}) speaks {theirs}")]
-    NoCommonVersion { ours: Versions, theirs: Versions, software: String },
+    #[error(
+        "no common protocol version: this side speaks {ours}, the peer ({software}) speaks {theirs}"
+    )]
+    NoCommonVersion {
+        ours: Versions,
+        theirs: Versions,
+        software: String,
+    },
 }
 
 impl Hello {
     /// A hello speaking versions 1 to [`PROTOCOL_VERSION`], without features.
     pub fn new(software: impl Into<String>) -> Self {
-        Self { versions: Versions { min: 1, max: PROTOCOL_VERSION }, software: software.into(), features: Vec::new() }
+        Self {
+            versions: Versions {
+                min: 1,
+                max: PROTOCOL_VERSION,
+            },
+            software: software.into(),
+            features: Vec::new(),
+        }
     }
 
     /// The same hello listing `features`.
@@ -72,20 +85,27 @@ impl Hello {
     /// Refuses a hello outside the limits (both for sending and receiving).
     pub fn validate(&self) -> Result<(), HelloError> {
         if self.versions.min == 0 || self.versions.min > self.versions.max {
-            return Err(HelloError::Invalid("the version range is empty or starts at 0"));
+            return Err(HelloError::Invalid(
+                "the version range is empty or starts at 0",
+            ));
         }
         if self.software.len() > MAX_NAME_LEN {
             return Err(HelloError::Invalid("software name longer than 256 bytes"));
         }
-        if self.features.len() > MAX_FEATURES || self.features.iter().any(|f| f.len() > MAX_NAME_LEN) {
-            return Err(HelloError::Invalid("more than 64 features, or one longer than 256 bytes"));
+        if self.features.len() > MAX_FEATURES
+            || self.features.iter().any(|f| f.len() > MAX_NAME_LEN)
+        {
+            return Err(HelloError::Invalid(
+                "more than 64 features, or one longer than 256 bytes",
+            ));
         }
         Ok(())
     }
 
     /// Parses and validates the peer's hello.
     pub fn from_json(payload: &[u8]) -> Result<Self, HelloError> {
-        let hello: Self = serde_json::from_slice(payload).map_err(|e| HelloError::Malformed(e.to_string()))?;
+        let hello: Self =
+            serde_json::from_slice(payload).map_err(|e| HelloError::Malformed(e.to_string()))?;
         hello.validate()?;
         Ok(hello)
     }
@@ -93,7 +113,11 @@ impl Hello {
 
 impl fmt::Display for Versions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.min == self.max { write!(f, "version {}", self.min) } else { write!(f, "versions {}..={}", self.min, self.max) }
+        if self.min == self.max {
+            write!(f, "version {}", self.min)
+        } else {
+            write!(f, "versions {}..={}", self.min, self.max)
+        }
     }
 }
 
@@ -117,7 +141,10 @@ mod tests {
     use super::*;
 
     fn speaking(min: u32, max: u32) -> Hello {
-        Hello { versions: Versions { min, max }, ..Hello::new("test") }
+        Hello {
+            versions: Versions { min, max },
+            ..Hello::new("test")
+        }
     }
 
     #[test]
@@ -147,7 +174,10 @@ mod tests {
             br#"{"type":"hello","versions":{"min":1,"max":9},"software":"x","features":[],"bootId":"b"}"#;
         assert_eq!(Hello::from_json(extended).unwrap().versions.max, 9);
         assert!(Hello::from_json(br#"{"type":"exec"}"#).is_err());
-        assert!(Hello::from_json(br#"{"type":"hello","versions":{"min":2,"max":1},"software":""}"#).is_err());
+        assert!(
+            Hello::from_json(br#"{"type":"hello","versions":{"min":2,"max":1},"software":""}"#)
+                .is_err()
+        );
         assert!(Hello::from_json(b"not json").is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! libvirt hosts as their supervisors last reported them.
 
-use super::schema::{boxes, hosts, meta};
+use super::schema::{boxes, hosts};
 use super::{Store, StoreError};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -22,16 +22,8 @@ impl Store {
     /// This installation's id (`inst_...`), made on first use. It marks the
     /// libvirt domains this installation owns.
     pub fn installation_id(&self) -> Result<String, StoreError> {
-        let mut conn = self.conn()?;
         let fresh = format!("inst_{}", crate::ids::random_token(16)?);
-        diesel::insert_into(meta::table)
-            .values((meta::key.eq("installation_id"), meta::value.eq(&fresh)))
-            .on_conflict_do_nothing()
-            .execute(&mut conn)?;
-        Ok(meta::table
-            .find("installation_id")
-            .select(meta::value)
-            .first(&mut conn)?)
+        self.meta_set_once("installation_id", &fresh)
     }
 
     /// Records that `server_id` supervises the host, with its resources.

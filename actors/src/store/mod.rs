@@ -10,12 +10,14 @@ mod boxes;
 mod hosts;
 mod models;
 mod schema;
+mod secrets;
 mod servers;
 
 pub use accounts::{Account, Bootstrap};
 pub use api_keys::{ApiKey, KeyPage, NewApiKey, Principal};
 pub use boxes::{BoxCursor, BoxRecord, Claim, NewBox, Transition};
 pub use hosts::HostRecord;
+pub use secrets::SealedRow;
 pub use servers::Server;
 
 use diesel::pg::PgConnection;

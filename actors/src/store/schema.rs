@@ -75,5 +75,18 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    secrets (account_id, name) {
+        account_id -> Text,
+        name -> Text,
+        nonce -> Bytea,
+        ciphertext -> Bytea,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
 diesel::joinable!(api_keys -> accounts (account_id));
-diesel::allow_tables_to_appear_in_same_query!(accounts, api_keys, servers, hosts, boxes, meta);
+diesel::allow_tables_to_appear_in_same_query!(
+    accounts, api_keys, servers, hosts, boxes, meta, secrets
+);

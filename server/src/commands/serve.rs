@@ -12,6 +12,8 @@ use actix_web::HttpServer;
 use anyhow::Context;
 use psbx_actors::boxes::Boxes;
 use psbx_actors::host::start_host;
+use psbx_actors::secrets::Secrets;
+use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::Store;
 use psbx_libvirt::AccelChoice;
 use std::fs;
@@ -48,6 +50,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let server = store.register_server(&hostname, env!("CARGO_PKG_VERSION"))?;
     let metrics = Arc::new(Metrics::new()?);
     let box_settings = config.boxes.settings(&config.data_dir)?;
+    let vault = Vault::open_or_create(&config.master_key_path())?;
+    let secrets = Secrets::new(store.clone(), vault)?;
 
     let result = actix_web::rt::System::new().block_on(async {
         let host = if config.boxes.enabled {
@@ -75,6 +79,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             store: store.clone(),
             metrics,
             boxes: boxes.clone(),
+            secrets,
         };
         let http =
             HttpServer::new(move || app::build(state.clone())).shutdown_timeout(SHUTDOWN_GRACE);

@@ -8,6 +8,7 @@ pub mod docs;
 pub mod health;
 pub mod metrics;
 pub mod paging;
+pub mod secrets;
 
 use utoipa_actix_web::service_config::ServiceConfig;
 
@@ -20,5 +21,8 @@ pub fn v1(cfg: &mut ServiceConfig) {
         .service(boxes::list)
         .service(boxes::get)
         .service(boxes::keep)
-        .service(boxes::stop);
+        .service(boxes::stop)
+        .service(secrets::list)
+        .service(secrets::put)
+        .service(secrets::remove);
 }

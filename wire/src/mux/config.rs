@@ -64,7 +64,9 @@ impl Config {
     /// Refuses a configuration whose limits contradict each other.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let fail = |why: &'static str| Err(ConfigError(why));
-        if self.max_frame_size < MAX_TARGET_LEN + HEADER_LEN || self.max_frame_size > 16 * 1024 * 1024 {
+        if self.max_frame_size < MAX_TARGET_LEN + HEADER_LEN
+            || self.max_frame_size > 16 * 1024 * 1024
+        {
             return fail("max_frame_size must be between 1029 bytes and 16 MiB");
         }
         if self.send_split == 0 || self.send_split > self.max_frame_size {
@@ -114,16 +116,46 @@ mod tests {
     fn contradictions_are_refused() {
         let base = Config::default();
         let bad = [
-            Config { memory_budget: 1024, ..base.clone() },
-            Config { max_window: 1024, ..base.clone() },
-            Config { send_split: 0, ..base.clone() },
-            Config { send_split: base.max_frame_size + 1, ..base.clone() },
-            Config { max_frame_size: 100, ..base.clone() },
-            Config { max_streams: 0, ..base.clone() },
-            Config { liveness_timeout: base.ping_interval, ..base.clone() },
-            Config { ping_interval: Duration::ZERO, ..base.clone() },
-            Config { control_queue: 0, ..base.clone() },
-            Config { send_queue: 1, ..base.clone() },
+            Config {
+                memory_budget: 1024,
+                ..base.clone()
+            },
+            Config {
+                max_window: 1024,
+                ..base.clone()
+            },
+            Config {
+                send_split: 0,
+                ..base.clone()
+            },
+            Config {
+                send_split: base.max_frame_size + 1,
+                ..base.clone()
+            },
+            Config {
+                max_frame_size: 100,
+                ..base.clone()
+            },
+            Config {
+                max_streams: 0,
+                ..base.clone()
+            },
+            Config {
+                liveness_timeout: base.ping_interval,
+                ..base.clone()
+            },
+            Config {
+                ping_interval: Duration::ZERO,
+                ..base.clone()
+            },
+            Config {
+                control_queue: 0,
+                ..base.clone()
+            },
+            Config {
+                send_queue: 1,
+                ..base.clone()
+            },
         ];
         for config in bad {
             assert!(config.validate().is_err(), "{config:?}");

@@ -36,7 +36,11 @@ where
     W: Sink<Frame, Error = CodecError> + Unpin,
 {
     pub(crate) fn new(shared: Arc<Shared>, source: R, sink: W) -> Self {
-        Self { shared, source, sink }
+        Self {
+            shared,
+            source,
+            sink,
+        }
     }
 
     /// Runs the session until it ends; `Ok` when it closed or drained
@@ -53,12 +57,14 @@ where
         shared.lock().finish(result.clone());
         match &result {
             Ok(()) => tracing::debug!(software = %shared.peer.software, "wire session ended"),
-            Err(e) => tracing::debug!(software = %shared.peer.software, error = %e, "wire session failed"),
+            Err(e) => {
+                tracing::debug!(software = %shared.peer.software, error = %e, "wire session failed")
+            }
         }
         let goodbye = match &result {
-            Err(e @ (SessionError::Frame(_) | SessionError::Protocol(_))) => {
-                Some(Frame::GoAway { reason: clip_reason(&e.to_string()) })
-            }
+            Err(e @ (SessionError::Frame(_) | SessionError::Protocol(_))) => Some(Frame::GoAway {
+                reason: clip_reason(&e.to_string()),
+            }),
             _ => None,
         };
         let dead = matches!(

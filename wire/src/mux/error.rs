@@ -135,7 +135,9 @@ impl From<StreamError> for io::Error {
     fn from(e: StreamError) -> Self {
         let kind = match e {
             StreamError::ResetByPeer(_) => io::ErrorKind::ConnectionReset,
-            StreamError::ResetLocally(_) | StreamError::SessionEnded(_) => io::ErrorKind::ConnectionAborted,
+            StreamError::ResetLocally(_) | StreamError::SessionEnded(_) => {
+                io::ErrorKind::ConnectionAborted
+            }
             StreamError::WriteAfterShutdown => io::ErrorKind::BrokenPipe,
         };
         io::Error::new(kind, e)

@@ -32,7 +32,12 @@ pub(crate) struct Grant {
 
 impl RecvWindow {
     pub(crate) fn new() -> Self {
-        Self { window: INITIAL_WINDOW, available: INITIAL_WINDOW, buffered: 0, unacked: 0 }
+        Self {
+            window: INITIAL_WINDOW,
+            available: INITIAL_WINDOW,
+            buffered: 0,
+            unacked: 0,
+        }
     }
 
     pub(crate) fn window(&self) -> u32 {
@@ -105,7 +110,13 @@ mod tests {
         assert_eq!(w.grant(MAX, usize::MAX), None);
         w.consume(1);
         // Half is still buffered: the reader is slow, the window stays.
-        assert_eq!(w.grant(MAX, usize::MAX), Some(Grant { bytes: INITIAL_WINDOW / 2, growth: 0 }));
+        assert_eq!(
+            w.grant(MAX, usize::MAX),
+            Some(Grant {
+                bytes: INITIAL_WINDOW / 2,
+                growth: 0
+            })
+        );
         holds(&w);
     }
 
@@ -135,7 +146,13 @@ mod tests {
         let mut w = RecvWindow::new();
         w.receive(INITIAL_WINDOW).unwrap();
         w.consume(INITIAL_WINDOW);
-        assert_eq!(w.grant(MAX, 1000), Some(Grant { bytes: INITIAL_WINDOW + 1000, growth: 1000 }));
+        assert_eq!(
+            w.grant(MAX, 1000),
+            Some(Grant {
+                bytes: INITIAL_WINDOW + 1000,
+                growth: 1000
+            })
+        );
         holds(&w);
     }
 

@@ -83,11 +83,18 @@ impl Session {
     {
         config.validate()?;
         hello.validate()?;
-        let payload = serde_json::to_vec(&hello).map_err(|_| HelloError::Invalid("the hello does not serialize"))?;
+        let payload = serde_json::to_vec(&hello)
+            .map_err(|_| HelloError::Invalid("the hello does not serialize"))?;
         if payload.len() > config.max_frame_size {
             return Err(HelloError::Invalid("the hello is larger than a frame").into());
         }
-        let send = async { sink.send(Frame::Control { payload: Bytes::from(payload) }).await.map_err(SessionError::from) };
+        let send = async {
+            sink.send(Frame::Control {
+                payload: Bytes::from(payload),
+            })
+            .await
+            .map_err(SessionError::from)
+        };
         let receive = async {
             match source.next().await {
                 None => Err(SessionError::PeerClosed { goaway: None }),
@@ -102,13 +109,22 @@ impl Session {
             .map_err(|_| SessionError::Timeout(timeout))??;
         let version = negotiate(&hello, &peer)?;
         let shared = Arc::new(Shared::new(config, role, peer, version));
-        let session = Session { handle: Arc::new(SessionHandle { shared: shared.clone() }) };
+        let session = Session {
+            handle: Arc::new(SessionHandle {
+                shared: shared.clone(),
+            }),
+        };
         Ok((session, Driver::new(shared, source, sink)))
     }
 
     /// A session over a byte stream (length-prefixed frames), its driver
     /// spawned on the current tokio runtime.
-    pub async fn over_io<T>(io: T, role: Role, config: Config, hello: Hello) -> Result<Session, SessionError>
+    pub async fn over_io<T>(
+        io: T,
+        role: Role,
+        config: Config,
+        hello: Hello,
+    ) -> Result<Session, SessionError>
     where
         T: AsyncRead + AsyncWrite + Send + 'static,
     {
@@ -135,9 +151,14 @@ impl Session {
         E2: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
     {
         let max = config.max_frame_size;
-        let (session, driver) =
-            Self::handshake(MessageSource::new(stream, max), MessageSink::new(sink, max), role, config, hello)
-                .await?;
+        let (session, driver) = Self::handshake(
+            MessageSource::new(stream, max),
+            MessageSink::new(sink, max),
+            role,
+            config,
+            hello,
+        )
+        .await?;
         tokio::spawn(driver.run());
         Ok(session)
     }
@@ -162,22 +183,36 @@ impl Session {
     pub async fn accept(&self) -> Option<Incoming> {
         let shared = self.shared();
         let (id, target) = poll_fn(|cx| shared.lock().poll_accept(cx)).await?;
-        Some(Incoming { shared: shared.clone(), id, target, answered: false })
+        Some(Incoming {
+            shared: shared.clone(),
+            id,
+            target,
+            answered: false,
+        })
     }
 
     /// Sends a typed control message (JSON on stream 0), after everything
     /// sent before it; waits while the transport queue is full.
-    pub async fn send_control<T: Serialize + ?Sized>(&self, message: &T) -> Result<(), ControlError> {
-        let payload = serde_json::to_vec(message).map_err(|e| ControlError::Encode(e.to_string()))?;
+    pub async fn send_control<T: Serialize + ?Sized>(
+        &self,
+        message: &T,
+    ) -> Result<(), ControlError> {
+        let payload =
+            serde_json::to_vec(message).map_err(|e| ControlError::Encode(e.to_string()))?;
         let max = self.shared().config.max_frame_size;
         if payload.len() > max {
-            return Err(ControlError::TooLarge { len: payload.len(), max });
+            return Err(ControlError::TooLarge {
+                len: payload.len(),
+                max,
+            });
         }
         if payload.is_empty() {
             return Err(ControlError::Encode("empty message".into()));
         }
         let mut payload = Some(Bytes::from(payload));
-        poll_fn(|cx| self.shared().lock().poll_send_control(cx, &mut payload)).await.map_err(ControlError::Session)
+        poll_fn(|cx| self.shared().lock().poll_send_control(cx, &mut payload))
+            .await
+            .map_err(ControlError::Session)
     }
 
     /// The next control message from the peer, as `T`; `None` once the
@@ -263,7 +298,11 @@ impl Incoming {
     pub fn accept(mut self) -> Stream {
         self.answered = true;
         self.shared.lock().accept_incoming(self.id);
-        Stream::new(Handle::new(self.shared.clone(), self.id, std::mem::take(&mut self.target)))
+        Stream::new(Handle::new(
+            self.shared.clone(),
+            self.id,
+            std::mem::take(&mut self.target),
+        ))
     }
 
     /// Refuses the stream (sends `OPEN_ERR`). A code outside 400..=599
@@ -284,6 +323,9 @@ impl Drop for Incoming {
 
 impl fmt::Debug for Incoming {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Incoming").field("id", &self.id).field("target", &self.target).finish()
+        f.debug_struct("Incoming")
+            .field("id", &self.id)
+            .field("target", &self.target)
+            .finish()
     }
 }

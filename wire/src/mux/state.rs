@@ -43,7 +43,13 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(config: Config, role: Role, peer: Hello, version: u32) -> Self {
         let inner = Mutex::new(Inner::new(config.clone(), role, Instant::now()));
-        Self { inner, config, role, peer, version }
+        Self {
+            inner,
+            config,
+            role,
+            peer,
+            version,
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -108,7 +114,9 @@ impl StreamState {
 
     /// Nothing more will go either way.
     fn finished(&self) -> bool {
-        self.local_reset.is_some() || self.peer_reset.is_some() || (self.sent_fin && self.recv_end == RecvEnd::Fin)
+        self.local_reset.is_some()
+            || self.peer_reset.is_some()
+            || (self.sent_fin && self.recv_end == RecvEnd::Fin)
     }
 
     fn wake_all(&mut self) {
@@ -232,7 +240,10 @@ impl Inner {
 
     /// After `GOAWAY` either way, the session closes once no stream is left.
     fn check_drained(&mut self) {
-        if (self.goaway_sent || self.goaway_received.is_some()) && self.streams.is_empty() && !self.closing {
+        if (self.goaway_sent || self.goaway_received.is_some())
+            && self.streams.is_empty()
+            && !self.closing
+        {
             self.closing = true;
             wakers::wake(&mut self.writer);
         }
@@ -241,7 +252,9 @@ impl Inner {
     fn send_goaway(&mut self, reason: &str) {
         if !self.goaway_sent && self.end.is_none() {
             self.goaway_sent = true;
-            self.push_bulk(Frame::GoAway { reason: clip_reason(reason) });
+            self.push_bulk(Frame::GoAway {
+                reason: clip_reason(reason),
+            });
             self.accept_wakers.wake_all();
         }
         self.check_drained();
@@ -255,8 +268,16 @@ impl Inner {
         if self.streams.contains_key(&stream) {
             return Ok(true);
         }
-        let opened = if self.is_local(stream) { u64::from(stream) < self.next_local } else { stream <= self.last_peer };
-        if opened { Ok(false) } else { Err(ProtocolError::UnknownStream { stream, kind }) }
+        let opened = if self.is_local(stream) {
+            u64::from(stream) < self.next_local
+        } else {
+            stream <= self.last_peer
+        };
+        if opened {
+            Ok(false)
+        } else {
+            Err(ProtocolError::UnknownStream { stream, kind })
+        }
     }
 
     /// Takes one received frame; an error ends the session.
@@ -268,7 +289,11 @@ impl Inner {
         match frame {
             Frame::Open { stream, target } => self.on_open(stream, target)?,
             Frame::OpenOk { stream } => self.on_open_answer(stream, FrameType::OpenOk, None)?,
-            Frame::OpenErr { stream, code, reason } => {
+            Frame::OpenErr {
+                stream,
+                code,
+                reason,
+            } => {
                 self.on_open_answer(stream, FrameType::OpenErr, Some((code, reason)))?;
             }
             Frame::Data { stream, data } => self.on_data(stream, data)?,
@@ -297,7 +322,9 @@ impl Inner {
             Frame::Control { payload } => {
                 if !self.handles_gone {
                     if self.control.len() >= self.config.control_queue {
-                        return Err(ProtocolError::ControlOverflow(self.config.control_queue).into());
+                        return Err(
+                            ProtocolError::ControlOverflow(self.config.control_queue).into()
+                        );
                     }
                     self.control.push_back(payload);
                     self.control_wakers.wake_all();
@@ -318,16 +345,30 @@ impl Inner {
         let refusal = if self.handles_gone {
             Some((code::UNAVAILABLE, "the session is closing".to_owned()))
         } else if self.goaway_sent || self.goaway_received.is_some() {
-            Some((code::UNAVAILABLE, "the session is draining (GOAWAY)".to_owned()))
+            Some((
+                code::UNAVAILABLE,
+                "the session is draining (GOAWAY)".to_owned(),
+            ))
         } else if self.streams.len() >= self.config.max_streams {
-            Some((code::TOO_MANY_STREAMS, format!("{} streams are open, the most allowed", self.config.max_streams)))
+            Some((
+                code::TOO_MANY_STREAMS,
+                format!(
+                    "{} streams are open, the most allowed",
+                    self.config.max_streams
+                ),
+            ))
         } else {
             None
         };
         match refusal {
-            Some((code, reason)) => self.push_bulk(Frame::OpenErr { stream, code, reason }),
+            Some((code, reason)) => self.push_bulk(Frame::OpenErr {
+                stream,
+                code,
+                reason,
+            }),
             None => {
-                self.streams.insert(stream, StreamState::new(Phase::Incoming));
+                self.streams
+                    .insert(stream, StreamState::new(Phase::Incoming));
                 self.committed += INITIAL_WINDOW as usize;
                 self.accept_queue.push_back((stream, target));
                 self.accept_wakers.wake_all();
@@ -348,7 +389,9 @@ impl Inner {
         if !self.known(stream, kind)? {
             return Ok(());
         }
-        let Some(st) = self.streams.get_mut(&stream) else { return Ok(()) };
+        let Some(st) = self.streams.get_mut(&stream) else {
+            return Ok(());
+        };
         if st.phase != Phase::Opening {
             return Err(ProtocolError::Unexpected { stream, kind }.into());
         }
@@ -362,7 +405,10 @@ impl Inner {
             // The opener gave up waiting.
             if refused.is_none() {
                 st.local_reset = Some("open abandoned".to_owned());
-                self.push_bulk(Frame::Rst { stream, reason: "open abandoned".to_owned() });
+                self.push_bulk(Frame::Rst {
+                    stream,
+                    reason: "open abandoned".to_owned(),
+                });
             }
             self.remove(stream);
         }
@@ -375,7 +421,9 @@ impl Inner {
             return Ok(());
         }
         let budget = self.config.memory_budget;
-        let Some(st) = self.streams.get_mut(&stream) else { return Ok(()) };
+        let Some(st) = self.streams.get_mut(&stream) else {
+            return Ok(());
+        };
         if st.phase == Phase::Opening {
             return Err(ProtocolError::Unexpected { stream, kind }.into());
         }
@@ -386,12 +434,22 @@ impl Inner {
             return Err(ProtocolError::AfterEnd { stream, kind }.into());
         }
         let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
-        st.recv.receive(len).map_err(|credit| ProtocolError::FlowControl { stream, len, credit })?;
+        st.recv
+            .receive(len)
+            .map_err(|credit| ProtocolError::FlowControl {
+                stream,
+                len,
+                credit,
+            })?;
         if self.buffered + data.len() > budget {
             return Err(ProtocolError::MemoryBudget(budget).into());
         }
         self.buffered += data.len();
-        let data = if data.len() < COPY_BELOW { Bytes::copy_from_slice(&data) } else { data };
+        let data = if data.len() < COPY_BELOW {
+            Bytes::copy_from_slice(&data)
+        } else {
+            data
+        };
         st.queue.push_back(data);
         wakers::wake(&mut st.read_waker);
         Ok(())
@@ -401,11 +459,16 @@ impl Inner {
         if !self.known(stream, FrameType::Credit)? {
             return Ok(());
         }
-        let Some(st) = self.streams.get_mut(&stream) else { return Ok(()) };
+        let Some(st) = self.streams.get_mut(&stream) else {
+            return Ok(());
+        };
         if st.local_reset.is_some() || st.peer_reset.is_some() {
             return Ok(());
         }
-        st.credit = st.credit.checked_add(bytes).ok_or(ProtocolError::CreditOverflow { stream })?;
+        st.credit = st
+            .credit
+            .checked_add(bytes)
+            .ok_or(ProtocolError::CreditOverflow { stream })?;
         wakers::wake(&mut st.write_waker);
         Ok(())
     }
@@ -415,7 +478,9 @@ impl Inner {
         if !self.known(stream, kind)? {
             return Ok(());
         }
-        let Some(st) = self.streams.get_mut(&stream) else { return Ok(()) };
+        let Some(st) = self.streams.get_mut(&stream) else {
+            return Ok(());
+        };
         if st.phase == Phase::Opening {
             return Err(ProtocolError::Unexpected { stream, kind }.into());
         }
@@ -435,7 +500,9 @@ impl Inner {
         if !self.known(stream, kind)? {
             return Ok(());
         }
-        let Some(st) = self.streams.get_mut(&stream) else { return Ok(()) };
+        let Some(st) = self.streams.get_mut(&stream) else {
+            return Ok(());
+        };
         if st.phase == Phase::Opening {
             return Err(ProtocolError::Unexpected { stream, kind }.into());
         }
@@ -468,17 +535,26 @@ impl Inner {
         if draining && self.streams.values().all(StreamState::finished) {
             Ok(())
         } else {
-            Err(SessionError::PeerClosed { goaway: self.goaway_received.clone() })
+            Err(SessionError::PeerClosed {
+                goaway: self.goaway_received.clone(),
+            })
         }
     }
 
     /// Moves up to `max` frames into `batch` for the writer.
-    pub(crate) fn poll_outbound(&mut self, cx: &mut Context<'_>, batch: &mut Vec<Frame>, max: usize) -> Poll<Outbound> {
+    pub(crate) fn poll_outbound(
+        &mut self,
+        cx: &mut Context<'_>,
+        batch: &mut Vec<Frame>,
+        max: usize,
+    ) -> Poll<Outbound> {
         if self.end.is_some() {
             return Poll::Ready(Outbound::Close);
         }
         while batch.len() < max {
-            let Some(frame) = self.urgent.pop_front().or_else(|| self.bulk.pop_front()) else { break };
+            let Some(frame) = self.urgent.pop_front().or_else(|| self.bulk.pop_front()) else {
+                break;
+            };
             if matches!(frame, Frame::Pong { .. }) {
                 self.pong_queued = false;
             }
@@ -510,7 +586,9 @@ impl Inner {
             self.ping_seq += 1;
             self.ping_sent = now;
             self.ping_outstanding = Some((self.ping_seq, now));
-            self.push_urgent(Frame::Ping { opaque: self.ping_seq });
+            self.push_urgent(Frame::Ping {
+                opaque: self.ping_seq,
+            });
         }
         Ok(deadline.min(self.ping_sent + self.config.ping_interval))
     }
@@ -551,11 +629,18 @@ impl Inner {
         self.next_local += 2;
         self.streams.insert(id, StreamState::new(Phase::Opening));
         self.committed += INITIAL_WINDOW as usize;
-        self.push_bulk(Frame::Open { stream: id, target: target.to_owned() });
+        self.push_bulk(Frame::Open {
+            stream: id,
+            target: target.to_owned(),
+        });
         Ok(id)
     }
 
-    pub(crate) fn poll_open(&mut self, id: u32, cx: &mut Context<'_>) -> Poll<Result<(), OpenError>> {
+    pub(crate) fn poll_open(
+        &mut self,
+        id: u32,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), OpenError>> {
         let Some(st) = self.streams.get_mut(&id) else {
             return Poll::Ready(Err(OpenError::Session(ended(&self.end))));
         };
@@ -600,12 +685,20 @@ impl Inner {
     }
 
     pub(crate) fn refuse_incoming(&mut self, id: u32, code: u16, reason: &str) {
-        let code = if (400..=599).contains(&code) { code } else { code::UNAVAILABLE };
+        let code = if (400..=599).contains(&code) {
+            code
+        } else {
+            code::UNAVAILABLE
+        };
         if let Some(st) = self.streams.get(&id)
             && st.phase == Phase::Incoming
         {
             if self.end.is_none() && st.peer_reset.is_none() {
-                self.push_bulk(Frame::OpenErr { stream: id, code, reason: clip_reason(reason) });
+                self.push_bulk(Frame::OpenErr {
+                    stream: id,
+                    code,
+                    reason: clip_reason(reason),
+                });
             }
             self.remove(id);
         }
@@ -622,25 +715,35 @@ impl Inner {
     ) -> Poll<io::Result<Option<T>>> {
         let headroom = self.config.memory_budget.saturating_sub(self.committed);
         let max_window = self.config.max_window;
-        let Some(st) = self.streams.get_mut(&id) else { return Poll::Ready(Err(gone())) };
+        let Some(st) = self.streams.get_mut(&id) else {
+            return Poll::Ready(Err(gone()));
+        };
         if let Some(reason) = &st.local_reset {
             return Poll::Ready(Err(StreamError::ResetLocally(reason.clone()).into()));
         }
         if !st.queue.is_empty() {
             let (value, n) = take(&mut st.queue);
             st.recv.consume(u32::try_from(n).unwrap_or(u32::MAX));
-            let grant =
-                if st.recv_end == RecvEnd::Open && self.end.is_none() { st.recv.grant(max_window, headroom) } else { None };
+            let grant = if st.recv_end == RecvEnd::Open && self.end.is_none() {
+                st.recv.grant(max_window, headroom)
+            } else {
+                None
+            };
             self.buffered -= n;
             if let Some(grant) = grant {
                 self.committed += grant.growth as usize;
-                self.push_urgent(Frame::Credit { stream: id, bytes: grant.bytes });
+                self.push_urgent(Frame::Credit {
+                    stream: id,
+                    bytes: grant.bytes,
+                });
             }
             return Poll::Ready(Ok(Some(value)));
         }
         match &st.recv_end {
             RecvEnd::Fin => Poll::Ready(Ok(None)),
-            RecvEnd::Reset(reason) => Poll::Ready(Err(StreamError::ResetByPeer(reason.clone()).into())),
+            RecvEnd::Reset(reason) => {
+                Poll::Ready(Err(StreamError::ResetByPeer(reason.clone()).into()))
+            }
             RecvEnd::Open if self.end.is_some() => {
                 Poll::Ready(Err(StreamError::SessionEnded(ended(&self.end)).into()))
             }
@@ -651,7 +754,12 @@ impl Inner {
         }
     }
 
-    pub(crate) fn poll_read(&mut self, id: u32, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    pub(crate) fn poll_read(
+        &mut self,
+        id: u32,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
@@ -670,7 +778,11 @@ impl Inner {
         .map_ok(|_| ())
     }
 
-    pub(crate) fn poll_read_chunk(&mut self, id: u32, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+    pub(crate) fn poll_read_chunk(
+        &mut self,
+        id: u32,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<Option<Bytes>>> {
         self.poll_recv(id, cx, |queue| {
             let chunk = queue.pop_front().unwrap_or_default();
             let n = chunk.len();
@@ -679,10 +791,17 @@ impl Inner {
     }
 
     /// How many bytes a write may send now (at least 1 when `want` > 0).
-    pub(crate) fn poll_send(&mut self, id: u32, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
+    pub(crate) fn poll_send(
+        &mut self,
+        id: u32,
+        cx: &mut Context<'_>,
+        want: usize,
+    ) -> Poll<io::Result<usize>> {
         let split = self.config.send_split;
         let send_queue = self.config.send_queue;
-        let Some(st) = self.streams.get_mut(&id) else { return Poll::Ready(Err(gone())) };
+        let Some(st) = self.streams.get_mut(&id) else {
+            return Poll::Ready(Err(gone()));
+        };
         if let Some(reason) = &st.local_reset {
             return Poll::Ready(Err(StreamError::ResetLocally(reason.clone()).into()));
         }
@@ -712,13 +831,17 @@ impl Inner {
     /// Queues data that [`Inner::poll_send`] allowed.
     pub(crate) fn push_data(&mut self, id: u32, data: Bytes) {
         if let Some(st) = self.streams.get_mut(&id) {
-            st.credit = st.credit.saturating_sub(u32::try_from(data.len()).unwrap_or(u32::MAX));
+            st.credit = st
+                .credit
+                .saturating_sub(u32::try_from(data.len()).unwrap_or(u32::MAX));
         }
         self.push_bulk(Frame::Data { stream: id, data });
     }
 
     pub(crate) fn shutdown(&mut self, id: u32) -> io::Result<()> {
-        let Some(st) = self.streams.get_mut(&id) else { return Err(gone()) };
+        let Some(st) = self.streams.get_mut(&id) else {
+            return Err(gone());
+        };
         if let Some(reason) = &st.local_reset {
             return Err(StreamError::ResetLocally(reason.clone()).into());
         }
@@ -738,7 +861,9 @@ impl Inner {
 
     pub(crate) fn reset(&mut self, id: u32, reason: &str) {
         let live = self.end.is_none();
-        let Some(st) = self.streams.get_mut(&id) else { return };
+        let Some(st) = self.streams.get_mut(&id) else {
+            return;
+        };
         if st.local_reset.is_some() || st.phase != Phase::Open {
             return;
         }
@@ -749,14 +874,19 @@ impl Inner {
         st.wake_all();
         self.buffered -= dropped as usize;
         if send {
-            self.push_bulk(Frame::Rst { stream: id, reason: clip_reason(reason) });
+            self.push_bulk(Frame::Rst {
+                stream: id,
+                reason: clip_reason(reason),
+            });
         }
     }
 
     /// The user's handle of a stream is gone: finish it or reset it.
     pub(crate) fn drop_handle(&mut self, id: u32) {
         let live = self.end.is_none();
-        let Some(st) = self.streams.get_mut(&id) else { return };
+        let Some(st) = self.streams.get_mut(&id) else {
+            return;
+        };
         st.has_handle = false;
         match st.phase {
             // Waits for the answer, then resets or forgets the stream.
@@ -774,7 +904,10 @@ impl Inner {
             Phase::Open => {
                 if live && !st.finished() {
                     st.local_reset = Some("stream dropped".to_owned());
-                    self.push_bulk(Frame::Rst { stream: id, reason: "stream dropped".to_owned() });
+                    self.push_bulk(Frame::Rst {
+                        stream: id,
+                        reason: "stream dropped".to_owned(),
+                    });
                 }
             }
         }

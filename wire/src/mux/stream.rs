@@ -87,7 +87,9 @@ pub struct WriteHalf {
 
 impl Stream {
     pub(crate) fn new(handle: Handle) -> Self {
-        Self { handle: Arc::new(handle) }
+        Self {
+            handle: Arc::new(handle),
+        }
     }
 
     /// The stream id on the wire.
@@ -120,7 +122,14 @@ impl Stream {
     /// Halves that can be used from two tasks. The stream is finished or
     /// reset when both are dropped.
     pub fn into_split(self) -> (ReadHalf, WriteHalf) {
-        (ReadHalf { handle: self.handle.clone() }, WriteHalf { handle: self.handle })
+        (
+            ReadHalf {
+                handle: self.handle.clone(),
+            },
+            WriteHalf {
+                handle: self.handle,
+            },
+        )
     }
 }
 
@@ -165,19 +174,31 @@ async fn write_chunk(handle: &Handle, mut data: Bytes) -> io::Result<()> {
 }
 
 impl AsyncRead for Stream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         self.handle.poll_read(cx, buf)
     }
 }
 
 impl AsyncRead for ReadHalf {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         self.handle.poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for Stream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         self.handle.poll_write(cx, buf)
     }
 
@@ -192,7 +213,11 @@ impl AsyncWrite for Stream {
 }
 
 impl AsyncWrite for WriteHalf {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         self.handle.poll_write(cx, buf)
     }
 
@@ -207,18 +232,25 @@ impl AsyncWrite for WriteHalf {
 
 impl fmt::Debug for Stream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Stream").field("id", &self.handle.id).field("target", &self.handle.target).finish()
+        f.debug_struct("Stream")
+            .field("id", &self.handle.id)
+            .field("target", &self.handle.target)
+            .finish()
     }
 }
 
 impl fmt::Debug for ReadHalf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReadHalf").field("id", &self.handle.id).finish()
+        f.debug_struct("ReadHalf")
+            .field("id", &self.handle.id)
+            .finish()
     }
 }
 
 impl fmt::Debug for WriteHalf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WriteHalf").field("id", &self.handle.id).finish()
+        f.debug_struct("WriteHalf")
+            .field("id", &self.handle.id)
+            .finish()
     }
 }
