@@ -8,6 +8,7 @@ pub mod box_;
 pub mod boxes;
 pub mod duration;
 pub mod error;
+pub mod exec;
 pub mod host;
 pub mod ids;
 pub mod image;

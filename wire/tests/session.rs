@@ -20,7 +20,11 @@ use tokio::time::timeout;
 const LONG: Duration = Duration::from_secs(20);
 
 /// Opens a stream from `a`, accepts it on `b`, checks the target.
-async fn connected(a: &Session, b: &Session, target: &str) -> (psbx_wire::Stream, psbx_wire::Stream) {
+async fn connected(
+    a: &Session,
+    b: &Session,
+    target: &str,
+) -> (psbx_wire::Stream, psbx_wire::Stream) {
     let accept = async {
         let incoming = b.accept().await.expect("incoming");
         assert_eq!(incoming.target(), target);
@@ -48,7 +52,9 @@ async fn echo_both_ways(a: Session, b: Session) {
         y.shutdown().await.expect("shutdown back");
         got
     };
-    let (back, got) = timeout(LONG, async { tokio::join!(writer, echo) }).await.expect("in time");
+    let (back, got) = timeout(LONG, async { tokio::join!(writer, echo) })
+        .await
+        .expect("in time");
     assert!(got == sent, "the bytes arrived changed");
     assert!(back == sent, "the echo came back changed");
     drop((x, y));
@@ -87,7 +93,10 @@ async fn a_refusal_reaches_the_opener_with_code_and_reason() {
     let (a, b) = pair_over_io(Config::default(), Config::default(), 64 * 1024).await;
     let refuse = async {
         let incoming = b.accept().await.expect("incoming");
-        incoming.refuse(code::BAD_GATEWAY, "the connector could not reach db.internal:5432");
+        incoming.refuse(
+            code::BAD_GATEWAY,
+            "the connector could not reach db.internal:5432",
+        );
     };
     let (opened, ()) = tokio::join!(a.open("tcp:db.internal:5432"), refuse);
     match opened {
@@ -100,7 +109,10 @@ async fn a_refusal_reaches_the_opener_with_code_and_reason() {
     // An incoming stream dropped unanswered is refused with 503.
     let drop_it = async { drop(b.accept().await) };
     let (opened, ()) = tokio::join!(a.open("exec"), drop_it);
-    assert!(matches!(opened, Err(OpenError::Refused { code: 503, .. })), "{opened:?}");
+    assert!(
+        matches!(opened, Err(OpenError::Refused { code: 503, .. })),
+        "{opened:?}"
+    );
     assert_eq!(a.stats().streams, 0);
     assert_eq!(b.stats().streams, 0);
 }
@@ -118,12 +130,21 @@ async fn a_peer_reset_is_a_connection_reset_after_the_bytes_before_it() {
     assert_eq!(err.kind(), ErrorKind::ConnectionReset);
     assert!(err.to_string().contains("the process was killed"), "{err}");
     let inner = err.get_ref().and_then(|e| e.downcast_ref::<StreamError>());
-    assert!(matches!(inner, Some(StreamError::ResetByPeer(_))), "{inner:?}");
+    assert!(
+        matches!(inner, Some(StreamError::ResetByPeer(_))),
+        "{inner:?}"
+    );
     let err = y.write_all(b"too late").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ConnectionReset);
     // The local side's own operations fail too.
-    assert_eq!(x.read(&mut buf).await.unwrap_err().kind(), ErrorKind::ConnectionAborted);
-    assert_eq!(x.write(b"x").await.unwrap_err().kind(), ErrorKind::ConnectionAborted);
+    assert_eq!(
+        x.read(&mut buf).await.unwrap_err().kind(),
+        ErrorKind::ConnectionAborted
+    );
+    assert_eq!(
+        x.write(b"x").await.unwrap_err().kind(),
+        ErrorKind::ConnectionAborted
+    );
 }
 
 #[tokio::test]
@@ -143,7 +164,9 @@ async fn dropping_an_unfinished_stream_resets_it_and_a_finished_one_does_not() {
     x.read_to_end(&mut end).await.unwrap();
     drop(x);
     let mut got = Vec::new();
-    y.read_to_end(&mut got).await.expect("no reset after a clean finish");
+    y.read_to_end(&mut got)
+        .await
+        .expect("no reset after a clean finish");
     assert_eq!(got, b"done");
 }
 
@@ -152,7 +175,10 @@ async fn writes_after_shutdown_fail_with_broken_pipe() {
     let (a, b) = pair_over_io(Config::default(), Config::default(), 64 * 1024).await;
     let (mut x, _y) = connected(&a, &b, "exec").await;
     x.shutdown().await.unwrap();
-    assert_eq!(x.write(b"x").await.unwrap_err().kind(), ErrorKind::BrokenPipe);
+    assert_eq!(
+        x.write(b"x").await.unwrap_err().kind(),
+        ErrorKind::BrokenPipe
+    );
 }
 
 #[tokio::test]
@@ -177,10 +203,21 @@ async fn typed_control_messages_go_both_ways_in_order() {
         a.send_control(&ToBoxd::Ping { seq }).await.unwrap();
     }
     for seq in 0..10 {
-        assert_eq!(b.recv_control::<ToBoxd>().await.unwrap().unwrap(), ToBoxd::Ping { seq });
+        assert_eq!(
+            b.recv_control::<ToBoxd>().await.unwrap().unwrap(),
+            ToBoxd::Ping { seq }
+        );
     }
-    b.send_control(&FromBoxd::Pong { seq: 7, health: Health::default() }).await.unwrap();
-    assert!(matches!(a.recv_control::<FromBoxd>().await, Some(Ok(FromBoxd::Pong { seq: 7, .. }))));
+    b.send_control(&FromBoxd::Pong {
+        seq: 7,
+        health: Health::default(),
+    })
+    .await
+    .unwrap();
+    assert!(matches!(
+        a.recv_control::<FromBoxd>().await,
+        Some(Ok(FromBoxd::Pong { seq: 7, .. }))
+    ));
     // A message of the wrong type is reported, not fatal.
     a.send_control(&ToBoxd::HelloRequest).await.unwrap();
     assert!(matches!(b.recv_control::<FromBoxd>().await, Some(Err(_))));
@@ -192,8 +229,14 @@ async fn typed_control_messages_go_both_ways_in_order() {
 #[tokio::test]
 async fn the_hello_picks_the_highest_common_version() {
     let (x, y) = tokio::io::duplex(4096);
-    let newer = Hello { versions: Versions { min: 1, max: 3 }, ..Hello::new("newer") };
-    let older = Hello { versions: Versions { min: 1, max: 2 }, ..Hello::new("older") };
+    let newer = Hello {
+        versions: Versions { min: 1, max: 3 },
+        ..Hello::new("newer")
+    };
+    let older = Hello {
+        versions: Versions { min: 1, max: 2 },
+        ..Hello::new("older")
+    };
     let (a, b) = tokio::join!(
         Session::over_io(x, Role::Client, Config::default(), newer),
         Session::over_io(y, Role::Server, Config::default(), older),
@@ -205,7 +248,10 @@ async fn the_hello_picks_the_highest_common_version() {
 #[tokio::test]
 async fn no_common_version_fails_clearly_on_both_sides() {
     let (x, y) = tokio::io::duplex(4096);
-    let newer = Hello { versions: Versions { min: 3, max: 4 }, ..Hello::new("newer") };
+    let newer = Hello {
+        versions: Versions { min: 3, max: 4 },
+        ..Hello::new("newer")
+    };
     let (a, b) = tokio::join!(
         Session::over_io(x, Role::Client, Config::default(), newer),
         Session::over_io(y, Role::Server, Config::default(), Hello::new("older")),
@@ -249,7 +295,9 @@ async fn goaway_refuses_new_streams_and_lets_open_ones_finish() {
     assert!(!a.is_closed() && !b.is_closed());
     // Once it is done, both sessions close cleanly.
     drop((x, y));
-    let (ra, rb) = timeout(LONG, async { tokio::join!(a.closed(), b.closed()) }).await.unwrap();
+    let (ra, rb) = timeout(LONG, async { tokio::join!(a.closed(), b.closed()) })
+        .await
+        .unwrap();
     ra.expect("a drained cleanly");
     rb.expect("b drained cleanly");
 }
@@ -259,10 +307,19 @@ async fn close_ends_both_sessions_and_fails_open_streams() {
     let (a, b) = pair_over_io(Config::default(), Config::default(), 64 * 1024).await;
     let (_x, mut y) = connected(&a, &b, "exec").await;
     a.close();
-    timeout(LONG, a.closed()).await.unwrap().expect("a closed cleanly");
+    timeout(LONG, a.closed())
+        .await
+        .unwrap()
+        .expect("a closed cleanly");
     let rb = timeout(LONG, b.closed()).await.unwrap();
-    assert!(matches!(rb, Err(SessionError::PeerClosed { goaway: Some(_) })), "{rb:?}");
-    assert_eq!(y.read_u8().await.unwrap_err().kind(), ErrorKind::ConnectionAborted);
+    assert!(
+        matches!(rb, Err(SessionError::PeerClosed { goaway: Some(_) })),
+        "{rb:?}"
+    );
+    assert_eq!(
+        y.read_u8().await.unwrap_err().kind(),
+        ErrorKind::ConnectionAborted
+    );
     assert!(matches!(b.open("exec").await, Err(OpenError::Session(_))));
     assert!(b.accept().await.is_none());
 }
@@ -271,19 +328,31 @@ async fn close_ends_both_sessions_and_fails_open_streams() {
 async fn dropping_every_session_handle_closes_cleanly() {
     let (a, b) = pair_over_io(Config::default(), Config::default(), 64 * 1024).await;
     drop(a);
-    timeout(LONG, b.closed()).await.unwrap().expect("b sees a clean end");
+    timeout(LONG, b.closed())
+        .await
+        .unwrap()
+        .expect("b sees a clean end");
 }
 
 #[tokio::test]
 async fn the_stream_limit_is_enforced_on_both_sides() {
-    let small = Config { max_streams: 2, ..Config::default() };
+    let small = Config {
+        max_streams: 2,
+        ..Config::default()
+    };
     let (a, b) = pair_over_io(Config::default(), small.clone(), 64 * 1024).await;
     let _s1 = connected(&a, &b, "exec").await;
     let _s2 = connected(&a, &b, "exec").await;
     // b is at its limit: it refuses with 429 without asking its user.
-    assert!(matches!(a.open("exec").await, Err(OpenError::Refused { code: 429, .. })));
+    assert!(matches!(
+        a.open("exec").await,
+        Err(OpenError::Refused { code: 429, .. })
+    ));
     // And b cannot open more itself.
-    assert!(matches!(b.open("exec").await, Err(OpenError::TooManyStreams(2))));
+    assert!(matches!(
+        b.open("exec").await,
+        Err(OpenError::TooManyStreams(2))
+    ));
     assert!(matches!(a.open("").await, Err(OpenError::InvalidTarget(_))));
 }
 
@@ -313,12 +382,17 @@ async fn a_slow_reader_holds_at_most_its_window_and_the_writer_waits() {
 
 #[tokio::test]
 async fn the_memory_budget_caps_window_growth() {
-    let config =
-        Config { max_streams: 2, memory_budget: 2 * INITIAL_WINDOW as usize + 100_000, ..Config::default() };
+    let config = Config {
+        max_streams: 2,
+        memory_budget: 2 * INITIAL_WINDOW as usize + 100_000,
+        ..Config::default()
+    };
     let (a, b) = pair_over_io(config.clone(), config.clone(), 64 * 1024).await;
     let (mut x, mut y) = connected(&a, &b, "sync").await;
     let writer = async {
-        x.write_all(&pattern_bytes(4, 0, 8 * 1024 * 1024)).await.unwrap();
+        x.write_all(&pattern_bytes(4, 0, 8 * 1024 * 1024))
+            .await
+            .unwrap();
         x.shutdown().await.unwrap();
     };
     let reader = async {
@@ -330,7 +404,11 @@ async fn the_memory_budget_caps_window_growth() {
     assert_eq!(got.len(), 8 * 1024 * 1024);
     let stats = b.stats();
     assert!(stats.committed <= config.memory_budget, "{stats:?}");
-    assert_eq!(stats.committed, INITIAL_WINDOW as usize + 100_000, "{stats:?}");
+    assert_eq!(
+        stats.committed,
+        INITIAL_WINDOW as usize + 100_000,
+        "{stats:?}"
+    );
 }
 
 #[tokio::test]

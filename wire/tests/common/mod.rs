@@ -28,15 +28,31 @@ pub async fn pair_over_messages(a: Config, b: Config, buffer: usize) -> (Session
     let (to_b, from_a) = futures_channel::mpsc::channel::<Bytes>(buffer);
     let (to_a, from_b) = futures_channel::mpsc::channel::<Bytes>(buffer);
     let (a, b) = tokio::join!(
-        Session::over_messages(to_b, from_b.map(Ok::<_, std::io::Error>), Role::Client, a, Hello::new("test-a")),
-        Session::over_messages(to_a, from_a.map(Ok::<_, std::io::Error>), Role::Server, b, Hello::new("test-b")),
+        Session::over_messages(
+            to_b,
+            from_b.map(Ok::<_, std::io::Error>),
+            Role::Client,
+            a,
+            Hello::new("test-a")
+        ),
+        Session::over_messages(
+            to_a,
+            from_a.map(Ok::<_, std::io::Error>),
+            Role::Server,
+            b,
+            Hello::new("test-b")
+        ),
     );
     (a.expect("session a"), b.expect("session b"))
 }
 
 /// Short timers, for liveness tests.
 pub fn quick() -> Config {
-    Config { ping_interval: Duration::from_millis(100), liveness_timeout: Duration::from_millis(500), ..Config::default() }
+    Config {
+        ping_interval: Duration::from_millis(100),
+        liveness_timeout: Duration::from_millis(500),
+        ..Config::default()
+    }
 }
 
 pub const MAX: usize = 64 * 1024;
@@ -46,7 +62,9 @@ pub const MAX: usize = 64 * 1024;
 pub type RawPeer = Framed<DuplexStream, FrameCodec>;
 
 pub fn hello_frame(hello: &Hello) -> Frame {
-    Frame::Control { payload: Bytes::from(serde_json::to_vec(hello).expect("hello json")) }
+    Frame::Control {
+        payload: Bytes::from(serde_json::to_vec(hello).expect("hello json")),
+    }
 }
 
 /// A client session and a raw server peer that has exchanged hellos with it.
@@ -54,13 +72,20 @@ pub async fn raw_peer(config: Config) -> (Session, RawPeer) {
     let (x, y) = tokio::io::duplex(1 << 20);
     let mut peer = Framed::new(y, FrameCodec::new(MAX));
     let greet = async {
-        peer.send(hello_frame(&Hello::new("raw"))).await.expect("send hello");
+        peer.send(hello_frame(&Hello::new("raw")))
+            .await
+            .expect("send hello");
         match peer.next().await {
-            Some(Ok(Frame::Control { payload })) => Hello::from_json(&payload).expect("session hello"),
+            Some(Ok(Frame::Control { payload })) => {
+                Hello::from_json(&payload).expect("session hello")
+            }
             other => panic!("expected the session's hello, got {other:?}"),
         }
     };
-    let (session, _) = tokio::join!(Session::over_io(x, Role::Client, config, Hello::new("test")), greet);
+    let (session, _) = tokio::join!(
+        Session::over_io(x, Role::Client, config, Hello::new("test")),
+        greet
+    );
     (session.expect("session"), peer)
 }
 
@@ -79,8 +104,11 @@ pub async fn next_frame(peer: &mut RawPeer) -> Option<Frame> {
 /// Byte `offset` of the test pattern `seed`: every offset differs enough
 /// that a lost, duplicated or reordered chunk shows.
 pub fn pattern(seed: u64, offset: usize) -> u8 {
-    (seed.wrapping_mul(0x2545_F491_4F6C_DD1D).wrapping_add(offset as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56)
-        as u8
+    (seed
+        .wrapping_mul(0x2545_F491_4F6C_DD1D)
+        .wrapping_add(offset as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        >> 56) as u8
 }
 
 pub fn pattern_bytes(seed: u64, offset: usize, len: usize) -> Vec<u8> {
