@@ -12,5 +12,6 @@ pub mod embedded_pg;
 pub mod error;
 pub mod logging;
 pub mod metrics;
+pub mod pack;
 pub mod routes;
 pub mod tls;
