@@ -7,6 +7,8 @@
 
 mod health;
 mod port;
+#[allow(dead_code)] // used once exec and sync travel on the wire
+mod unpack;
 
 use psbx_wire::control::{FromBoxd, Hello, ToBoxd};
 use psbx_wire::{PROTOCOL_VERSION, lines};
