@@ -5,6 +5,8 @@
 //! and answers health pings. It prints `boxd ready` on its stdout (the console)
 //! once the port is open.
 
+#[allow(dead_code)] // used once exec travels on the wire
+mod exec;
 mod health;
 mod port;
 #[allow(dead_code)] // used once exec and sync travel on the wire

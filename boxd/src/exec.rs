@@ -1,0 +1,336 @@
+//! Running commands in the box: `sh -lc <cmd>` (a login-like environment),
+//! in its own process group with the box's secrets and the caller's variables
+//! in its environment, `/work` as the default working directory. Output goes
+//! out chunk by chunk; a time limit kills the whole process group. Background
+//! commands keep running after the call; their output goes to a log file that
+//! can be read later, and they are listed and signalled by process id.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+
+/// What to run.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+pub struct ExecSpec {
+    pub cmd: String,
+    #[serde(default = "default_cwd")]
+    pub cwd: String,
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    /// Kill the process group after this many seconds (foreground only).
+    pub timeout_s: Option<u64>,
+    #[serde(default)]
+    pub background: bool,
+}
+
+fn default_cwd() -> String {
+    "/work".to_owned()
+}
+
+/// A piece of output.
+#[derive(Debug)]
+pub enum Output {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Exit {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+}
+
+/// How long output is still read after the command exited, for children that
+/// keep its pipes open.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
+
+fn command(spec: &ExecSpec, base_env: &[(String, String)]) -> Command {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-lc")
+        .arg(&spec.cmd)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env("HOME", "/root")
+        .env("TERM", "dumb")
+        .env("LANG", "C.UTF-8")
+        .envs(base_env.iter().map(|(k, v)| (k, v)))
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(false);
+    cmd
+}
+
+/// Kills every process of a group.
+pub fn kill_group(pgid: u32, signal: nix::sys::signal::Signal) -> bool {
+    i32::try_from(pgid)
+        .ok()
+        .is_some_and(|p| nix::sys::signal::killpg(nix::unistd::Pid::from_raw(p), signal).is_ok())
+}
+
+async fn pump(mut from: impl AsyncRead + Unpin, to: mpsc::Sender<Output>, stderr: bool) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let chunk = buf[..n].to_vec();
+                let out = if stderr {
+                    Output::Stderr(chunk)
+                } else {
+                    Output::Stdout(chunk)
+                };
+                if to.send(out).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn exit_of(status: std::process::ExitStatus, timed_out: bool) -> Exit {
+    use std::os::unix::process::ExitStatusExt;
+    Exit {
+        code: status.code(),
+        signal: status.signal(),
+        timed_out,
+    }
+}
+
+/// Runs a foreground command, sending its output to `out` as it comes.
+pub async fn run(
+    spec: &ExecSpec,
+    base_env: &[(String, String)],
+    out: mpsc::Sender<Output>,
+) -> std::io::Result<(u32, Exit)> {
+    let mut child = command(spec, base_env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let pid = child.id().unwrap_or(0);
+    let mut pumps = Vec::new();
+    if let Some(stdout) = child.stdout.take() {
+        pumps.push(tokio::spawn(pump(stdout, out.clone(), false)));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        pumps.push(tokio::spawn(pump(stderr, out.clone(), true)));
+    }
+    drop(out);
+    let limit = spec.timeout_s.map(Duration::from_secs);
+    let (status, timed_out) = match limit {
+        Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
+            Ok(status) => (status?, false),
+            Err(_) => {
+                kill_group(pid, nix::sys::signal::Signal::SIGKILL);
+                (child.wait().await?, true)
+            }
+        },
+        None => (child.wait().await?, false),
+    };
+    if timed_out {
+        // Children still holding the pipes were killed with the group.
+        for p in pumps {
+            let _ = p.await;
+        }
+    } else {
+        let drain = async {
+            for p in pumps {
+                let _ = p.await;
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, drain).await;
+    }
+    Ok((pid, exit_of(status, timed_out)))
+}
+
+/// A background command.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Process {
+    pub pid: u32,
+    pub cmd: String,
+    pub started_at_unix: u64,
+    pub log: String,
+    pub exit: Option<Exit>,
+}
+
+/// The background commands of this box.
+#[derive(Clone, Default)]
+pub struct Processes {
+    inner: Arc<Mutex<HashMap<u32, Process>>>,
+}
+
+/// Where background commands' output goes.
+pub const LOG_DIR: &str = "/run/psbx/processes";
+
+impl Processes {
+    /// Starts a background command; its stdout and stderr go to its log file.
+    pub fn start(
+        &self,
+        spec: &ExecSpec,
+        base_env: &[(String, String)],
+    ) -> std::io::Result<Process> {
+        std::fs::create_dir_all(LOG_DIR)?;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let log = PathBuf::from(LOG_DIR).join(format!("{stamp}-{}.log", self.len()));
+        let file = std::fs::File::create(&log)?;
+        let mut child = command(spec, base_env)
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()?;
+        let pid = child.id().unwrap_or(0);
+        let final_log = PathBuf::from(LOG_DIR).join(format!("{pid}.log"));
+        std::fs::rename(&log, &final_log)?;
+        let process = Process {
+            pid,
+            cmd: spec.cmd.clone(),
+            started_at_unix: stamp,
+            log: final_log.display().to_string(),
+            exit: None,
+        };
+        self.lock().insert(pid, process.clone());
+        let me = self.clone();
+        tokio::spawn(async move {
+            if let Ok(status) = child.wait().await {
+                if let Some(p) = me.lock().get_mut(&pid) {
+                    p.exit = Some(exit_of(status, false));
+                }
+            }
+        });
+        Ok(process)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Process>> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn list(&self) -> Vec<Process> {
+        let mut all: Vec<Process> = self.lock().values().cloned().collect();
+        all.sort_by_key(|p| p.pid);
+        all
+    }
+
+    pub fn get(&self, pid: u32) -> Option<Process> {
+        self.lock().get(&pid).cloned()
+    }
+
+    /// Signals a background command's whole process group.
+    pub fn signal(&self, pid: u32, signal: nix::sys::signal::Signal) -> bool {
+        self.get(pid)
+            .is_some_and(|p| p.exit.is_none() && kill_group(pid, signal))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(cmd: &str) -> ExecSpec {
+        ExecSpec {
+            cmd: cmd.to_owned(),
+            cwd: "/tmp".to_owned(),
+            env: vec![("MINE".into(), "caller".into())],
+            timeout_s: None,
+            background: false,
+        }
+    }
+
+    async fn collect(spec: ExecSpec, env: &[(String, String)]) -> (String, String, Exit, Duration) {
+        let (tx, mut rx) = mpsc::channel(64);
+        let started = std::time::Instant::now();
+        let runner = run(&spec, env, tx);
+        let gather = async {
+            let (mut o, mut e) = (Vec::new(), Vec::new());
+            while let Some(chunk) = rx.recv().await {
+                match chunk {
+                    Output::Stdout(b) => o.extend(b),
+                    Output::Stderr(b) => e.extend(b),
+                }
+            }
+            (o, e)
+        };
+        let (result, (o, e)) = tokio::join!(runner, gather);
+        let (_, exit) = result.unwrap();
+        (
+            String::from_utf8(o).unwrap(),
+            String::from_utf8(e).unwrap(),
+            exit,
+            started.elapsed(),
+        )
+    }
+
+    #[tokio::test]
+    async fn runs_with_the_box_and_caller_environment() {
+        let secrets = vec![("TOKEN".to_owned(), "from-the-box".to_owned())];
+        let (out, err, exit, _) = collect(
+            spec("echo $TOKEN $MINE; pwd; echo oops >&2; exit 3"),
+            &secrets,
+        )
+        .await;
+        assert_eq!(out, "from-the-box caller\n/tmp\n");
+        assert_eq!(err, "oops\n");
+        assert_eq!(
+            exit,
+            Exit {
+                code: Some(3),
+                signal: None,
+                timed_out: false
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_time_limit_kills_the_whole_group() {
+        let marker = format!("/tmp/psbx-exec-test-{}", std::process::id());
+        let mut s = spec(&format!("(sleep 3; touch {marker}) & sleep 30"));
+        s.timeout_s = Some(1);
+        let (_, _, exit, took) = collect(s, &[]).await;
+        assert!(exit.timed_out);
+        assert_eq!(exit.signal, Some(9));
+        assert!(took < Duration::from_secs(3), "{took:?}");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(
+            !std::path::Path::new(&marker).exists(),
+            "a child survived the time limit"
+        );
+    }
+
+    #[tokio::test]
+    async fn background_commands_outlive_the_call_and_log_their_output() {
+        let procs = Processes::default();
+        let p = procs.start(&spec("echo started; sleep 30"), &[]).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(std::fs::read_to_string(&p.log).unwrap(), "started\n");
+        assert!(
+            procs
+                .list()
+                .iter()
+                .any(|q| q.pid == p.pid && q.exit.is_none())
+        );
+        assert!(procs.signal(p.pid, nix::sys::signal::Signal::SIGTERM));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(procs.get(p.pid).unwrap().exit.unwrap().signal, Some(15));
+        let _ = std::fs::remove_file(&p.log);
+    }
+}
