@@ -206,10 +206,10 @@ impl Processes {
         self.lock().insert(pid, process.clone());
         let me = self.clone();
         tokio::spawn(async move {
-            if let Ok(status) = child.wait().await {
-                if let Some(p) = me.lock().get_mut(&pid) {
-                    p.exit = Some(exit_of(status, false));
-                }
+            if let Ok(status) = child.wait().await
+                && let Some(p) = me.lock().get_mut(&pid)
+            {
+                p.exit = Some(exit_of(status, false));
             }
         });
         Ok(process)
