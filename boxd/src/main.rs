@@ -1,20 +1,17 @@
 //! boxd, the agent inside every box. Its only link to the control plane is the
-//! virtio-serial port `org.psbx.boxd`; it has no network listener.
+//! virtio-serial port `org.psbx.boxd`, carrying a wire session (DESIGN.md §5);
+//! it has no network listener.
 //!
-//! This first part says hello (protocol and boxd versions, boot id, features)
-//! and answers health pings. It prints `boxd ready` on its stdout (the console)
-//! once the port is open.
+//! It prints `boxd ready on <port>` on its stdout (the console) once the port
+//! is found, then serves the server's streams: info, health, configure, exec,
+//! sync, processes, signal, logs (`serve.rs`).
 
-#[allow(dead_code)] // used once exec travels on the wire
 mod exec;
 mod health;
 mod port;
-#[allow(dead_code)] // used once exec and sync travel on the wire
+mod serve;
 mod unpack;
 
-use psbx_wire::control::{FromBoxd, Hello, ToBoxd};
-use psbx_wire::{PROTOCOL_VERSION, lines};
-use std::io::{Read, Write};
 use std::time::Duration;
 
 fn main() {
@@ -30,46 +27,10 @@ fn main() {
 
 fn run() -> std::io::Result<()> {
     let path = port::find(psbx_wire::BOXD_PORT_NAME, Duration::from_secs(60))?;
-    let mut port = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)?;
-    let hello = FromBoxd::Hello(Hello {
-        protocol: PROTOCOL_VERSION,
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        boot_id: health::boot_id(),
-        features: vec!["health".to_owned()],
-    });
     println!("boxd ready on {}", path.display());
-    port.write_all(&lines::encode(&hello))?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = port.read(&mut chunk)?;
-        if n == 0 {
-            // The host side is not connected (server restarting, box thawing):
-            // wait for it to come back.
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let messages = match lines::decode_all::<ToBoxd>(&mut buf) {
-            Ok(messages) => messages,
-            Err(e) => {
-                eprintln!("boxd: dropping input: {e}");
-                buf.clear();
-                continue;
-            }
-        };
-        for message in messages {
-            let answer = match message {
-                ToBoxd::HelloRequest => hello.clone(),
-                ToBoxd::Ping { seq } => FromBoxd::Pong {
-                    seq,
-                    health: health::read(),
-                },
-            };
-            port.write_all(&lines::encode(&answer))?;
-        }
-    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(serve::run(path))
 }

@@ -216,7 +216,7 @@ fn boxes_start_from_the_pool_and_the_pool_leaves_with_the_server() {
         "the box did not come from the pool"
     );
     assert_eq!(started["state"], "running");
-    assert_eq!(started["health"]["answering"], true);
+    assert_eq!(started["health"]["answering"], true, "{started}");
     s.server()
         .wait_for_log("box started from the pool", Duration::from_secs(10));
     let refill = s.server().wait_for_log("pool box ready", LONG);

@@ -13,6 +13,7 @@
 //! Shared by the server, boxd and the connector, so it never depends on
 //! diesel or actix.
 
+pub mod boxd;
 pub mod codec;
 pub mod control;
 pub mod frame;

@@ -1,6 +1,7 @@
 //! Two real sessions talking: streams, half-close, resets, refusals, control
 //! messages, hello negotiation, GOAWAY, closing, flow control and the memory
 //! budget, over both carriages.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -80,9 +81,9 @@ async fn bytes_flow_both_ways_over_messages() {
 #[tokio::test]
 async fn both_sides_open_streams_with_their_own_ids() {
     let (a, b) = pair_over_io(Config::default(), Config::default(), 64 * 1024).await;
-    let (x1, _) = connected(&a, &b, "exec").await;
-    let (y1, _) = connected(&b, &a, "sync").await;
-    let (x2, _) = connected(&a, &b, "exec").await;
+    let (x1, _x1) = connected(&a, &b, "exec").await;
+    let (y1, _y1) = connected(&b, &a, "sync").await;
+    let (x2, _x2) = connected(&a, &b, "exec").await;
     assert_eq!((x1.id(), x2.id()), (1, 3));
     assert_eq!(y1.id(), 2);
     assert_eq!(a.stats().streams, 3);
@@ -282,10 +283,13 @@ async fn goaway_refuses_new_streams_and_lets_open_ones_finish() {
     assert!(matches!(b.open("exec").await, Err(OpenError::GoingAway)));
     assert!(b.accept().await.is_none());
     // The open stream still works both ways.
-    x.write_all(&pattern_bytes(5, 0, 600_000)).await.unwrap();
-    x.shutdown().await.unwrap();
+    let write = async {
+        x.write_all(&pattern_bytes(5, 0, 600_000)).await.unwrap();
+        x.shutdown().await.unwrap();
+    };
     let mut got = Vec::new();
-    y.read_to_end(&mut got).await.unwrap();
+    let ((), read) = tokio::join!(write, y.read_to_end(&mut got));
+    read.unwrap();
     assert!(got == pattern_bytes(5, 0, 600_000));
     y.write_all(b"bye").await.unwrap();
     y.shutdown().await.unwrap();

@@ -1,35 +1,38 @@
-//! The server's end of a box's channel: a task that keeps a connection to the
-//! box's `boxd.sock` (libvirt's end of the virtio-serial port), asks for boxd's
-//! hello whenever it (re)connects, and carries pings. The actor reads what the
-//! task learned through a watch channel and never blocks on the socket itself.
+//! The server's end of a box's channel: a task that keeps a wire session
+//! (DESIGN.md §5) to boxd over the box's `boxd.sock` (libvirt's end of the
+//! virtio-serial port), re-establishing it whenever it drops (server restart,
+//! thaw), and asks boxd for its [`BoxInfo`] on every new session. Requests are
+//! streams: open a target, write a JSON request, read the answer.
 
-use psbx_wire::control::{FromBoxd, Health, Hello, ToBoxd};
-use psbx_wire::lines;
+use psbx_wire::Hello;
+use psbx_wire::boxd::BoxInfo;
+use psbx_wire::control::Health;
+use psbx_wire::mux::{Config, Role, Session, Stream};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc, watch};
-
-/// What the link knows right now.
-#[derive(Debug, Clone, Default)]
-pub struct LinkState {
-    pub connected: bool,
-    pub hello: Option<Hello>,
-    /// The last pong: its sequence number and the health it carried.
-    pub pong: Option<(u64, Health)>,
-    /// Why the last connection ended, for diagnostics.
-    pub last_error: Option<String>,
-}
+use tokio::sync::watch;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
-    #[error("boxd did not say hello within {0:?}")]
-    NoHello(Duration),
-    #[error("boxd did not answer a ping within {0:?}")]
-    NoPong(Duration),
+    #[error("boxd did not answer within {0:?}")]
+    NoAnswer(Duration),
     #[error("the link to boxd is closed")]
     Closed,
+    #[error("boxd refused {target}: {reason}")]
+    Refused { target: String, reason: String },
+    #[error("boxd's answer to {target} was not understood: {reason}")]
+    BadAnswer { target: String, reason: String },
+}
+
+/// A session that is up, with what boxd said about itself on it.
+#[derive(Clone)]
+struct Up {
+    session: Session,
+    info: BoxInfo,
 }
 
 /// A live link to one box's boxd; dropping it ends the task.
@@ -42,29 +45,34 @@ pub struct BoxdLink {
 /// working once the [`BoxdLink`] is dropped.
 #[derive(Clone)]
 pub struct LinkHandle {
-    state: watch::Receiver<LinkState>,
-    outbox: mpsc::Sender<ToBoxd>,
-    next_seq: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    up: watch::Receiver<Option<Up>>,
 }
 
-/// How often a connected link re-asks for a hello it has not had yet.
-const HELLO_RETRY: Duration = Duration::from_millis(300);
 /// How soon a failed connection is retried.
 const RECONNECT: Duration = Duration::from_millis(200);
+/// How long a session handshake may take before the connection is retried:
+/// short, because a boxd restored from a freeze may still be on its old session.
+const HANDSHAKE: Duration = Duration::from_secs(3);
+/// The largest JSON answer read from boxd.
+const MAX_ANSWER: u64 = 4 << 20;
+
+/// The session settings of the box channel: a dead boxd is noticed in seconds.
+fn config() -> Config {
+    Config {
+        ping_interval: Duration::from_secs(2),
+        liveness_timeout: Duration::from_secs(8),
+        ..Config::default()
+    }
+}
 
 impl BoxdLink {
     /// Starts connecting to `socket` (it may not exist yet: the domain is
     /// still starting).
     pub fn open(socket: PathBuf) -> Self {
-        let (state_tx, state) = watch::channel(LinkState::default());
-        let (outbox, inbox) = mpsc::channel(16);
-        let task = tokio::spawn(run(socket, state_tx, inbox));
+        let (tx, up) = watch::channel(None);
+        let task = tokio::spawn(run(socket, tx));
         Self {
-            handle: LinkHandle {
-                state,
-                outbox,
-                next_seq: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1)),
-            },
+            handle: LinkHandle { up },
             task,
         }
     }
@@ -74,133 +82,144 @@ impl BoxdLink {
     }
 }
 
-impl LinkHandle {
-    pub fn state(&self) -> LinkState {
-        self.state.borrow().clone()
-    }
-
-    /// Forgets the last hello, so [`Self::hello`] waits for a fresh one (after a
-    /// thaw or a resume).
-    pub async fn ask_hello(&self) -> Result<(), LinkError> {
-        self.outbox
-            .send(ToBoxd::HelloRequest)
-            .await
-            .map_err(|_| LinkError::Closed)
-    }
-
-    /// Waits for boxd's hello (a hello already received counts).
-    pub async fn hello(&self, timeout: Duration) -> Result<Hello, LinkError> {
-        let mut state = self.state.clone();
-        let wait = state.wait_for(|s| s.hello.is_some());
-        match tokio::time::timeout(timeout, wait).await {
-            Ok(Ok(s)) => s.hello.clone().ok_or(LinkError::Closed),
-            Ok(Err(_)) => Err(LinkError::Closed),
-            Err(_) => Err(LinkError::NoHello(timeout)),
-        }
-    }
-
-    /// Sends a ping and waits for its pong: boxd is alive, here is its health.
-    pub async fn ping(&self, timeout: Duration) -> Result<Health, LinkError> {
-        let seq = self
-            .next_seq
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.outbox
-            .send(ToBoxd::Ping { seq })
-            .await
-            .map_err(|_| LinkError::Closed)?;
-        let mut state = self.state.clone();
-        let wait = state.wait_for(|s| s.pong.as_ref().is_some_and(|(n, _)| *n >= seq));
-        match tokio::time::timeout(timeout, wait).await {
-            Ok(Ok(s)) => s
-                .pong
-                .as_ref()
-                .map(|(_, h)| h.clone())
-                .ok_or(LinkError::Closed),
-            Ok(Err(_)) => Err(LinkError::Closed),
-            Err(_) => Err(LinkError::NoPong(timeout)),
-        }
-    }
-}
-
 impl Drop for BoxdLink {
     fn drop(&mut self) {
         self.task.abort();
+        // Handles cloned out of the link keep the session object alive: close
+        // it now, so the connection to QEMU is released at once (its chardev
+        // takes one client at a time).
+        if let Some(up) = self.handle.up.borrow().as_ref() {
+            up.session.close();
+        }
     }
 }
 
-async fn run(socket: PathBuf, state: watch::Sender<LinkState>, mut inbox: mpsc::Receiver<ToBoxd>) {
+async fn run(socket: PathBuf, up: watch::Sender<Option<Up>>) {
     loop {
-        let stream = match UnixStream::connect(&socket).await {
-            Ok(stream) => stream,
-            Err(e) => {
-                state.send_modify(|s| s.last_error = Some(format!("connect: {e}")));
+        let Ok(stream) = UnixStream::connect(&socket).await else {
+            tokio::time::sleep(RECONNECT).await;
+            continue;
+        };
+        let hello = Hello::new(format!("psbx {}", env!("CARGO_PKG_VERSION")));
+        let session = match tokio::time::timeout(
+            HANDSHAKE,
+            Session::over_io(stream, Role::Client, config(), hello),
+        )
+        .await
+        {
+            Ok(Ok(session)) => session,
+            Ok(Err(e)) => {
+                tracing::debug!(socket = %socket.display(), error = %e, "no session with boxd yet");
+                tokio::time::sleep(RECONNECT).await;
+                continue;
+            }
+            Err(_) => {
+                tracing::debug!(socket = %socket.display(), "boxd's hello did not come; reconnecting");
                 tokio::time::sleep(RECONNECT).await;
                 continue;
             }
         };
-        state.send_modify(|s| {
-            s.connected = true;
-            s.hello = None;
-        });
-        let ended = serve(stream, &state, &mut inbox).await;
-        state.send_modify(|s| {
-            s.connected = false;
-            s.last_error = Some(ended.clone());
-        });
-        if ended == "closed by the actor" {
-            return;
+        match tokio::time::timeout(HANDSHAKE, fetch::<BoxInfo>(&session, "info", None::<&()>)).await
+        {
+            Ok(Ok(info)) => {
+                up.send_replace(Some(Up {
+                    session: session.clone(),
+                    info,
+                }));
+                let _ = session.closed().await;
+                up.send_replace(None);
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(socket = %socket.display(), error = %e, "boxd's info failed");
+                session.close();
+            }
+            Err(_) => {
+                tracing::debug!(socket = %socket.display(), "boxd's info did not come");
+                session.close();
+            }
         }
         tokio::time::sleep(RECONNECT).await;
     }
 }
 
-/// Runs one connection until it ends; returns why.
-async fn serve(
-    stream: UnixStream,
-    state: &watch::Sender<LinkState>,
-    inbox: &mut mpsc::Receiver<ToBoxd>,
-) -> String {
-    let (mut reader, mut writer) = stream.into_split();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let mut retry = tokio::time::interval(HELLO_RETRY);
-    loop {
-        tokio::select! {
-            _ = retry.tick(), if state.borrow().hello.is_none() => {
-                if let Err(e) = writer.write_all(&lines::encode(&ToBoxd::HelloRequest)).await {
-                    return format!("write: {e}");
-                }
-            }
-            message = inbox.recv() => {
-                let Some(message) = message else { return "closed by the actor".to_owned() };
-                if matches!(message, ToBoxd::HelloRequest) {
-                    state.send_modify(|s| s.hello = None);
-                }
-                if let Err(e) = writer.write_all(&lines::encode(&message)).await {
-                    return format!("write: {e}");
-                }
-            }
-            read = reader.read(&mut chunk) => {
-                let n = match read {
-                    Ok(0) => return "boxd's channel closed".to_owned(),
-                    Ok(n) => n,
-                    Err(e) => return format!("read: {e}"),
-                };
-                buf.extend_from_slice(&chunk[..n]);
-                match lines::decode_all::<FromBoxd>(&mut buf) {
-                    Ok(messages) => {
-                        for message in messages {
-                            match message {
-                                FromBoxd::Hello(hello) => state.send_modify(|s| s.hello = Some(hello)),
-                                FromBoxd::Pong { seq, health } => {
-                                    state.send_modify(|s| s.pong = Some((seq, health)))
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => return format!("boxd sent garbage: {e}"),
-                }
-            }
+/// Opens `target`, writes `request` as JSON (if any), half-closes, and reads
+/// the whole answer as JSON.
+async fn fetch<R: DeserializeOwned>(
+    session: &Session,
+    target: &str,
+    request: Option<&impl Serialize>,
+) -> Result<R, LinkError> {
+    let mut stream = open(session, target).await?;
+    if let Some(request) = request {
+        let body = serde_json::to_vec(request).map_err(|e| LinkError::BadAnswer {
+            target: target.to_owned(),
+            reason: e.to_string(),
+        })?;
+        stream
+            .write_all(&body)
+            .await
+            .map_err(|_| LinkError::Closed)?;
+    }
+    stream.shutdown().await.map_err(|_| LinkError::Closed)?;
+    let mut answer = Vec::new();
+    (&mut stream)
+        .take(MAX_ANSWER)
+        .read_to_end(&mut answer)
+        .await
+        .map_err(|_| LinkError::Closed)?;
+    serde_json::from_slice(&answer).map_err(|e| LinkError::BadAnswer {
+        target: target.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+async fn open(session: &Session, target: &str) -> Result<Stream, LinkError> {
+    session.open(target).await.map_err(|e| LinkError::Refused {
+        target: target.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+impl LinkHandle {
+    async fn up(&self, timeout: Duration) -> Result<Up, LinkError> {
+        let mut up = self.up.clone();
+        match tokio::time::timeout(timeout, up.wait_for(Option::is_some)).await {
+            Ok(Ok(state)) => state.clone().ok_or(LinkError::Closed),
+            Ok(Err(_)) => Err(LinkError::Closed),
+            Err(_) => Err(LinkError::NoAnswer(timeout)),
         }
+    }
+
+    /// Waits for a session and returns what boxd said about itself on it.
+    pub async fn hello(&self, timeout: Duration) -> Result<BoxInfo, LinkError> {
+        Ok(self.up(timeout).await?.info)
+    }
+
+    /// Asks boxd how the box is: it is alive when this answers.
+    pub async fn ping(&self, timeout: Duration) -> Result<Health, LinkError> {
+        let up = self.up(timeout).await?;
+        tokio::time::timeout(timeout, fetch(&up.session, "health", None::<&()>))
+            .await
+            .map_err(|_| LinkError::NoAnswer(timeout))?
+    }
+
+    /// A JSON request and its JSON answer, within `timeout`.
+    pub async fn request<R: DeserializeOwned>(
+        &self,
+        target: &str,
+        request: &impl Serialize,
+        timeout: Duration,
+    ) -> Result<R, LinkError> {
+        let up = self.up(timeout).await?;
+        tokio::time::timeout(timeout, fetch(&up.session, target, Some(request)))
+            .await
+            .map_err(|_| LinkError::NoAnswer(timeout))?
+    }
+
+    /// A stream to one of boxd's services, for callers that read or write
+    /// more than one JSON value (exec, sync, logs).
+    pub async fn open(&self, target: &str, timeout: Duration) -> Result<Stream, LinkError> {
+        let up = self.up(timeout).await?;
+        open(&up.session, target).await
     }
 }

@@ -18,7 +18,8 @@ use crate::store::{BoxRecord, Transition};
 use actix::prelude::*;
 use chrono::{DateTime, Utc};
 use link::{BoxdLink, LinkHandle};
-use psbx_wire::control::{Health, Hello};
+use psbx_wire::boxd::BoxInfo;
+use psbx_wire::control::Health;
 use state::BoxState;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +28,7 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct BoxSnapshot {
     pub record: BoxRecord,
-    pub hello: Option<Hello>,
+    pub hello: Option<BoxInfo>,
     pub health: Option<Health>,
     pub freezes_at: Option<DateTime<Utc>>,
     pub expires_at: DateTime<Utc>,
@@ -38,7 +39,7 @@ impl BoxSnapshot {
     /// the last activity.
     pub fn of(
         record: BoxRecord,
-        hello: Option<Hello>,
+        hello: Option<BoxInfo>,
         health: Option<Health>,
         idle_freeze: Duration,
     ) -> Self {
@@ -65,7 +66,7 @@ pub struct BoxActor {
     record: BoxRecord,
     ctx: Arc<HostContext>,
     link: Option<BoxdLink>,
-    hello: Option<Hello>,
+    hello: Option<BoxInfo>,
     idle_timer: Option<SpawnHandle>,
     expiry_timer: Option<SpawnHandle>,
 }
@@ -73,7 +74,11 @@ pub struct BoxActor {
 impl BoxActor {
     /// An actor for a box that is running (with its link, hello received) or
     /// frozen (no link).
-    pub fn new(record: BoxRecord, ctx: Arc<HostContext>, link: Option<(BoxdLink, Hello)>) -> Self {
+    pub fn new(
+        record: BoxRecord,
+        ctx: Arc<HostContext>,
+        link: Option<(BoxdLink, BoxInfo)>,
+    ) -> Self {
         let (link, hello) = match link {
             Some((l, h)) => (Some(l), Some(h)),
             None => (None, None),

@@ -10,7 +10,7 @@ use crate::host::context::HostContext;
 use crate::ids::{AccountId, BoxId};
 use crate::store::{BoxRecord, Claim, NewBox, Transition};
 use actix::prelude::*;
-use psbx_wire::control::Hello;
+use psbx_wire::boxd::BoxInfo;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,10 +31,10 @@ pub struct CreateBox {
 #[rtype(result = "()")]
 pub(super) struct Refill;
 
-/// How long a resumed pool box may take to answer a ping.
-const RESUME_PING: Duration = Duration::from_secs(5);
+/// How long a resumed pool box may take to say hello on a new session.
+const RESUME_HELLO: Duration = Duration::from_secs(15);
 
-type Booted = (BoxRecord, BoxdLink, Hello);
+type Booted = (BoxRecord, BoxdLink, BoxInfo);
 
 /// Starts a box's domain and waits for boxd's hello; the record moves from
 /// `creating` to `booting` on the way (a pooled record stays `pooled`).
@@ -136,32 +136,30 @@ async fn claim(
     pooled: PooledBox,
     claim: Claim,
 ) -> Result<Booted, BoxError> {
-    let PooledBox {
-        record,
-        link,
-        hello,
-    } = pooled;
+    let PooledBox { record } = pooled;
     let started = Instant::now();
     let result = async {
         let (h, name) = (hctx.clone(), HostContext::domain_name(&record.id));
         blocking(move || h.host.resume(&name)).await?;
-        link.handle()
-            .ping(RESUME_PING)
+        let link = BoxdLink::open(hctx.socket(&record.id));
+        let hello = link
+            .handle()
+            .hello(RESUME_HELLO)
             .await
             .map_err(|e| BoxError::Boot(format!("the pooled box did not wake: {e}")))?;
         let (store, id, boot_id) = (hctx.store.clone(), record.id.clone(), hello.boot_id.clone());
-        blocking(move || store.claim_pooled_box(&id, &claim, &boot_id))
+        let record = blocking(move || store.claim_pooled_box(&id, &claim, &boot_id))
             .await?
-            .ok_or_else(|| BoxError::Internal("the pooled box was taken twice".into()))
+            .ok_or_else(|| BoxError::Internal("the pooled box was taken twice".into()))?;
+        Ok((record, link, hello))
     }
     .await;
     match result {
-        Ok(record) => {
-            tracing::info!(box_id = %record.id, ms = started.elapsed().as_millis() as u64, "box started from the pool");
-            Ok((record, link, hello))
+        Ok(booted) => {
+            tracing::info!(box_id = %booted.0.id, ms = started.elapsed().as_millis() as u64, "box started from the pool");
+            Ok(booted)
         }
         Err(e) => {
-            drop(link);
             clean_up_failed(&hctx, &record.id, &e, true).await;
             Err(e)
         }
@@ -192,14 +190,12 @@ async fn pool_boot(hctx: Arc<HostContext>, size: u32) -> Result<PooledBox, BoxEr
     let result = async {
         let store = hctx.store.clone();
         let record = blocking(move || store.insert_box(&new)).await?;
-        let (record, link, hello) = boot(&hctx, record).await?;
+        let (record, link, _) = boot(&hctx, record).await?;
+        // The session ends before the pause, not during it.
+        drop(link);
         let (h, name) = (hctx.clone(), HostContext::domain_name(&record.id));
         blocking(move || h.host.suspend(&name)).await?;
-        Ok(PooledBox {
-            record,
-            link,
-            hello,
-        })
+        Ok(PooledBox { record })
     }
     .await;
     if let Err(e) = &result {

@@ -11,20 +11,18 @@ mod start;
 pub use create::CreateBox;
 pub use start::{HostStart, start_host};
 
-use crate::box_::link::BoxdLink;
 use crate::store::BoxRecord;
 use actix::prelude::*;
 use context::HostContext;
-use psbx_wire::control::Hello;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A pooled box: booted, said hello, suspended, owned by nobody.
+/// A pooled box: booted, said hello, suspended, owned by nobody. It keeps no
+/// link while suspended: a session cannot stay alive across the pause, and
+/// reconnection attempts would queue stale bytes for the guest.
 struct PooledBox {
     record: BoxRecord,
-    link: BoxdLink,
-    hello: Hello,
 }
 
 pub struct HostSupervisor {
@@ -65,23 +63,24 @@ impl Handler<Shutdown> for HostSupervisor {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) -> Self::Result {
-        let pooled: Vec<PooledBox> = self.pool.drain().flat_map(|(_, q)| q).collect();
+        // Every pooled row of this host: those waiting in the pool and those
+        // still booting into it.
+        self.pool.clear();
         ctx.stop();
         let hctx = self.ctx.clone();
         Box::pin(async move {
-            for pooled in pooled {
-                let (h, id) = (hctx.clone(), pooled.record.id.clone());
-                drop(pooled.link);
-                let result = crate::error::blocking(move || {
-                    h.teardown(&id)?;
-                    h.store
-                        .delete_pooled_box(&id)
-                        .map_err(crate::error::BoxError::from)
-                })
-                .await;
-                if let Err(e) = result {
-                    tracing::warn!(error = %e, "could not remove a pooled box");
+            let result = crate::error::blocking(move || {
+                for row in hctx.store.live_boxes_on_host(hctx.host.uri())? {
+                    if row.state == crate::box_::state::BoxState::Pooled {
+                        hctx.teardown(&row.id)?;
+                        hctx.store.delete_pooled_box(&row.id)?;
+                    }
                 }
+                Ok::<_, crate::error::BoxError>(())
+            })
+            .await;
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "could not remove the pool's boxes");
             }
         })
     }

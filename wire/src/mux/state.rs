@@ -531,8 +531,8 @@ impl Inner {
     /// The transport ended. Clean when the session was draining or closing
     /// and nothing was left half done.
     pub(crate) fn on_eof(&self) -> Result<(), SessionError> {
-        let draining = self.closing || self.goaway_sent || self.goaway_received.is_some();
-        if draining && self.streams.values().all(StreamState::finished) {
+        let draining = self.goaway_sent || self.goaway_received.is_some();
+        if self.closing || (draining && self.streams.values().all(StreamState::finished)) {
             Ok(())
         } else {
             Err(SessionError::PeerClosed {
@@ -713,7 +713,14 @@ impl Inner {
         cx: &mut Context<'_>,
         take: impl FnOnce(&mut VecDeque<Bytes>) -> (T, usize),
     ) -> Poll<io::Result<Option<T>>> {
-        let headroom = self.config.memory_budget.saturating_sub(self.committed);
+        // Growth may use the budget that initial windows of streams still
+        // to come do not need.
+        let reserved =
+            (self.config.max_streams.saturating_sub(self.streams.len())) * INITIAL_WINDOW as usize;
+        let headroom = self
+            .config
+            .memory_budget
+            .saturating_sub(self.committed + reserved);
         let max_window = self.config.max_window;
         let Some(st) = self.streams.get_mut(&id) else {
             return Poll::Ready(Err(gone()));
@@ -808,7 +815,7 @@ impl Inner {
         if let Some(reason) = &st.peer_reset {
             return Poll::Ready(Err(StreamError::ResetByPeer(reason.clone()).into()));
         }
-        if self.end.is_some() {
+        if self.end.is_some() || self.closing {
             return Poll::Ready(Err(StreamError::SessionEnded(ended(&self.end)).into()));
         }
         if st.sent_fin {

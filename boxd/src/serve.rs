@@ -1,0 +1,421 @@
+//! boxd's side of the box channel: one wire session at a time over the
+//! virtio-serial port (a new one whenever the server reconnects), and a task
+//! per stream that serves the service its target names (`psbx_wire::boxd`).
+
+use crate::exec::{self, ExecSpec, Output, Processes};
+use crate::{health, port, unpack};
+use psbx_wire::Hello;
+use psbx_wire::boxd::{self as proto, BoxInfo, Configure, Done, Record, SyncDone};
+use psbx_wire::mux::{Config, Incoming, Role, Session, Stream};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// The largest JSON request read from a stream.
+const MAX_REQUEST: u64 = 1 << 20;
+
+/// What every stream handler shares.
+pub struct Boxd {
+    info: BoxInfo,
+    /// Account data pushed at claim: the secrets, as environment variables.
+    env: RwLock<Vec<(String, String)>>,
+    processes: Processes,
+    work: PathBuf,
+}
+
+/// Serves the channel forever.
+pub async fn run(path: PathBuf) -> std::io::Result<()> {
+    let state = Arc::new(Boxd {
+        info: BoxInfo {
+            protocol: psbx_wire::PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            boot_id: health::boot_id(),
+            features: ["health", "exec", "sync", "processes", "logs"]
+                .map(str::to_owned)
+                .to_vec(),
+        },
+        env: RwLock::new(Vec::new()),
+        processes: Processes::default(),
+        work: PathBuf::from("/work"),
+    });
+    loop {
+        let io = match port::PortIo::open(&path) {
+            Ok(io) => io,
+            // The previous session's driver may still hold the port.
+            Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let hello = Hello::new(format!("boxd {}", env!("CARGO_PKG_VERSION")));
+        match Session::over_io(io, Role::Server, Config::default(), hello).await {
+            Ok(session) => {
+                serve_session(&session, &state).await;
+                session.close();
+            }
+            // No server on the other end yet: try again shortly.
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+async fn serve_session(session: &Session, state: &Arc<Boxd>) {
+    loop {
+        tokio::select! {
+            incoming = session.accept() => match incoming {
+                Some(incoming) => {
+                    let state = state.clone();
+                    tokio::spawn(async move { handle(incoming, state).await });
+                }
+                None => return,
+            },
+            // The server sends no control messages once connected: one means it
+            // restarted and is saying hello on a new connection.
+            _ = session.recv_control::<serde_json::Value>() => return,
+        }
+    }
+}
+
+async fn read_request(stream: &mut Stream) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    (&mut *stream)
+        .take(MAX_REQUEST)
+        .read_to_end(&mut buf)
+        .await?;
+    Ok(buf)
+}
+
+/// Answers a request that carries no body: the request side is read to its end
+/// first, so that the stream is finished both ways when it is dropped (a
+/// stream dropped before the peer's FIN is reset).
+async fn answer_json<T: serde::Serialize>(mut stream: Stream, value: &T) {
+    let _ = read_request(&mut stream).await;
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let _ = stream.write_all(&body).await;
+    let _ = stream.shutdown().await;
+}
+
+fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("bad request: {e}"))
+}
+
+async fn handle(incoming: Incoming, state: Arc<Boxd>) {
+    let target = incoming.target().to_owned();
+    match target.as_str() {
+        "info" => answer_json(incoming.accept(), &state.info).await,
+        "health" => answer_json(incoming.accept(), &health::read()).await,
+        "processes" => answer_json(incoming.accept(), &process_list(&state)).await,
+        "configure" => {
+            let mut stream = incoming.accept();
+            let done = match read_request(&mut stream)
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|b| parse::<Configure>(&b))
+            {
+                Ok(configure) => {
+                    if let Ok(mut env) = state.env.write() {
+                        *env = configure.env;
+                    }
+                    Done::ok()
+                }
+                Err(e) => Done::failed(e),
+            };
+            answer_json(stream, &done).await;
+        }
+        "signal" => {
+            let mut stream = incoming.accept();
+            let done = match read_request(&mut stream)
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|b| parse::<proto::Signal>(&b))
+            {
+                Ok(req) => match nix::sys::signal::Signal::try_from(req.signal) {
+                    Ok(sig) if state.processes.signal(req.pid, sig) => Done::ok(),
+                    Ok(_) => Done::failed(format!("no running background process {}", req.pid)),
+                    Err(_) => Done::failed(format!("{} is not a signal", req.signal)),
+                },
+                Err(e) => Done::failed(e),
+            };
+            answer_json(stream, &done).await;
+        }
+        "logs" => logs(incoming.accept(), &state).await,
+        "exec" => exec_stream(incoming.accept(), &state).await,
+        "sync" => sync(incoming.accept(), &state).await,
+        _ => incoming.refuse(404, &format!("boxd has no service {target:?}")),
+    }
+}
+
+fn process_list(state: &Boxd) -> Vec<proto::Process> {
+    state
+        .processes
+        .list()
+        .into_iter()
+        .map(|p| proto::Process {
+            pid: p.pid,
+            cmd: p.cmd,
+            started_at_unix: p.started_at_unix,
+            exit: p.exit.map(wire_exit),
+        })
+        .collect()
+}
+
+fn wire_exit(e: exec::Exit) -> proto::Exit {
+    proto::Exit {
+        code: e.code,
+        signal: e.signal,
+        timed_out: e.timed_out,
+    }
+}
+
+async fn logs(mut stream: Stream, state: &Boxd) {
+    let request = match read_request(&mut stream).await {
+        Ok(bytes) => parse::<proto::Logs>(&bytes),
+        Err(e) => Err(e.to_string()),
+    };
+    let file = request
+        .ok()
+        .and_then(|r| state.processes.get(r.pid))
+        .map(|p| p.log);
+    match file {
+        Some(path) => {
+            if let Ok(mut file) = tokio::fs::File::open(&path).await {
+                let _ = tokio::io::copy(&mut file, &mut stream).await;
+            }
+            let _ = stream.shutdown().await;
+        }
+        None => stream.reset("no such background process"),
+    }
+}
+
+async fn exec_stream(mut stream: Stream, state: &Boxd) {
+    let request = match read_request(&mut stream).await {
+        Ok(bytes) => parse::<proto::ExecRequest>(&bytes),
+        Err(e) => Err(e.to_string()),
+    };
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = stream.write_all(&Record::Failed(e).encode()).await;
+            let _ = stream.shutdown().await;
+            return;
+        }
+    };
+    let spec = ExecSpec {
+        cmd: request.cmd,
+        cwd: request.cwd,
+        env: request.env,
+        timeout_s: request.timeout_s,
+        background: request.background,
+    };
+    let base_env = state.env.read().map(|e| e.clone()).unwrap_or_default();
+    if spec.background {
+        let record = match state.processes.start(&spec, &base_env) {
+            Ok(p) => Record::Started(p.pid),
+            Err(e) => Record::Failed(format!("cannot start the command: {e}")),
+        };
+        let _ = stream.write_all(&record.encode()).await;
+        let _ = stream.shutdown().await;
+        return;
+    }
+    let (tx, mut rx) = mpsc::channel::<Output>(8);
+    let runner = tokio::spawn(async move { exec::run(&spec, &base_env, tx).await });
+    let mut sent_started = false;
+    while let Some(out) = rx.recv().await {
+        let record = match out {
+            Output::Stdout(b) => Record::Stdout(b),
+            Output::Stderr(b) => Record::Stderr(b),
+        };
+        if stream.write_all(&record.encode()).await.is_err() {
+            break;
+        }
+        sent_started = true;
+    }
+    let _ = sent_started;
+    let last = match runner.await {
+        Ok(Ok((_, exit))) => Record::Exit(wire_exit(exit)),
+        Ok(Err(e)) => Record::Failed(format!("cannot run the command: {e}")),
+        Err(e) => Record::Failed(format!("the command's task failed: {e}")),
+    };
+    let _ = stream.write_all(&last.encode()).await;
+    let _ = stream.shutdown().await;
+}
+
+async fn sync(mut stream: Stream, state: &Boxd) {
+    // A JSON line with the destination, then the tar bytes.
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let newline = loop {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break None,
+            Ok(n) => {
+                head.extend_from_slice(&chunk[..n]);
+                if let Some(i) = head.iter().position(|b| *b == b'\n') {
+                    break Some(i);
+                }
+                if head.len() > 64 * 1024 {
+                    break None;
+                }
+            }
+        }
+    };
+    let Some(newline) = newline else {
+        return answer_json(
+            stream,
+            &sync_failed("the sync request line is missing".into()),
+        )
+        .await;
+    };
+    let request = match parse::<proto::SyncRequest>(&head[..newline]) {
+        Ok(r) => r,
+        Err(e) => return answer_json(stream, &sync_failed(e)).await,
+    };
+    let rest = head[newline + 1..].to_vec();
+    let (read_half, write_half) = stream.into_split();
+    let work = state.work.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let bridge = tokio_util::io::SyncIoBridge::new(read_half);
+        let mut reader = std::io::Read::chain(std::io::Cursor::new(rest), bridge);
+        let result = unpack::unpack(&mut reader, &work, &request.dest);
+        // Read to the sender's FIN (tar padding, or what a refusal left unread),
+        // so the stream ends cleanly both ways.
+        let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        result
+    })
+    .await;
+    let done = match result {
+        Ok(Ok(u)) => SyncDone {
+            ok: true,
+            files: u.files,
+            bytes: u.bytes,
+            error: None,
+        },
+        Ok(Err(e)) => sync_failed(e.to_string()),
+        Err(e) => sync_failed(e.to_string()),
+    };
+    let mut write_half = write_half;
+    let body = serde_json::to_vec(&done).unwrap_or_default();
+    let _ = write_half.write_all(&body).await;
+    let _ = write_half.shutdown().await;
+}
+
+fn sync_failed(error: String) -> SyncDone {
+    SyncDone {
+        ok: false,
+        files: 0,
+        bytes: 0,
+        error: Some(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> Arc<Boxd> {
+        Arc::new(Boxd {
+            info: BoxInfo {
+                protocol: 1,
+                version: "test".into(),
+                boot_id: "b".into(),
+                features: vec![],
+            },
+            env: RwLock::new(vec![("SECRET".into(), "s3cr3t-value".into())]),
+            processes: Processes::default(),
+            work: std::env::temp_dir(),
+        })
+    }
+
+    async fn pair() -> Session {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let boxd = tokio::spawn(async move {
+            let session =
+                Session::over_io(a, Role::Server, Config::default(), Hello::new("boxd test"))
+                    .await
+                    .unwrap();
+            serve_session(&session, &state()).await;
+        });
+        let client = Session::over_io(
+            b,
+            Role::Client,
+            Config::default(),
+            Hello::new("server test"),
+        )
+        .await
+        .unwrap();
+        drop(boxd);
+        client
+    }
+
+    async fn fetch(session: &Session, target: &str, body: &[u8]) -> Vec<u8> {
+        let mut stream = session.open(target).await.unwrap();
+        stream.write_all(body).await.unwrap();
+        stream.shutdown().await.unwrap();
+        let mut out = Vec::new();
+        stream.read_to_end(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn answers_info_and_runs_commands_with_the_configured_env() {
+        let session = pair().await;
+        let info: BoxInfo = serde_json::from_slice(&fetch(&session, "info", b"").await).unwrap();
+        assert_eq!(info.boot_id, "b");
+        let request = serde_json::to_vec(&proto::ExecRequest {
+            cmd: "echo $SECRET; echo err >&2; exit 4".into(),
+            cwd: "/tmp".into(),
+            env: vec![],
+            timeout_s: Some(10),
+            background: false,
+        })
+        .unwrap();
+        let mut bytes = fetch(&session, "exec", &request).await;
+        let mut records = Vec::new();
+        while let Some(r) = Record::decode(&mut bytes).unwrap() {
+            records.push(r);
+        }
+        assert!(
+            records.contains(&Record::Stdout(b"s3cr3t-value\n".to_vec())),
+            "{records:?}"
+        );
+        assert!(
+            records.contains(&Record::Stderr(b"err\n".to_vec())),
+            "{records:?}"
+        );
+        assert_eq!(
+            records.last(),
+            Some(&Record::Exit(proto::Exit {
+                code: Some(4),
+                signal: None,
+                timed_out: false
+            }))
+        );
+    }
+
+    #[tokio::test]
+    async fn unpacks_a_sync_and_says_so() {
+        let session = pair().await;
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(3);
+        h.set_mode(0o644);
+        h.set_path("hello.txt").unwrap();
+        h.set_cksum();
+        tar.append(&h, &b"hi\n"[..]).unwrap();
+        let dest = format!("psbx-sync-test-{}", std::process::id());
+        let mut body = format!("{{\"dest\":\"{dest}\"}}\n").into_bytes();
+        body.extend(tar.into_inner().unwrap());
+        let done: SyncDone = serde_json::from_slice(&fetch(&session, "sync", &body).await).unwrap();
+        assert!(done.ok, "{done:?}");
+        assert_eq!(done.files, 1);
+        let written = std::env::temp_dir().join(&dest).join("hello.txt");
+        assert_eq!(std::fs::read(&written).unwrap(), b"hi\n");
+        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(&dest));
+        let refused: SyncDone =
+            serde_json::from_slice(&fetch(&session, "sync", b"{\"dest\":\"../x\"}\n").await)
+                .unwrap();
+        assert!(!refused.ok && refused.error.unwrap().contains("relative path"));
+    }
+}
