@@ -2,14 +2,25 @@
 //! account scoping (another account's box is "not found"), and the route to
 //! the host supervisor or the box's actor.
 
+use crate::box_::link::{LinkError, LinkHandle};
 use crate::box_::state::BoxState;
-use crate::box_::{BoxSnapshot, Forget, Keep, Status, Stop};
+use crate::box_::{BoxSnapshot, ExecChannel, Forget, Keep, Status, Stop, Touch};
 use crate::duration;
 use crate::error::{BoxError, blocking};
+use crate::exec::bounded::Bounded;
+use crate::exec::mask::{MaskStream, Masker};
+use crate::exec::run::ExecEvent;
 use crate::host::{CreateBox, HostStart, PoolLevels, Shutdown};
 use crate::ids::{AccountId, BoxId};
+use crate::secrets::{SecretError, Secrets};
 use crate::settings::{BoxSettings, SIZES};
 use crate::store::{BoxCursor, BoxRecord, Store};
+use psbx_wire::boxd::{Done, ExecRequest, Logs, Process, Signal};
+use psbx_wire::mux::Stream;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
 
 /// What a caller asks for when starting a box.
 #[derive(Debug, Clone, Default)]
@@ -25,22 +36,35 @@ pub struct CreateRequest {
 }
 
 const MAX_NAME: usize = 100;
+/// How long a service request to boxd may take.
+const SERVICE: Duration = Duration::from_secs(30);
+
+fn link_error(e: LinkError) -> BoxError {
+    BoxError::Internal(format!("boxd: {e}"))
+}
 const MAX_GOAL: usize = 2000;
 
 pub struct Boxes {
     store: Store,
     settings: BoxSettings,
     host: Result<HostStart, String>,
+    secrets: Option<Secrets>,
 }
 
 impl Boxes {
     /// `host` is the supervised host, or why there is none (boxes calls then
     /// answer 503 with that reason).
-    pub fn new(store: Store, settings: BoxSettings, host: Result<HostStart, String>) -> Self {
+    pub fn new(
+        store: Store,
+        settings: BoxSettings,
+        host: Result<HostStart, String>,
+        secrets: Option<Secrets>,
+    ) -> Self {
         Self {
             store,
             settings,
             host,
+            secrets,
         }
     }
 
@@ -87,6 +111,25 @@ impl Boxes {
         };
         let name = checked_text("name", req.name, MAX_NAME)?;
         let goal = checked_text("goal", req.goal, MAX_GOAL)?;
+        let names: Vec<String> = req.spec["secrets"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let env = match (&self.secrets, names.is_empty()) {
+            (_, true) => Vec::new(),
+            (Some(secrets), false) => secrets.values(&account, &names).await.map_err(|e| match e {
+                SecretError::NotFound(name) => BoxError::Invalid(format!(
+                    "there is no secret {name:?} in this account: store it with PUT /v1/secrets/{name} first"
+                )),
+                SecretError::Invalid(message) => BoxError::Invalid(message),
+                other => BoxError::Internal(other.to_string()),
+            })?,
+            (None, false) => return Err(BoxError::Invalid("this server keeps no secrets".into())),
+        };
         let host = self.host()?;
         let made = host
             .supervisor
@@ -97,6 +140,7 @@ impl Boxes {
                 size,
                 keep_secs,
                 spec: req.spec,
+                env,
             })
             .await
             .map_err(|e| BoxError::Internal(format!("the host supervisor is gone: {e}")))??;
@@ -204,6 +248,155 @@ impl Boxes {
             rows.into_iter().map(|r| self.snapshot_of_row(r)).collect(),
             next,
         ))
+    }
+
+    /// The link and mask of a running box, thawing it first; counts as activity.
+    pub async fn channel(
+        &self,
+        account: &AccountId,
+        id: &str,
+    ) -> Result<(actix::Addr<crate::box_::BoxActor>, LinkHandle, Arc<Masker>), BoxError> {
+        let addr = match self.actor(account, id).await? {
+            Err(record) => return Err(over(&record)),
+            Ok(addr) => addr,
+        };
+        send(
+            addr.send(Status {
+                thaw: true,
+                touch: true,
+            })
+            .await,
+        )??;
+        let (link, masker) = send(addr.send(ExecChannel).await)??;
+        Ok((addr, link, masker))
+    }
+
+    /// Runs a command: its events (output masked) arrive on the receiver. A
+    /// command that cannot start is an error here; a foreground command keeps
+    /// the box awake while it runs.
+    pub async fn exec(
+        &self,
+        account: &AccountId,
+        id: &str,
+        request: ExecRequest,
+    ) -> Result<mpsc::Receiver<Result<ExecEvent, BoxError>>, BoxError> {
+        let (addr, link, masker) = self.channel(account, id).await?;
+        let (tx, mut rx) = mpsc::channel(32);
+        let keepalive =
+            (self.settings.idle_freeze / 2).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        tokio::spawn(async move {
+            let (events, mut from_run) = mpsc::channel(32);
+            let run = crate::exec::run::run(&link, &request, masker, events);
+            tokio::pin!(run);
+            let mut tick = tokio::time::interval(keepalive);
+            let mut ran = None;
+            loop {
+                tokio::select! {
+                    result = &mut run, if ran.is_none() => ran = Some(result),
+                    event = from_run.recv() => match event {
+                        Some(e) => if tx.send(Ok(e)).await.is_err() { return },
+                        None => break,
+                    },
+                    _ = tick.tick() => addr.do_send(Touch),
+                }
+            }
+            if let Some(Err(e)) = ran {
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        // The first event says whether the command started at all.
+        match rx.recv().await {
+            Some(Err(e)) => Err(e),
+            Some(Ok(first)) => {
+                let (tx2, rx2) = mpsc::channel(32);
+                tokio::spawn(async move {
+                    if tx2.send(Ok(first)).await.is_err() {
+                        return;
+                    }
+                    while let Some(e) = rx.recv().await {
+                        if tx2.send(e).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                Ok(rx2)
+            }
+            None => Err(BoxError::Internal(
+                "the command's stream ended at once".into(),
+            )),
+        }
+    }
+
+    /// The box's background commands.
+    pub async fn processes(&self, account: &AccountId, id: &str) -> Result<Vec<Process>, BoxError> {
+        let (_, link, _) = self.channel(account, id).await?;
+        link.request("processes", &(), SERVICE)
+            .await
+            .map_err(link_error)
+    }
+
+    /// Signals a background command's process group.
+    pub async fn signal(
+        &self,
+        account: &AccountId,
+        id: &str,
+        pid: u32,
+        signal: i32,
+    ) -> Result<(), BoxError> {
+        let (_, link, _) = self.channel(account, id).await?;
+        let done: Done = link
+            .request("signal", &Signal { pid, signal }, SERVICE)
+            .await
+            .map_err(link_error)?;
+        if done.ok {
+            Ok(())
+        } else {
+            Err(BoxError::NotFound(
+                done.error.unwrap_or_else(|| format!("process {pid}")),
+            ))
+        }
+    }
+
+    /// A background command's output so far: head and tail, masked.
+    pub async fn logs(
+        &self,
+        account: &AccountId,
+        id: &str,
+        pid: u32,
+        keep: usize,
+    ) -> Result<Bounded, BoxError> {
+        let (_, link, masker) = self.channel(account, id).await?;
+        let mut stream = link.open("logs", SERVICE).await.map_err(link_error)?;
+        let body =
+            serde_json::to_vec(&Logs { pid }).map_err(|e| BoxError::Internal(e.to_string()))?;
+        let io = |e: std::io::Error| {
+            BoxError::NotFound(format!("no background process {pid} in this box ({e})"))
+        };
+        stream.write_all(&body).await.map_err(io)?;
+        stream.shutdown().await.map_err(io)?;
+        let mut kept = Bounded::new(keep, keep);
+        let mut mask = MaskStream::new(masker);
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            let n = stream.read(&mut chunk).await.map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            kept.push(&mask.push(&chunk[..n]));
+        }
+        kept.push(&mask.finish());
+        Ok(kept)
+    }
+
+    /// A stream to one of boxd's services in a running box (sync).
+    pub async fn open_service(
+        &self,
+        account: &AccountId,
+        id: &str,
+        target: &str,
+    ) -> Result<Stream, BoxError> {
+        let (_, link, _) = self.channel(account, id).await?;
+        link.open(target, SERVICE).await.map_err(link_error)
     }
 
     /// Pool levels by size, when a host is supervised.

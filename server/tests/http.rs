@@ -50,6 +50,7 @@ macro_rules! service {
                     .settings(std::path::Path::new("/nonexistent"))
                     .unwrap(),
                 Err("no libvirt host in the HTTP tests".to_owned()),
+                None,
             )),
             secrets: Secrets::new($f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap(),
         }))

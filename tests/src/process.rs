@@ -170,6 +170,10 @@ impl ServerProcess {
         (ok, log.join("\n"))
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills it with SIGKILL, as a crash would, and reaps it.
     pub fn kill(mut self) {
         let _ = self.child.kill();

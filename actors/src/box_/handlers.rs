@@ -1,14 +1,16 @@
 //! The messages a BoxActor answers: `Status` (thaws first when asked),
 //! `Keep`, `Stop`, and its own timers' `Freeze` and `Expire`.
 
-use super::link::BoxdLink;
+use super::link::{BoxdLink, LinkHandle};
 use super::state::BoxState;
 use super::{BoxActor, BoxSnapshot, PING_TIMEOUT};
 use crate::error::{BoxError, blocking};
+use crate::exec::mask::Masker;
 use crate::settings::Unit;
 use crate::store::Transition;
 use actix::fut::{ActorFutureExt, WrapFuture, ready};
 use actix::prelude::*;
+use std::sync::Arc;
 
 type Reply<T> = AtomicResponse<BoxActor, Result<T, BoxError>>;
 type Flow<T> = ResponseActFuture<BoxActor, Result<T, BoxError>>;
@@ -290,5 +292,41 @@ impl Handler<Forget> for BoxActor {
         self.cancel_timers(ctx);
         self.link = None;
         ctx.stop();
+    }
+}
+
+/// What exec and the other box services need: the link to boxd and the mask
+/// for the box's secrets. The box must be running (callers thaw it first).
+#[derive(Message)]
+#[rtype(result = "Result<(LinkHandle, Arc<Masker>), BoxError>")]
+pub struct ExecChannel;
+
+impl Handler<ExecChannel> for BoxActor {
+    type Result = Result<(LinkHandle, Arc<Masker>), BoxError>;
+
+    fn handle(&mut self, _: ExecChannel, _: &mut Context<Self>) -> Self::Result {
+        if self.record.state.is_terminal() {
+            return Err(self.over());
+        }
+        match (&self.link, self.record.state) {
+            (Some(link), BoxState::Running) => Ok((link.handle(), self.masker.clone())),
+            _ => Err(BoxError::Invalid(format!(
+                "box {} is {}: read it (GET) to wake it first",
+                self.record.id, self.record.state
+            ))),
+        }
+    }
+}
+
+/// Activity on the box (an open exec stream): the idle and expiry clocks restart.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Touch;
+
+impl Handler<Touch> for BoxActor {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, _: Touch, _: &mut Context<Self>) -> Self::Result {
+        AtomicResponse::new(Box::pin(self.status_after_thaw(true).map(|_, _, _| ())))
     }
 }

@@ -10,9 +10,10 @@ mod handlers;
 pub mod link;
 pub mod state;
 
-pub use handlers::{Forget, Keep, Status, Stop};
+pub use handlers::{ExecChannel, Forget, Keep, Status, Stop, Touch};
 
 use crate::error::{BoxError, blocking};
+use crate::exec::mask::Masker;
 use crate::host::context::HostContext;
 use crate::store::{BoxRecord, Transition};
 use actix::prelude::*;
@@ -69,6 +70,8 @@ pub struct BoxActor {
     hello: Option<BoxInfo>,
     idle_timer: Option<SpawnHandle>,
     expiry_timer: Option<SpawnHandle>,
+    /// The box's secret values, masked in output returned to callers.
+    masker: Arc<Masker>,
 }
 
 impl BoxActor {
@@ -78,6 +81,7 @@ impl BoxActor {
         record: BoxRecord,
         ctx: Arc<HostContext>,
         link: Option<(BoxdLink, BoxInfo)>,
+        masker: Arc<Masker>,
     ) -> Self {
         let (link, hello) = match link {
             Some((l, h)) => (Some(l), Some(h)),
@@ -90,6 +94,7 @@ impl BoxActor {
             hello,
             idle_timer: None,
             expiry_timer: None,
+            masker,
         }
     }
 

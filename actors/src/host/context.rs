@@ -4,8 +4,10 @@
 
 use crate::box_::BoxActor;
 use crate::error::BoxError;
+use crate::exec::mask::Masker;
 use crate::ids::BoxId;
 use crate::image::Image;
+use crate::secrets::Secrets;
 use crate::settings::{BoxSettings, Unit};
 use crate::store::{BoxRecord, Store};
 use actix::Addr;
@@ -22,6 +24,8 @@ pub struct HostContext {
     pub server_id: String,
     /// This installation's id: the owner written into every domain's metadata.
     pub installation: String,
+    /// The account secrets, to rebuild a box's mask after a restart.
+    pub secrets: Option<Secrets>,
     capacity: Mutex<Capacity>,
     registry: Mutex<HashMap<BoxId, Addr<BoxActor>>>,
 }
@@ -44,7 +48,13 @@ pub struct HostFacts {
 }
 
 impl HostContext {
-    pub fn new(host: Host, store: Store, settings: BoxSettings, facts: HostFacts) -> Arc<Self> {
+    pub fn new(
+        host: Host,
+        store: Store,
+        settings: BoxSettings,
+        facts: HostFacts,
+        secrets: Option<Secrets>,
+    ) -> Arc<Self> {
         let capacity = Capacity {
             cpus_limit: f64::from(facts.cpus) * settings.cpu_overcommit,
             memory_limit_mib: facts.memory_mib as f64 * settings.memory_overcommit,
@@ -57,6 +67,7 @@ impl HostContext {
             accel: facts.accel,
             server_id: facts.server_id,
             installation: facts.installation,
+            secrets,
             capacity: Mutex::new(capacity),
             registry: Mutex::new(HashMap::new()),
         })
@@ -100,6 +111,30 @@ impl HostContext {
             nic: self.settings.network.then_some(Nic::User),
             owner: self.installation.clone(),
         }
+    }
+
+    /// The mask of a box's secrets, from the names it was started with (the
+    /// values are read again: boxd keeps its own copy across server restarts).
+    pub async fn masker_for(&self, record: &BoxRecord) -> Arc<Masker> {
+        let names: Vec<String> = record.spec["secrets"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (Some(secrets), Some(account)) = (&self.secrets, &record.account_id) else {
+            return Arc::new(Masker::default());
+        };
+        let mut values = Vec::new();
+        for name in names {
+            // A secret deleted since the start is simply no longer known here.
+            if let Ok(mut v) = secrets.values(account, std::slice::from_ref(&name)).await {
+                values.append(&mut v);
+            }
+        }
+        Arc::new(Masker::new(values.iter().map(|(_, v)| v.as_str())))
     }
 
     /// Promises `unit` to box `id`, or says why the host cannot.

@@ -6,11 +6,13 @@ use crate::box_::link::BoxdLink;
 use crate::box_::state::BoxState;
 use crate::box_::{BoxActor, BoxSnapshot};
 use crate::error::{BoxError, blocking};
+use crate::exec::mask::Masker;
 use crate::host::context::HostContext;
 use crate::ids::{AccountId, BoxId};
 use crate::store::{BoxRecord, Claim, NewBox, Transition};
 use actix::prelude::*;
 use psbx_wire::boxd::BoxInfo;
+use psbx_wire::boxd::{Configure, Done};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,12 +26,17 @@ pub struct CreateBox {
     pub size: u32,
     pub keep_secs: i64,
     pub spec: serde_json::Value,
+    /// The secrets' values, pushed to boxd once the box is up.
+    pub env: Vec<(String, String)>,
 }
 
 /// Top the pool up to its configured level.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(super) struct Refill;
+
+/// How long boxd may take to take the box's configuration.
+const CONFIGURE: Duration = Duration::from_secs(15);
 
 /// How long a resumed pool box may take to say hello on a new session.
 const RESUME_HELLO: Duration = Duration::from_secs(15);
@@ -207,64 +214,102 @@ async fn pool_boot(hctx: Arc<HostContext>, size: u32) -> Result<PooledBox, BoxEr
 impl Handler<CreateBox> for HostSupervisor {
     type Result = ResponseActFuture<Self, Result<BoxSnapshot, BoxError>>;
 
-    fn handle(&mut self, msg: CreateBox, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, mut msg: CreateBox, ctx: &mut Context<Self>) -> Self::Result {
         let pooled = self.pool.get_mut(&msg.size).and_then(|q| q.pop_front());
         if pooled.is_some() {
             ctx.notify(Refill);
         }
         let hctx = self.ctx.clone();
+        let env = std::mem::take(&mut msg.env);
         Box::pin(
             async move {
-                let claimed = Claim {
-                    account_id: msg.account.clone(),
-                    name: msg.name.clone(),
-                    goal: msg.goal.clone(),
-                    keep_secs: msg.keep_secs,
-                    spec: msg.spec.clone(),
-                };
-                if let Some(pooled) = pooled {
-                    match claim(hctx.clone(), pooled, claimed).await {
-                        Ok(booted) => return Ok(booted),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "pooled box unusable; starting one cold")
-                        }
-                    }
-                }
-                let id = BoxId::generate().map_err(|e| BoxError::Internal(e.to_string()))?;
-                let unit = hctx.settings.resources(msg.size);
-                hctx.image(&hctx.settings.image)?;
-                hctx.reserve(&id, unit)?;
-                let new = NewBox {
-                    id,
-                    account_id: Some(msg.account),
-                    host_uri: hctx.host.uri().to_owned(),
-                    state: BoxState::Creating,
-                    name: msg.name,
-                    goal: msg.goal,
-                    image: hctx.settings.image.clone(),
-                    size: msg.size,
-                    vcpus: unit.vcpus,
-                    memory_mib: unit.memory_mib,
-                    disk_gb: unit.disk_gb,
-                    keep_secs: msg.keep_secs,
-                    spec: msg.spec,
-                };
-                cold(hctx, new).await
+                let booted = make(hctx.clone(), pooled, msg).await?;
+                configure(&hctx, booted, env).await
             }
             .into_actor(self)
             .map(|result, act, _| {
-                let (record, link, hello) = result?;
+                let ((record, link, hello), masker) = result?;
                 let snapshot = BoxSnapshot::of(
                     record.clone(),
                     Some(hello.clone()),
                     None,
                     act.ctx.settings.idle_freeze,
                 );
-                BoxActor::new(record, act.ctx.clone(), Some((link, hello))).start();
+                BoxActor::new(record, act.ctx.clone(), Some((link, hello)), masker).start();
                 Ok(snapshot)
             }),
         )
     }
+}
+
+/// A box for the request: from the pool when one was taken, else cold.
+async fn make(
+    hctx: Arc<HostContext>,
+    pooled: Option<PooledBox>,
+    msg: CreateBox,
+) -> Result<Booted, BoxError> {
+    let claimed = Claim {
+        account_id: msg.account.clone(),
+        name: msg.name.clone(),
+        goal: msg.goal.clone(),
+        keep_secs: msg.keep_secs,
+        spec: msg.spec.clone(),
+    };
+    if let Some(pooled) = pooled {
+        match claim(hctx.clone(), pooled, claimed).await {
+            Ok(booted) => return Ok(booted),
+            Err(e) => {
+                tracing::warn!(error = %e, "pooled box unusable; starting one cold")
+            }
+        }
+    }
+    let id = BoxId::generate().map_err(|e| BoxError::Internal(e.to_string()))?;
+    let unit = hctx.settings.resources(msg.size);
+    hctx.image(&hctx.settings.image)?;
+    hctx.reserve(&id, unit)?;
+    let new = NewBox {
+        id,
+        account_id: Some(msg.account),
+        host_uri: hctx.host.uri().to_owned(),
+        state: BoxState::Creating,
+        name: msg.name,
+        goal: msg.goal,
+        image: hctx.settings.image.clone(),
+        size: msg.size,
+        vcpus: unit.vcpus,
+        memory_mib: unit.memory_mib,
+        disk_gb: unit.disk_gb,
+        keep_secs: msg.keep_secs,
+        spec: msg.spec,
+    };
+    cold(hctx, new).await
+}
+
+/// Pushes the account data (the secrets) to boxd; a box that cannot take it
+/// is removed. Returns the mask of those secrets.
+async fn configure(
+    hctx: &Arc<HostContext>,
+    booted: Booted,
+    env: Vec<(String, String)>,
+) -> Result<(Booted, Arc<Masker>), BoxError> {
+    let masker = Arc::new(Masker::new(env.iter().map(|(_, v)| v.as_str())));
+    let answer: Result<Done, _> = booted
+        .1
+        .handle()
+        .request("configure", &Configure { env }, CONFIGURE)
+        .await;
+    let failure = match answer {
+        Ok(done) if done.ok => return Ok((booted, masker)),
+        Ok(done) => done.error.unwrap_or_default(),
+        Err(e) => e.to_string(),
+    };
+    let error = BoxError::Boot(format!(
+        "boxd did not take the box's configuration: {failure}"
+    ));
+    let id = booted.0.id.clone();
+    drop(booted);
+    clean_up_failed(hctx, &id, &error, false).await;
+    Err(error)
 }
 
 impl Handler<Refill> for HostSupervisor {

@@ -8,6 +8,7 @@ use crate::box_::BoxActor;
 use crate::box_::link::BoxdLink;
 use crate::box_::state::BoxState;
 use crate::error::{BoxError, blocking};
+use crate::secrets::Secrets;
 use crate::settings::BoxSettings;
 use crate::store::{Store, Transition};
 use actix::prelude::*;
@@ -32,6 +33,7 @@ pub async fn start_host(
     uri: String,
     accel: AccelChoice,
     server_id: String,
+    secrets: Option<Secrets>,
 ) -> Result<HostStart, BoxError> {
     let probe_settings = settings.clone();
     let (host, resources, accel) = blocking(move || {
@@ -59,7 +61,7 @@ pub async fn start_host(
         cpus: resources.cpus,
         memory_mib: resources.memory_mib,
     };
-    let ctx = HostContext::new(host, store, settings, facts);
+    let ctx = HostContext::new(host, store, settings, facts, secrets);
     let rctx = ctx.clone();
     let adopt = blocking(move || reconcile::reconcile(&rctx)).await?;
     for box_ in adopt {
@@ -79,7 +81,8 @@ pub async fn start_host(
 async fn adopt_box(ctx: &Arc<HostContext>, adopt: Adopt) {
     match adopt {
         Adopt::Frozen(record) => {
-            BoxActor::new(record, ctx.clone(), None).start();
+            let masker = ctx.masker_for(&record).await;
+            BoxActor::new(record, ctx.clone(), None, masker).start();
         }
         Adopt::Running {
             record,
@@ -112,7 +115,8 @@ async fn adopt_box(ctx: &Arc<HostContext>, adopt: Adopt) {
             match result {
                 Ok((record, hello)) => {
                     tracing::info!(box_id = %record.id, "adopted a running box");
-                    BoxActor::new(record, ctx.clone(), Some((link, hello))).start();
+                    let masker = ctx.masker_for(&record).await;
+                    BoxActor::new(record, ctx.clone(), Some((link, hello)), masker).start();
                 }
                 Err(e) => {
                     drop(link);

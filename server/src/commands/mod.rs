@@ -3,6 +3,7 @@
 pub mod boxes;
 pub mod keys;
 pub mod serve;
+pub mod sync;
 
 use crate::config::{Config, LogFormat, Overrides};
 use clap::{Parser, Subcommand};
@@ -43,6 +44,8 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Send a git working tree (or one commit) into a box.
+    Sync(sync::SyncArgs),
     /// Operators' view of boxes.
     #[command(subcommand)]
     Boxes(boxes::BoxesCommand),
@@ -94,6 +97,10 @@ pub fn main() -> anyhow::Result<()> {
         Command::Keys(command) => {
             crate::logging::init("warn", config.log_format);
             keys::run(&config, command)
+        }
+        Command::Sync(args) => {
+            crate::logging::init("warn", config.log_format);
+            sync::run(args)
         }
         Command::Boxes(command) => {
             crate::logging::init("warn", config.log_format);

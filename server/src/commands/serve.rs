@@ -65,6 +65,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                     Accel::Tcg => AccelChoice::Tcg,
                 },
                 server.id.to_string(),
+                Some(secrets.clone()),
             )
             .await
             .map_err(|e| {
@@ -74,7 +75,12 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         } else {
             Err("boxes are disabled in this server's configuration (boxes.enabled)".to_owned())
         };
-        let boxes = Arc::new(Boxes::new(store.clone(), box_settings, host));
+        let boxes = Arc::new(Boxes::new(
+            store.clone(),
+            box_settings,
+            host,
+            Some(secrets.clone()),
+        ));
         let state = AppState {
             store: store.clone(),
             metrics,

@@ -5,6 +5,7 @@
 pub mod api_keys;
 pub mod boxes;
 pub mod docs;
+pub mod exec;
 pub mod health;
 pub mod metrics;
 pub mod paging;
@@ -22,6 +23,11 @@ pub fn v1(cfg: &mut ServiceConfig) {
         .service(boxes::get)
         .service(boxes::keep)
         .service(boxes::stop)
+        .service(exec::exec)
+        .service(exec::processes)
+        .service(exec::logs)
+        .service(exec::signal)
+        .service(exec::sync)
         .service(secrets::list)
         .service(secrets::put)
         .service(secrets::remove);

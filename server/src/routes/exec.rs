@@ -1,0 +1,405 @@
+//! Working in a box: `POST /v1/boxes/{id}/exec` (foreground, streamed as
+//! NDJSON or answered as one JSON result with head and tail of the output;
+//! background, answered at once with a process id), background processes and
+//! their logs, and `POST /v1/boxes/{id}/sync` (a tar stream unpacked under
+//! `/work/<dest>`). Output reaching the caller has the box's secrets masked.
+
+use crate::auth::Auth;
+use crate::error::ApiError;
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, delete, get, post, web};
+use futures_util::StreamExt;
+use psbx_actors::boxes::Boxes;
+use psbx_actors::duration;
+use psbx_actors::error::BoxError;
+use psbx_actors::exec::bounded::Bounded;
+use psbx_actors::exec::run::ExecEvent;
+use psbx_wire::boxd::{ExecRequest, Process, SyncDone, SyncRequest};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use utoipa::{IntoParams, ToSchema};
+
+/// Output kept of each of stdout and stderr in a JSON result: head and tail.
+const KEEP: usize = 32 * 1024;
+/// The longest `timeout` accepted.
+const MAX_TIMEOUT_SECS: u64 = 24 * 3600;
+/// The time limit when none is given.
+const DEFAULT_TIMEOUT: &str = "30m";
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecBody {
+    /// A shell command line, run with `sh -lc`.
+    pub cmd: String,
+    /// Working directory (default `/work`).
+    pub cwd: Option<String>,
+    /// Extra environment variables.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Kill the command (its whole process group) after this long, e.g. `"90s"`;
+    /// default `"30m"`, at most `"24h"`. Foreground commands only.
+    pub timeout: Option<String>,
+    /// Return at once with a process id; read the output later from its logs.
+    #[serde(default)]
+    pub background: bool,
+    /// Why the command runs, for people reading the box's history.
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ExecQuery {
+    /// `true`: stream NDJSON events (`{"stdout": ...}`, `{"stderr": ...}`,
+    /// `{"exit": ...}`) as the command runs, instead of one JSON result.
+    pub stream: Option<bool>,
+}
+
+/// The output of one stream, as kept for the caller.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputView {
+    /// The first and last bytes, with a marker saying what was cut between.
+    pub text: String,
+    pub total_bytes: u64,
+    pub cut_bytes: u64,
+}
+
+impl From<&Bounded> for OutputView {
+    fn from(b: &Bounded) -> Self {
+        Self {
+            text: b.render(),
+            total_bytes: b.total(),
+            cut_bytes: b.cut(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecResult {
+    /// For background commands: the process id to read logs from or signal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    pub background: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The signal that ended the command, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<OutputView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<OutputView>,
+}
+
+fn request(body: ExecBody) -> Result<ExecRequest, ApiError> {
+    if body.cmd.trim().is_empty() {
+        return Err(ApiError::bad_request("invalid_request", "cmd is empty"));
+    }
+    let timeout = duration::parse(body.timeout.as_deref().unwrap_or(DEFAULT_TIMEOUT))
+        .map_err(|e| ApiError::bad_request("invalid_request", format!("timeout: {e}")))?;
+    if timeout.as_secs() == 0 || timeout.as_secs() > MAX_TIMEOUT_SECS {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "timeout must be between 1s and 24h",
+        ));
+    }
+    for name in body.env.keys() {
+        psbx_actors::secrets::validate_name(name).map_err(|_| {
+            ApiError::bad_request(
+                "invalid_request",
+                format!("env: {name:?} is not an environment variable name"),
+            )
+        })?;
+    }
+    let cwd = body.cwd.unwrap_or_else(|| "/work".to_owned());
+    if !cwd.starts_with('/') {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!("cwd {cwd:?} must be an absolute path in the box, such as /work/repo"),
+        ));
+    }
+    Ok(ExecRequest {
+        cmd: body.cmd,
+        cwd,
+        env: body.env.into_iter().collect(),
+        timeout_s: (!body.background).then_some(timeout.as_secs()),
+        background: body.background,
+    })
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "exec",
+    params(("id" = String, Path, description = "`box_...`"), ExecQuery),
+    request_body = ExecBody,
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "The result, or an NDJSON stream with `?stream=true`", body = ExecResult),
+        (status = 400, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody),
+    )
+)]
+#[post("/boxes/{id}/exec")]
+pub async fn exec(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    id: web::Path<String>,
+    query: web::Query<ExecQuery>,
+    body: web::Json<ExecBody>,
+) -> Result<HttpResponse, ApiError> {
+    let body = body.into_inner();
+    if let Some(note) = &body.note {
+        tracing::info!(box_id = %id, note = %note.chars().take(200).collect::<String>(), "exec");
+    }
+    let request = request(body)?;
+    let background = request.background;
+    let mut events = boxes.exec(&who.account_id, &id, request).await?;
+    if background {
+        return match events.recv().await {
+            Some(Ok(ExecEvent::Started(pid))) => Ok(HttpResponse::Ok().json(ExecResult {
+                pid: Some(pid),
+                background: true,
+                exit_code: None,
+                signal: None,
+                timed_out: false,
+                stdout: None,
+                stderr: None,
+            })),
+            Some(Err(e)) => Err(e.into()),
+            _ => Err(ApiError::internal("boxd did not say the command started")),
+        };
+    }
+    if query.stream.unwrap_or(false) {
+        let lines = tokio_stream_of(events).map(|event| {
+            let line = match event {
+                Ok(ExecEvent::Stdout(b)) => {
+                    serde_json::json!({ "stdout": String::from_utf8_lossy(&b) })
+                }
+                Ok(ExecEvent::Stderr(b)) => {
+                    serde_json::json!({ "stderr": String::from_utf8_lossy(&b) })
+                }
+                Ok(ExecEvent::Exit(exit)) => serde_json::json!({ "exit": exit }),
+                Ok(ExecEvent::Started(pid)) => serde_json::json!({ "pid": pid }),
+                Err(e) => serde_json::json!({ "error": e.to_string() }),
+            };
+            let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+            bytes.push(b'\n');
+            Ok::<_, actix_web::Error>(web::Bytes::from(bytes))
+        });
+        return Ok(HttpResponse::Ok()
+            .content_type("application/x-ndjson")
+            .insert_header((header::CACHE_CONTROL, "no-cache"))
+            .streaming(lines));
+    }
+    let (mut out, mut err) = (Bounded::new(KEEP, KEEP), Bounded::new(KEEP, KEEP));
+    while let Some(event) = events.recv().await {
+        match event? {
+            ExecEvent::Stdout(b) => out.push(&b),
+            ExecEvent::Stderr(b) => err.push(&b),
+            ExecEvent::Started(_) => {}
+            ExecEvent::Exit(exit) => {
+                return Ok(HttpResponse::Ok().json(ExecResult {
+                    pid: None,
+                    background: false,
+                    exit_code: exit.code,
+                    signal: exit.signal,
+                    timed_out: exit.timed_out,
+                    stdout: Some((&out).into()),
+                    stderr: Some((&err).into()),
+                }));
+            }
+        }
+    }
+    Err(ApiError::internal(
+        "the command's stream ended without an exit status",
+    ))
+}
+
+/// A receiver as a `Stream`, for a streaming body.
+fn tokio_stream_of<T: 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProcessList {
+    pub processes: Vec<ProcessView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessView {
+    pub pid: u32,
+    pub cmd: String,
+    pub running: bool,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl From<Process> for ProcessView {
+    fn from(p: Process) -> Self {
+        Self {
+            pid: p.pid,
+            cmd: p.cmd,
+            running: p.exit.is_none(),
+            exit_code: p.exit.as_ref().and_then(|e| e.code),
+            signal: p.exit.as_ref().and_then(|e| e.signal),
+        }
+    }
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "listProcesses",
+    params(("id" = String, Path)),
+    security(("api_key" = [])),
+    responses((status = 200, body = ProcessList))
+)]
+#[get("/boxes/{id}/processes")]
+pub async fn processes(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    id: web::Path<String>,
+) -> Result<web::Json<ProcessList>, ApiError> {
+    let list = boxes.processes(&who.account_id, &id).await?;
+    Ok(web::Json(ProcessList {
+        processes: list.into_iter().map(ProcessView::from).collect(),
+    }))
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "processLogs",
+    params(("id" = String, Path), ("pid" = u32, Path)),
+    security(("api_key" = [])),
+    responses((status = 200, body = OutputView), (status = 404, body = crate::error::ErrorBody))
+)]
+#[get("/boxes/{id}/processes/{pid}/logs")]
+pub async fn logs(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    path: web::Path<(String, u32)>,
+) -> Result<web::Json<OutputView>, ApiError> {
+    let (id, pid) = path.into_inner();
+    let kept = boxes.logs(&who.account_id, &id, pid, 4 * KEEP).await?;
+    Ok(web::Json((&kept).into()))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct SignalQuery {
+    /// `TERM` (default), `KILL`, `INT` or `HUP`.
+    pub signal: Option<String>,
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "signalProcess",
+    params(("id" = String, Path), ("pid" = u32, Path), SignalQuery),
+    security(("api_key" = [])),
+    responses((status = 204), (status = 404, body = crate::error::ErrorBody))
+)]
+#[delete("/boxes/{id}/processes/{pid}")]
+pub async fn signal(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    path: web::Path<(String, u32)>,
+    query: web::Query<SignalQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let (id, pid) = path.into_inner();
+    let number = match query
+        .signal
+        .as_deref()
+        .unwrap_or("TERM")
+        .to_ascii_uppercase()
+        .trim_start_matches("SIG")
+    {
+        "TERM" => 15,
+        "KILL" => 9,
+        "INT" => 2,
+        "HUP" => 1,
+        other => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("signal {other:?} is not one of TERM, KILL, INT, HUP"),
+            ));
+        }
+    };
+    boxes
+        .signal(&who.account_id, &id, pid, number)
+        .await
+        .map_err(|e| match e {
+            BoxError::NotFound(_) => ApiError::not_found(
+                "process_not_found",
+                format!("no running background process {pid} in box {id}"),
+            )
+            .hint("`GET /v1/boxes/{id}/processes` lists them"),
+            other => other.into(),
+        })?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct SyncQuery {
+    /// Where under `/work` to unpack (default: `/work` itself).
+    pub dest: Option<String>,
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "sync",
+    params(("id" = String, Path), SyncQuery),
+    request_body(content = String, content_type = "application/x-tar", description = "A tar stream"),
+    security(("api_key" = [])),
+    responses((status = 200, description = "Unpacked"), (status = 400, body = crate::error::ErrorBody))
+)]
+#[post("/boxes/{id}/sync")]
+pub async fn sync(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    id: web::Path<String>,
+    query: web::Query<SyncQuery>,
+    _req: HttpRequest,
+    mut payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let dest = query.dest.clone().unwrap_or_default();
+    let dest = dest
+        .trim_start_matches("/work")
+        .trim_start_matches('/')
+        .to_owned();
+    let mut stream = boxes.open_service(&who.account_id, &id, "sync").await?;
+    let broke = |e: std::io::Error| ApiError::internal(format!("the sync stream broke: {e}"));
+    let mut head = serde_json::to_vec(&SyncRequest { dest }).map_err(ApiError::internal)?;
+    head.push(b'\n');
+    stream.write_all(&head).await.map_err(broke)?;
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::bad_request("invalid_body", format!("reading the upload: {e}"))
+        })?;
+        if stream.write_all(&chunk).await.is_err() {
+            break; // boxd refused the archive: its answer says why
+        }
+    }
+    let _ = stream.shutdown().await;
+    let mut answer = Vec::new();
+    (&mut stream)
+        .take(1 << 20)
+        .read_to_end(&mut answer)
+        .await
+        .map_err(broke)?;
+    let done: SyncDone = serde_json::from_slice(&answer).map_err(ApiError::internal)?;
+    if done.ok {
+        Ok(HttpResponse::Ok().json(serde_json::json!({"files": done.files, "bytes": done.bytes})))
+    } else {
+        Err(ApiError::bad_request(
+            "sync_refused",
+            done.error
+                .unwrap_or_else(|| "the archive was refused".into()),
+        )
+        .hint("send a tar of relative paths without '..' or links leaving the destination"))
+    }
+}
