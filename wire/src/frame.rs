@@ -441,7 +441,14 @@ fn check_nonempty(kind: FrameType, payload: &[u8]) -> Result<(), FrameError> {
 }
 
 fn utf8(kind: FrameType, payload: Bytes) -> Result<String, FrameError> {
-    // Bounded by the caller's size checks before this allocates.
+    // Text is short: refuse a long one before copying it.
+    let (max, why) = match kind {
+        FrameType::Open => (MAX_TARGET_LEN, "target longer than 1024 bytes"),
+        _ => (MAX_REASON_LEN, "reason longer than 1024 bytes"),
+    };
+    if payload.len() > max {
+        return Err(FrameError::Malformed { kind, why });
+    }
     String::from_utf8(payload.to_vec()).map_err(|_| FrameError::Malformed {
         kind,
         why: "text is not UTF-8",

@@ -371,7 +371,14 @@ async fn a_slow_reader_holds_at_most_its_window_and_the_writer_waits() {
         x
     });
     // Nobody reads: the writer stops when the initial window is full.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    timeout(LONG, async {
+        while b.stats().buffered < INITIAL_WINDOW as usize {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!writer.is_finished());
     assert_eq!(b.stats().buffered, INITIAL_WINDOW as usize);
     let mut got = Vec::new();
@@ -418,7 +425,7 @@ async fn the_memory_budget_caps_window_growth() {
 #[tokio::test]
 async fn sessions_with_an_idle_but_alive_peer_stay_up_and_measure_rtt() {
     let (a, b) = pair_over_io(quick(), quick(), 64 * 1024).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
     assert!(!a.is_closed() && !b.is_closed());
     assert!(a.stats().rtt.is_some());
     let (mut x, mut y) = connected(&a, &b, "exec").await;

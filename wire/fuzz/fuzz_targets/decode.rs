@@ -15,7 +15,11 @@ const MAX: usize = 4096;
 fuzz_target!(|data: &[u8]| {
     // One message, one frame.
     if let Ok(frame) = Frame::decode(Bytes::copy_from_slice(data), MAX) {
-        assert_eq!(encoded(&frame), data, "{frame:?} does not encode back to its bytes");
+        assert_eq!(
+            encoded(&frame),
+            data,
+            "{frame:?} does not encode back to its bytes"
+        );
     }
 
     // A byte stream in pieces of 1..=17 bytes (from the first byte).
@@ -31,7 +35,9 @@ fuzz_target!(|data: &[u8]| {
                 Ok(Some(frame)) => {
                     let len = before - buf.len();
                     let mut again = BytesMut::new();
-                    FrameCodec::new(MAX).encode(frame.clone(), &mut again).expect("a decoded frame encodes");
+                    FrameCodec::new(MAX)
+                        .encode(frame.clone(), &mut again)
+                        .expect("a decoded frame encodes");
                     assert_eq!(&again[..], &data[consumed..consumed + len], "{frame:?}");
                     consumed += len;
                 }
@@ -46,7 +52,9 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn encoded(frame: &Frame) -> Vec<u8> {
-    frame.check(MAX).expect("a decoded frame passes the encoder's check");
+    frame
+        .check(MAX)
+        .expect("a decoded frame passes the encoder's check");
     let mut out = BytesMut::new();
     frame.encode(&mut out);
     out.to_vec()

@@ -17,13 +17,33 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Debug, Arbitrary)]
 enum PeerFrame {
-    Open { stream: u8, target: String },
-    OpenOk { stream: u8 },
-    OpenErr { stream: u8, code: u16, reason: String },
-    Data { stream: u8, len: u16 },
-    Credit { stream: u8, bytes: u32 },
-    Fin { stream: u8 },
-    Rst { stream: u8, reason: String },
+    Open {
+        stream: u8,
+        target: String,
+    },
+    OpenOk {
+        stream: u8,
+    },
+    OpenErr {
+        stream: u8,
+        code: u16,
+        reason: String,
+    },
+    Data {
+        stream: u8,
+        len: u16,
+    },
+    Credit {
+        stream: u8,
+        bytes: u32,
+    },
+    Fin {
+        stream: u8,
+    },
+    Rst {
+        stream: u8,
+        reason: String,
+    },
     Ping(u64),
     Pong(u64),
     GoAway(String),
@@ -65,19 +85,39 @@ fn config() -> Config {
 fn peer_frame(frame: PeerFrame) -> Frame {
     let id = |s: u8| u32::from(s);
     match frame {
-        PeerFrame::Open { stream, target } => Frame::Open { stream: id(stream), target },
+        PeerFrame::Open { stream, target } => Frame::Open {
+            stream: id(stream),
+            target,
+        },
         PeerFrame::OpenOk { stream } => Frame::OpenOk { stream: id(stream) },
-        PeerFrame::OpenErr { stream, code, reason } => Frame::OpenErr { stream: id(stream), code, reason },
-        PeerFrame::Data { stream, len } => {
-            Frame::Data { stream: id(stream), data: Bytes::from(vec![7u8; usize::from(len) % (MAX + 2)]) }
-        }
-        PeerFrame::Credit { stream, bytes } => Frame::Credit { stream: id(stream), bytes },
+        PeerFrame::OpenErr {
+            stream,
+            code,
+            reason,
+        } => Frame::OpenErr {
+            stream: id(stream),
+            code,
+            reason,
+        },
+        PeerFrame::Data { stream, len } => Frame::Data {
+            stream: id(stream),
+            data: Bytes::from(vec![7u8; usize::from(len) % (MAX + 2)]),
+        },
+        PeerFrame::Credit { stream, bytes } => Frame::Credit {
+            stream: id(stream),
+            bytes,
+        },
         PeerFrame::Fin { stream } => Frame::Fin { stream: id(stream) },
-        PeerFrame::Rst { stream, reason } => Frame::Rst { stream: id(stream), reason },
+        PeerFrame::Rst { stream, reason } => Frame::Rst {
+            stream: id(stream),
+            reason,
+        },
         PeerFrame::Ping(opaque) => Frame::Ping { opaque },
         PeerFrame::Pong(opaque) => Frame::Pong { opaque },
         PeerFrame::GoAway(reason) => Frame::GoAway { reason },
-        PeerFrame::Control(payload) => Frame::Control { payload: Bytes::from(payload) },
+        PeerFrame::Control(payload) => Frame::Control {
+            payload: Bytes::from(payload),
+        },
     }
 }
 
@@ -94,24 +134,40 @@ fn prefixed(frame: &Frame) -> BytesMut {
 fn check(session: &Session) {
     let stats = session.stats();
     let budget = config().memory_budget;
-    assert!(stats.buffered <= stats.committed && stats.committed <= budget, "{stats:?}");
+    assert!(
+        stats.buffered <= stats.committed && stats.committed <= budget,
+        "{stats:?}"
+    );
     assert!(stats.streams <= config().max_streams, "{stats:?}");
 }
 
 async fn run(steps: Vec<Step>) {
     let (x, y) = tokio::io::duplex(16 * 1024);
     let (mut peer_read, mut peer_write) = tokio::io::split(y);
-    let hello = Bytes::from(b"{\"type\":\"hello\",\"versions\":{\"min\":1,\"max\":1},\"software\":\"fuzz\"}".to_vec());
-    peer_write.write_all(&prefixed(&Frame::Control { payload: hello })).await.expect("hello");
+    let hello = Bytes::from(
+        b"{\"type\":\"hello\",\"versions\":{\"min\":1,\"max\":1},\"software\":\"fuzz\"}".to_vec(),
+    );
+    peer_write
+        .write_all(&prefixed(&Frame::Control { payload: hello }))
+        .await
+        .expect("hello");
     // Whatever the session sends is read and dropped, so it never blocks.
     tokio::spawn(async move {
         let mut sink = vec![0u8; 64 * 1024];
         while matches!(peer_read.read(&mut sink).await, Ok(n) if n > 0) {}
     });
-    let session = Session::over_io(x, Role::Client, config(), Hello::new("fuzz-local")).await.expect("handshake");
+    let session = Session::over_io(x, Role::Client, config(), Hello::new("fuzz-local"))
+        .await
+        .expect("handshake");
     let mut streams: Vec<Stream> = Vec::new();
     let wait = Duration::from_millis(1);
-    let pick = |streams: &Vec<Stream>, i: u8| if streams.is_empty() { None } else { Some(usize::from(i) % streams.len()) };
+    let pick = |streams: &Vec<Stream>, i: u8| {
+        if streams.is_empty() {
+            None
+        } else {
+            Some(usize::from(i) % streams.len())
+        }
+    };
     for step in steps.into_iter().take(64) {
         match step {
             Step::Peer(frame) => {
@@ -168,7 +224,9 @@ async fn run(steps: Vec<Step>) {
                 let _ = tokio::time::timeout(wait, session.recv_control::<String>()).await;
             }
             Step::GoAway => session.goaway("fuzz"),
-            Step::Idle { millis } => tokio::time::sleep(Duration::from_millis(u64::from(millis))).await,
+            Step::Idle { millis } => {
+                tokio::time::sleep(Duration::from_millis(u64::from(millis))).await
+            }
         }
         for _ in 0..4 {
             tokio::task::yield_now().await;

@@ -156,6 +156,32 @@ mod tests {
         holds(&w);
     }
 
+    proptest::proptest! {
+        /// A sender that spends exactly the credit it was granted is never
+        /// refused, one that spends a byte more always is, and the window
+        /// stays within its cap and the budget.
+        #[test]
+        fn credit_accounting_holds(steps in proptest::collection::vec((0u32..400_000, 0u32..400_000), 1..200), headroom in 0usize..4_000_000) {
+            let mut w = RecvWindow::new();
+            let mut sender_credit = INITIAL_WINDOW;
+            let mut grown = 0usize;
+            for (send, read) in steps {
+                let send = send.min(sender_credit);
+                w.receive(send).unwrap();
+                sender_credit -= send;
+                assert_eq!(w.receive(sender_credit + 1), Err(sender_credit));
+                w.consume(read);
+                if let Some(g) = w.grant(MAX, headroom - grown) {
+                    sender_credit += g.bytes;
+                    grown += g.growth as usize;
+                }
+                holds(&w);
+                assert_eq!(sender_credit, w.available);
+                assert!(w.window() <= MAX && grown <= headroom);
+            }
+        }
+    }
+
     #[test]
     fn sending_beyond_the_credit_is_refused() {
         let mut w = RecvWindow::new();

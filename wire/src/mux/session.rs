@@ -169,7 +169,7 @@ impl Session {
 
     /// Opens a stream to `target` and waits for the peer to accept it.
     /// Dropping the future before the answer resets the stream once it
-    /// comes.
+    /// comes (so a timeout around it is fine).
     pub async fn open(&self, target: &str) -> Result<Stream, OpenError> {
         let shared = self.shared();
         let id = shared.lock().start_open(target)?;
@@ -180,6 +180,7 @@ impl Session {
 
     /// The next stream the peer opened; `None` once the session has ended or
     /// is draining (`GOAWAY` either way) and nothing is left to accept.
+    /// Cancel-safe (usable in `select!`): nothing is taken unless returned.
     pub async fn accept(&self) -> Option<Incoming> {
         let shared = self.shared();
         let (id, target) = poll_fn(|cx| shared.lock().poll_accept(cx)).await?;
@@ -192,7 +193,8 @@ impl Session {
     }
 
     /// Sends a typed control message (JSON on stream 0), after everything
-    /// sent before it; waits while the transport queue is full.
+    /// sent before it; waits while the transport queue is full. Cancelled
+    /// while waiting, it sends nothing.
     pub async fn send_control<T: Serialize + ?Sized>(
         &self,
         message: &T,
@@ -217,7 +219,7 @@ impl Session {
 
     /// The next control message from the peer, as `T`; `None` once the
     /// session has ended. A message that is not a `T` is consumed and
-    /// returned as [`ControlError::Decode`].
+    /// returned as [`ControlError::Decode`]. Cancel-safe.
     pub async fn recv_control<T: DeserializeOwned>(&self) -> Option<Result<T, ControlError>> {
         let payload = poll_fn(|cx| self.shared().lock().poll_recv_control(cx)).await?;
         Some(serde_json::from_slice(&payload).map_err(|e| ControlError::Decode(e.to_string())))

@@ -49,8 +49,8 @@ pub async fn pair_over_messages(a: Config, b: Config, buffer: usize) -> (Session
 /// Short timers, for liveness tests.
 pub fn quick() -> Config {
     Config {
-        ping_interval: Duration::from_millis(100),
-        liveness_timeout: Duration::from_millis(500),
+        ping_interval: Duration::from_millis(200),
+        liveness_timeout: Duration::from_millis(1000),
         ..Config::default()
     }
 }
