@@ -111,14 +111,7 @@ impl Boxes {
         };
         let name = checked_text("name", req.name, MAX_NAME)?;
         let goal = checked_text("goal", req.goal, MAX_GOAL)?;
-        let names: Vec<String> = req.spec["secrets"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let names = crate::secrets::names_in_spec(&req.spec);
         let env = match (&self.secrets, names.is_empty()) {
             (_, true) => Vec::new(),
             (Some(secrets), false) => secrets.values(&account, &names).await.map_err(|e| match e {

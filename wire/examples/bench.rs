@@ -5,8 +5,8 @@
 //! usage: bench [RUNS] (default 5). Prints, per case, the median and the
 //! min–max of RUNS runs.
 
-use psbx_wire::mux::{Config, Role, Session};
 use psbx_wire::Hello;
+use psbx_wire::mux::{Config, Role, Session};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -40,32 +40,64 @@ where
     B: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (x, y) = tokio::join!(
-        Session::over_io(a, Role::Client, Config::default(), Hello::new("bench client")),
-        Session::over_io(b, Role::Server, Config::default(), Hello::new("bench server")),
+        Session::over_io(
+            a,
+            Role::Client,
+            Config::default(),
+            Hello::new("bench client")
+        ),
+        Session::over_io(
+            b,
+            Role::Server,
+            Config::default(),
+            Hello::new("bench server")
+        ),
     );
     Ok((x?, y?))
 }
 
+/// Reads a stream to its end; returns the bytes read.
+async fn drain(mut s: impl AsyncRead + Unpin) -> usize {
+    let mut buf = vec![0u8; CHUNK];
+    let mut n = 0;
+    while let Ok(k) = s.read(&mut buf).await {
+        if k == 0 {
+            break;
+        }
+        n += k;
+    }
+    n
+}
+
+/// Writes `bytes` bytes and half-closes.
+async fn fill(mut s: impl AsyncWrite + Unpin, bytes: usize) {
+    let chunk = vec![7u8; CHUNK];
+    let mut left = bytes;
+    while left > 0 {
+        let k = left.min(CHUNK);
+        if s.write_all(&chunk[..k]).await.is_err() {
+            break;
+        }
+        left -= k;
+    }
+    let _ = s.shutdown().await;
+}
+
 /// Sends TOTAL bytes split over `streams` streams; returns MB/s.
-async fn mux_throughput(client: &Session, server: &Session, streams: usize) -> Result<f64, BoxError> {
+async fn mux_throughput(
+    client: &Session,
+    server: &Session,
+    streams: usize,
+) -> Result<f64, BoxError> {
     let per = TOTAL / streams;
     let server = server.clone();
     let sink = tokio::spawn(async move {
         let mut readers = Vec::new();
         for _ in 0..streams {
-            let Some(incoming) = server.accept().await else { break };
-            let mut s = incoming.accept();
-            readers.push(tokio::spawn(async move {
-                let mut buf = vec![0u8; CHUNK];
-                let mut n = 0;
-                while let Ok(k) = s.read(&mut buf).await {
-                    if k == 0 {
-                        break;
-                    }
-                    n += k;
-                }
-                n
-            }));
+            let Some(incoming) = server.accept().await else {
+                break;
+            };
+            readers.push(tokio::spawn(drain(incoming.accept())));
         }
         let mut total = 0;
         for r in readers {
@@ -76,19 +108,7 @@ async fn mux_throughput(client: &Session, server: &Session, streams: usize) -> R
     let started = Instant::now();
     let mut writers = Vec::new();
     for _ in 0..streams {
-        let mut s = client.open("bench").await?;
-        writers.push(tokio::spawn(async move {
-            let chunk = vec![7u8; CHUNK];
-            let mut left = per;
-            while left > 0 {
-                let k = left.min(CHUNK);
-                if s.write_all(&chunk[..k]).await.is_err() {
-                    break;
-                }
-                left -= k;
-            }
-            let _ = s.shutdown().await;
-        }));
+        writers.push(tokio::spawn(fill(client.open("bench").await?, per)));
     }
     for w in writers {
         w.await?;
@@ -106,18 +126,10 @@ async fn tcp_throughput(streams: usize) -> Result<f64, BoxError> {
     let sink = tokio::spawn(async move {
         let mut readers = Vec::new();
         for _ in 0..streams {
-            let Ok((mut s, _)) = listener.accept().await else { break };
-            readers.push(tokio::spawn(async move {
-                let mut buf = vec![0u8; CHUNK];
-                let mut n = 0;
-                while let Ok(k) = s.read(&mut buf).await {
-                    if k == 0 {
-                        break;
-                    }
-                    n += k;
-                }
-                n
-            }));
+            let Ok((s, _)) = listener.accept().await else {
+                break;
+            };
+            readers.push(tokio::spawn(drain(s)));
         }
         let mut total = 0;
         for r in readers {
@@ -128,19 +140,7 @@ async fn tcp_throughput(streams: usize) -> Result<f64, BoxError> {
     let started = Instant::now();
     let mut writers = Vec::new();
     for _ in 0..streams {
-        let mut s = TcpStream::connect(addr).await?;
-        writers.push(tokio::spawn(async move {
-            let chunk = vec![7u8; CHUNK];
-            let mut left = per;
-            while left > 0 {
-                let k = left.min(CHUNK);
-                if s.write_all(&chunk[..k]).await.is_err() {
-                    break;
-                }
-                left -= k;
-            }
-            let _ = s.shutdown().await;
-        }));
+        writers.push(tokio::spawn(fill(TcpStream::connect(addr).await?, per)));
     }
     for w in writers {
         w.await?;
@@ -213,8 +213,14 @@ fn summary(name: &str, unit: &str, mut samples: Vec<f64>) -> f64 {
 }
 
 fn main() -> Result<(), BoxError> {
-    let runs: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(5).max(5);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runs: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(5)
+        .max(5);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         println!("# wire bench: {TOTAL} bytes per throughput run, {TRIPS} round trips of 64 bytes per latency run, {runs} runs");
         let mut medians = std::collections::BTreeMap::new();

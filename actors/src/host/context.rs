@@ -116,14 +116,7 @@ impl HostContext {
     /// The mask of a box's secrets, from the names it was started with (the
     /// values are read again: boxd keeps its own copy across server restarts).
     pub async fn masker_for(&self, record: &BoxRecord) -> Arc<Masker> {
-        let names: Vec<String> = record.spec["secrets"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let names = crate::secrets::names_in_spec(&record.spec);
         let (Some(secrets), Some(account)) = (&self.secrets, &record.account_id) else {
             return Arc::new(Masker::default());
         };
