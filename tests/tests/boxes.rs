@@ -122,6 +122,12 @@ fn auto_acceleration_settles_and_an_unused_box_expires() {
         line.contains("with KVM") || line.contains("under TCG"),
         "{line}"
     );
+    // The answer is kept for the next start on the same host setup.
+    let (clean, log) = s.server.take().unwrap().stop();
+    assert!(clean, "{log}");
+    s.restart();
+    let again = s.server().wait_for_log("boxes run", Duration::from_secs(5));
+    assert!(again.contains("result kept in"), "{again}");
     let (status, started) = s.call("POST", "/v1/boxes", Some(json!({})));
     assert_eq!(status, 201, "{started}");
     let id = started["id"].as_str().unwrap().to_owned();

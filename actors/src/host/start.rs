@@ -166,15 +166,15 @@ fn choose_accel(host: &Host, choice: AccelChoice, settings: &BoxSettings) -> Acc
     match choice {
         AccelChoice::Kvm => Accel::Kvm,
         AccelChoice::Tcg => Accel::Tcg,
-        AccelChoice::Auto => match probe(host, settings) {
-            Ok(true) => {
-                tracing::info!("KVM booted the box kernel: boxes run with KVM");
+        AccelChoice::Auto => match cached_probe(host, settings) {
+            Ok((true, how)) => {
+                tracing::info!("KVM booted the box kernel{how}: boxes run with KVM");
                 Accel::Kvm
             }
-            Ok(false) => {
+            Ok((false, how)) => {
                 tracing::warn!(
-                    "KVM is unavailable or did not boot the box kernel within {}s: boxes run under TCG \
-                     (software emulation, slower); set accel = \"tcg\" to skip this check",
+                    "KVM is unavailable or did not boot the box kernel within {}s{how}: boxes run under \
+                     TCG (software emulation, slower); set accel = \"tcg\" to skip this check",
                     KVM_PROBE.as_secs()
                 );
                 Accel::Tcg
@@ -185,6 +185,53 @@ fn choose_accel(host: &Host, choice: AccelChoice, settings: &BoxSettings) -> Acc
             }
         },
     }
+}
+
+/// What the probe's result depends on: the host kernel, whether /dev/kvm exists,
+/// and the QEMU binary. The same key means the same answer.
+fn probe_key() -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let qemu = std::fs::metadata("/usr/bin/qemu-system-x86_64")
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    let kvm = std::path::Path::new("/dev/kvm").exists();
+    format!("kernel={} kvm={kvm} qemu={qemu}", kernel.trim())
+}
+
+/// The probe's answer, from `<boxes_dir>/kvm-probe.json` when it was taken on
+/// this same host setup (a KVM that hangs costs the full probe time at every
+/// start otherwise); with a note saying where the answer came from.
+fn cached_probe(host: &Host, settings: &BoxSettings) -> Result<(bool, String), BoxError> {
+    let file = settings.boxes_dir.join("kvm-probe.json");
+    let key = probe_key();
+    if let Ok(text) = std::fs::read_to_string(&file)
+        && let Ok(cached) = serde_json::from_str::<serde_json::Value>(&text)
+        && cached["key"] == key.as_str()
+        && let Some(kvm) = cached["kvm"].as_bool()
+    {
+        return Ok((
+            kvm,
+            format!(
+                " (result kept in {}; delete it to probe again)",
+                file.display()
+            ),
+        ));
+    }
+    let (kvm, how) = match probe(host, settings) {
+        Ok(kvm) => (kvm, String::new()),
+        // QEMU failing under KVM (e.g. aborting on an MSR write) is a "no" too.
+        Err(BoxError::Libvirt(e)) => (false, format!(" (the probe failed: {e})")),
+        Err(e) => return Err(e),
+    };
+    let record = serde_json::json!({ "key": key, "kvm": kvm });
+    if let Err(e) = std::fs::create_dir_all(&settings.boxes_dir)
+        .and_then(|()| std::fs::write(&file, record.to_string()))
+    {
+        tracing::warn!(error = %e, "could not keep the KVM probe's result");
+    }
+    Ok((kvm, how))
 }
 
 fn probe(host: &Host, settings: &BoxSettings) -> Result<bool, BoxError> {

@@ -87,17 +87,22 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             boxes: boxes.clone(),
             secrets,
         };
-        let http =
-            HttpServer::new(move || app::build(state.clone())).shutdown_timeout(SHUTDOWN_GRACE);
+        // Our own signal handling, installed before we say we listen: a stop
+        // signal arriving at any moment after that is a clean shutdown.
+        let http = HttpServer::new(move || app::build(state.clone()))
+            .shutdown_timeout(SHUTDOWN_GRACE)
+            .disable_signals();
         let http = match tls {
             Some(tls) => http.listen_rustls_0_23(listener, tls)?,
             None => http.listen(listener)?,
         }
         .run();
+        let stop_on_signal = stop_on_signal(http.handle())?;
         let heartbeat = actix_web::rt::spawn(heartbeat(store.clone(), server.id.clone()));
         tracing::info!(%url, replica = %server.id, "serving");
         print_now(&banner::listening(&url));
         let done = http.await;
+        stop_on_signal.abort();
         heartbeat.abort();
         boxes.shutdown().await;
         done
@@ -108,6 +113,23 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     }
     drop(database);
     result.context("the HTTP server failed")
+}
+
+/// Stops the HTTP server gracefully on SIGTERM or SIGINT; the handlers are in
+/// place when this returns.
+fn stop_on_signal(
+    server: actix_web::dev::ServerHandle,
+) -> std::io::Result<actix_web::rt::task::JoinHandle<()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(actix_web::rt::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+        }
+        server.stop(true).await;
+    }))
 }
 
 async fn heartbeat(store: Store, id: psbx_actors::ids::ServerId) {
