@@ -25,6 +25,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub boxes: Arc<Boxes>,
     pub secrets: Secrets,
+    /// The MCP service, built once for all workers.
+    pub mcp: crate::mcp::McpService,
 }
 
 /// The whole application, as the server runs it and as the HTTP tests call it.
@@ -50,7 +52,14 @@ pub fn build(
                 .configure(routes::v1),
         )
         .split_for_parts();
-    app.app_data(web::Data::new(ApiDocument(document)))
+    app.service(
+        state
+            .mcp
+            .clone()
+            .scope_with_path("/mcp")
+            .wrap(from_fn(require_api_key)),
+    )
+    .app_data(web::Data::new(ApiDocument(document)))
         .app_data(web::Data::new(state.store))
         .app_data(web::Data::from(state.metrics))
         .app_data(web::Data::from(state.boxes))

@@ -11,6 +11,7 @@ pub mod database;
 pub mod embedded_pg;
 pub mod error;
 pub mod logging;
+pub mod mcp;
 pub mod metrics;
 pub mod pack;
 pub mod routes;

@@ -38,23 +38,33 @@ fn fixture() -> Fixture {
     }
 }
 
+/// The app's state on the fixture's database, without a libvirt host.
+fn state(f: &Fixture) -> AppState {
+    let boxes = Arc::new(Boxes::new(
+        f.store.clone(),
+        psbx_server::config::Config::default()
+            .boxes
+            .settings(std::path::Path::new("/nonexistent"))
+            .unwrap(),
+        Err("no libvirt host in the HTTP tests".to_owned()),
+        None,
+    ));
+    AppState {
+        store: f.store.clone(),
+        metrics: Arc::new(Metrics::new().unwrap()),
+        mcp: psbx_server::mcp::service(
+            boxes.clone(),
+            vec!["localhost".into()],
+            vec!["http://localhost:8080".into()],
+        ),
+        boxes,
+        secrets: Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap(),
+    }
+}
+
 macro_rules! service {
     ($f:expr) => {
-        test::init_service(app::build(AppState {
-            store: $f.store.clone(),
-            metrics: Arc::new(Metrics::new().unwrap()),
-            boxes: Arc::new(Boxes::new(
-                $f.store.clone(),
-                psbx_server::config::Config::default()
-                    .boxes
-                    .settings(std::path::Path::new("/nonexistent"))
-                    .unwrap(),
-                Err("no libvirt host in the HTTP tests".to_owned()),
-                None,
-            )),
-            secrets: Secrets::new($f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap(),
-        }))
-        .await
+        test::init_service(app::build(state(&$f))).await
     };
 }
 

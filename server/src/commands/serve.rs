@@ -81,11 +81,13 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             host,
             Some(secrets.clone()),
         ));
+        let (hosts, origins) = mcp_hosts(&url);
         let state = AppState {
             store: store.clone(),
             metrics,
             boxes: boxes.clone(),
             secrets,
+            mcp: crate::mcp::service(boxes.clone(), hosts, origins),
         };
         // Our own signal handling, installed before we say we listen: a stop
         // signal arriving at any moment after that is a clean shutdown.
@@ -113,6 +115,32 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     }
     drop(database);
     result.context("the HTTP server failed")
+}
+
+/// The Host names and Origins `/mcp` accepts: the public URL's host, and the
+/// loopback names on the same port.
+fn mcp_hosts(url: &str) -> (Vec<String>, Vec<String>) {
+    let parsed = url::Url::parse(url).ok();
+    let scheme = parsed.as_ref().map_or("http", |u| u.scheme()).to_owned();
+    let port = parsed
+        .as_ref()
+        .and_then(url::Url::port_or_known_default)
+        .unwrap_or(80);
+    let mut hosts: Vec<String> = parsed
+        .as_ref()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .into_iter()
+        .collect();
+    for loopback in ["127.0.0.1", "localhost"] {
+        if !hosts.iter().any(|h| h == loopback) {
+            hosts.push(loopback.to_owned());
+        }
+    }
+    let origins = hosts
+        .iter()
+        .map(|h| format!("{scheme}://{h}:{port}"))
+        .collect();
+    (hosts, origins)
 }
 
 /// Stops the HTTP server gracefully on SIGTERM or SIGINT; the handlers are in

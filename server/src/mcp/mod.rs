@@ -1,0 +1,41 @@
+//! `/mcp`: the `sandbox_*` tools over MCP's Streamable HTTP transport, with
+//! rmcp (the official Rust SDK) and its actix adapter. Both protocol revisions
+//! clients use are served on the one endpoint (2025-11-25 with `initialize`,
+//! 2026-07-28 session-free with `server/discover`); operation is stateless, so
+//! a client keeping a stale session id after a restart is not stranded. Origin
+//! and Host headers are validated against the configured public host names.
+//! Callers authenticate with an API key as a bearer token (the same middleware
+//! as `/v1`); the principal reaches the tools through the request extensions.
+
+mod schema;
+mod tools;
+
+use psbx_actors::boxes::Boxes;
+use psbx_actors::store::Principal;
+use rmcp_actix_web::transport::{LocalSessionManager, StreamableHttpService};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use tools::PsbxMcp;
+
+pub type McpService = StreamableHttpService<PsbxMcp, LocalSessionManager>;
+
+/// Builds the service once, for every worker to share. `origins` are the
+/// allowed `Origin` values (scheme://host:port), `hosts` the allowed `Host`
+/// names; neither may be empty (empty would turn the check off).
+pub fn service(boxes: Arc<Boxes>, hosts: Vec<String>, origins: Vec<String>) -> McpService {
+    let server = PsbxMcp::new(boxes);
+    StreamableHttpService::builder()
+        .service_factory(Arc::new(move || Ok(server.clone())))
+        .session_manager(Arc::new(LocalSessionManager::default()))
+        .stateful_mode(false)
+        .allowed_hosts(hosts)
+        .allowed_origins(origins)
+        .sse_keep_alive(Duration::from_secs(15))
+        .on_request_fn(|req, extensions| {
+            if let Some(p) = actix_web::HttpMessage::extensions(req).get::<Principal>() {
+                extensions.insert(p.clone());
+            }
+        })
+        .build()
+}
