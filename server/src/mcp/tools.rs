@@ -290,5 +290,5 @@ impl PsbxMcp {
     }
 }
 
-#[tool_handler(router = self.tool_router, name = "psbx", version = "0.1.0")]
+#[tool_handler(router = self.tool_router, name = "psbx")]
 impl ServerHandler for PsbxMcp {}
