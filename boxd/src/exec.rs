@@ -39,14 +39,7 @@ pub enum Output {
     Stderr(Vec<u8>),
 }
 
-/// How a command ended.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Exit {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-    pub timed_out: bool,
-}
+pub use psbx_wire::boxd::Exit;
 
 /// How long output is still read after the command exited, for children that
 /// keep its pipes open.

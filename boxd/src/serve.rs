@@ -157,17 +157,9 @@ fn process_list(state: &Boxd) -> Vec<proto::Process> {
             pid: p.pid,
             cmd: p.cmd,
             started_at_unix: p.started_at_unix,
-            exit: p.exit.map(wire_exit),
+            exit: p.exit,
         })
         .collect()
-}
-
-fn wire_exit(e: exec::Exit) -> proto::Exit {
-    proto::Exit {
-        code: e.code,
-        signal: e.signal,
-        timed_out: e.timed_out,
-    }
 }
 
 async fn logs(mut stream: Stream, state: &Boxd) {
@@ -222,7 +214,6 @@ async fn exec_stream(mut stream: Stream, state: &Boxd) {
     }
     let (tx, mut rx) = mpsc::channel::<Output>(8);
     let runner = tokio::spawn(async move { exec::run(&spec, &base_env, tx).await });
-    let mut sent_started = false;
     while let Some(out) = rx.recv().await {
         let record = match out {
             Output::Stdout(b) => Record::Stdout(b),
@@ -231,11 +222,9 @@ async fn exec_stream(mut stream: Stream, state: &Boxd) {
         if stream.write_all(&record.encode()).await.is_err() {
             break;
         }
-        sent_started = true;
     }
-    let _ = sent_started;
     let last = match runner.await {
-        Ok(Ok((_, exit))) => Record::Exit(wire_exit(exit)),
+        Ok(Ok((_, exit))) => Record::Exit(exit),
         Ok(Err(e)) => Record::Failed(format!("cannot run the command: {e}")),
         Err(e) => Record::Failed(format!("the command's task failed: {e}")),
     };
