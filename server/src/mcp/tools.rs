@@ -5,6 +5,7 @@
 use super::schema;
 use crate::routes::boxes::BoxView;
 use crate::routes::exec::{ExecResult, OutputView};
+use psbx_actors::box_::BoxSnapshot;
 use psbx_actors::boxes::{Boxes, CreateRequest};
 use psbx_actors::error::BoxError;
 use psbx_actors::exec::bounded::Bounded;
@@ -103,6 +104,17 @@ fn box_failed(e: BoxError) -> CallToolResult {
     failed(format!("{e}.{next}"))
 }
 
+/// A box read, started or stopped, as a tool result.
+fn box_result(result: Result<BoxSnapshot, BoxError>) -> CallToolResult {
+    match result {
+        Ok(snapshot) => {
+            let view = BoxView::from(snapshot);
+            structured(format!("box {} is {}", view.id, view.state), &view)
+        }
+        Err(e) => box_failed(e),
+    }
+}
+
 fn unauthenticated() -> CallToolResult {
     failed("this request carries no account: send an API key as a bearer token")
 }
@@ -141,13 +153,7 @@ impl PsbxMcp {
             keep: a.keep,
             spec: serde_json::json!({ "services": [], "secrets": a.secrets.unwrap_or_default(), "environment": null }),
         };
-        Ok(match self.boxes.create(who.account_id, request).await {
-            Ok(snapshot) => {
-                let view = BoxView::from(snapshot);
-                structured(format!("box {} is {}", view.id, view.state), &view)
-            }
-            Err(e) => box_failed(e),
-        })
+        Ok(box_result(self.boxes.create(who.account_id, request).await))
     }
 
     #[tool(description = "Read a box again (state, times, health); wakes a frozen box.")]
@@ -159,13 +165,9 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
-        Ok(match self.boxes.get(&who.account_id, &a.id, true).await {
-            Ok(snapshot) => {
-                let view = BoxView::from(snapshot);
-                structured(format!("box {} is {}", view.id, view.state), &view)
-            }
-            Err(e) => box_failed(e),
-        })
+        Ok(box_result(
+            self.boxes.get(&who.account_id, &a.id, true).await,
+        ))
     }
 
     #[tool(description = "Stop a box for good: its disk is deleted.")]
@@ -177,13 +179,7 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
-        Ok(match self.boxes.stop(&who.account_id, &a.id).await {
-            Ok(snapshot) => {
-                let view = BoxView::from(snapshot);
-                structured(format!("box {} is {}", view.id, view.state), &view)
-            }
-            Err(e) => box_failed(e),
-        })
+        Ok(box_result(self.boxes.stop(&who.account_id, &a.id).await))
     }
 
     #[tool(description = "List this account's boxes, newest first.")]
