@@ -103,14 +103,7 @@ fn keys_authenticate_until_revoked_and_stay_in_their_account() {
     assert!(store.authenticate("Bearer x").unwrap().is_none());
 
     // Another account cannot see or revoke this account's key.
-    let other = {
-        use diesel::RunQueryDsl;
-        let mut conn = <diesel::PgConnection as diesel::Connection>::establish(db.url()).unwrap();
-        diesel::sql_query("INSERT INTO accounts (id, name) VALUES ('acct_other', 'other')")
-            .execute(&mut conn)
-            .unwrap();
-        psbx_actors::ids::AccountId::parse("acct_other").unwrap()
-    };
+    let other = psbx_actors::ids::AccountId::parse(&db.add_account("acct_other")).unwrap();
     assert!(
         store
             .list_api_keys(&other, None, 50)

@@ -302,15 +302,7 @@ async fn keys_are_created_listed_without_secrets_and_revoked() {
 async fn another_accounts_key_is_a_404_not_a_403() {
     let f = fixture();
     let app = service!(f);
-    {
-        use diesel::RunQueryDsl;
-        let mut conn =
-            <diesel::PgConnection as diesel::Connection>::establish(f._db.url()).unwrap();
-        diesel::sql_query("INSERT INTO accounts (id, name) VALUES ('acct_other', 'other')")
-            .execute(&mut conn)
-            .unwrap();
-    }
-    let other = psbx_actors::ids::AccountId::parse("acct_other").unwrap();
+    let other = psbx_actors::ids::AccountId::parse(&f._db.add_account("acct_other")).unwrap();
     let theirs = f.store.create_api_key(&other, "theirs").unwrap();
     let res = test::call_service(
         &app,
@@ -543,15 +535,7 @@ async fn secrets_are_stored_sealed_and_never_read_back() {
     assert_eq!(error_code(&body), "secret_not_found");
 
     // Another account sees none of them.
-    {
-        use diesel::RunQueryDsl;
-        let mut conn =
-            <diesel::PgConnection as diesel::Connection>::establish(f._db.url()).unwrap();
-        diesel::sql_query("INSERT INTO accounts (id, name) VALUES ('acct_other', 'other')")
-            .execute(&mut conn)
-            .unwrap();
-    }
-    let other = psbx_actors::ids::AccountId::parse("acct_other").unwrap();
+    let other = psbx_actors::ids::AccountId::parse(&f._db.add_account("acct_other")).unwrap();
     let theirs = f.store.create_api_key(&other, "theirs").unwrap();
     let res = test::call_service(
         &app,

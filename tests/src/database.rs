@@ -49,6 +49,17 @@ impl TestDatabase {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// Adds a second account with this id (`acct_...`), for tests of account
+    /// scoping; returns the id.
+    pub fn add_account(&self, id: &str) -> String {
+        let mut conn = PgConnection::establish(&self.url).expect("the test database");
+        diesel::sql_query("INSERT INTO accounts (id, name) VALUES ($1, 'other')")
+            .bind::<diesel::sql_types::Text, _>(id)
+            .execute(&mut conn)
+            .expect("inserting an account");
+        id.to_owned()
+    }
 }
 
 impl Default for TestDatabase {
