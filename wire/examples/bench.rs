@@ -69,6 +69,25 @@ async fn drain(mut s: impl AsyncRead + Unpin) -> usize {
     n
 }
 
+/// The bytes the reader tasks read, together.
+async fn total(readers: Vec<tokio::task::JoinHandle<usize>>) -> usize {
+    let mut sum = 0;
+    for r in readers {
+        sum += r.await.unwrap_or(0);
+    }
+    sum
+}
+
+/// Sends back every 64-byte message until the peer goes away.
+async fn echo(mut s: impl AsyncRead + AsyncWrite + Unpin) {
+    let mut buf = [0u8; 64];
+    while s.read_exact(&mut buf).await.is_ok() {
+        if s.write_all(&buf).await.is_err() {
+            break;
+        }
+    }
+}
+
 /// Writes `bytes` bytes and half-closes.
 async fn fill(mut s: impl AsyncWrite + Unpin, bytes: usize) {
     let chunk = vec![7u8; CHUNK];
@@ -99,11 +118,7 @@ async fn mux_throughput(
             };
             readers.push(tokio::spawn(drain(incoming.accept())));
         }
-        let mut total = 0;
-        for r in readers {
-            total += r.await.unwrap_or(0);
-        }
-        total
+        total(readers).await
     });
     let started = Instant::now();
     let mut writers = Vec::new();
@@ -131,11 +146,7 @@ async fn tcp_throughput(streams: usize) -> Result<f64, BoxError> {
             };
             readers.push(tokio::spawn(drain(s)));
         }
-        let mut total = 0;
-        for r in readers {
-            total += r.await.unwrap_or(0);
-        }
-        total
+        total(readers).await
     });
     let started = Instant::now();
     let mut writers = Vec::new();
@@ -154,13 +165,7 @@ async fn mux_latency(client: &Session, server: &Session) -> Result<(f64, f64), B
     let server = server.clone();
     tokio::spawn(async move {
         if let Some(incoming) = server.accept().await {
-            let mut s = incoming.accept();
-            let mut buf = [0u8; 64];
-            while s.read_exact(&mut buf).await.is_ok() {
-                if s.write_all(&buf).await.is_err() {
-                    break;
-                }
-            }
+            echo(incoming.accept()).await;
         }
     });
     let s = client.open("echo").await?;
@@ -171,14 +176,9 @@ async fn tcp_latency() -> Result<(f64, f64), BoxError> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move {
-        if let Ok((mut s, _)) = listener.accept().await {
+        if let Ok((s, _)) = listener.accept().await {
             let _ = s.set_nodelay(true);
-            let mut buf = [0u8; 64];
-            while s.read_exact(&mut buf).await.is_ok() {
-                if s.write_all(&buf).await.is_err() {
-                    break;
-                }
-            }
+            echo(s).await;
         }
     });
     let s = TcpStream::connect(addr).await?;
