@@ -264,6 +264,11 @@ impl Boxes {
         Ok((addr, link, masker))
     }
 
+    /// How often a caller waiting on the box counts as activity.
+    fn keepalive(&self) -> Duration {
+        (self.settings.idle_freeze / 2).clamp(Duration::from_secs(1), Duration::from_secs(60))
+    }
+
     /// Runs a command: its events (output masked) arrive on the receiver. A
     /// command that cannot start is an error here; a foreground command keeps
     /// the box awake while it runs.
@@ -275,8 +280,7 @@ impl Boxes {
     ) -> Result<mpsc::Receiver<Result<ExecEvent, BoxError>>, BoxError> {
         let (addr, link, masker) = self.channel(account, id).await?;
         let (tx, mut rx) = mpsc::channel(32);
-        let keepalive =
-            (self.settings.idle_freeze / 2).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let keepalive = self.keepalive();
         tokio::spawn(async move {
             let (events, mut from_run) = mpsc::channel(32);
             let run = crate::exec::run::run(&link, &request, masker, events);
@@ -359,19 +363,15 @@ impl Boxes {
         keep: usize,
     ) -> Result<Bounded, BoxError> {
         let (_, link, masker) = self.channel(account, id).await?;
-        let mut stream = link.open("logs", SERVICE).await.map_err(link_error)?;
-        let body =
-            serde_json::to_vec(&Logs { pid }).map_err(|e| BoxError::Internal(e.to_string()))?;
-        let io = |e: std::io::Error| {
-            BoxError::NotFound(format!("no background process {pid} in this box ({e})"))
-        };
-        stream.write_all(&body).await.map_err(io)?;
-        stream.shutdown().await.map_err(io)?;
+        let mut stream = open_log(&link, pid, 0, false).await?;
         let mut kept = Bounded::new(keep, keep);
         let mut mask = MaskStream::new(masker);
         let mut chunk = vec![0u8; 64 * 1024];
         loop {
-            let n = stream.read(&mut chunk).await.map_err(io)?;
+            let n = stream
+                .read(&mut chunk)
+                .await
+                .map_err(|e| no_process(pid, e))?;
             if n == 0 {
                 break;
             }
@@ -379,6 +379,62 @@ impl Boxes {
         }
         kept.push(&mask.finish());
         Ok(kept)
+    }
+
+    /// Follows a background command's output (masked) from `offset` while it
+    /// runs; the receiver ends once the command has exited and all its output
+    /// arrived. Following keeps the box awake. When the receiver is dropped
+    /// before the end, following goes on without it, so a command someone is
+    /// waiting for is not frozen under them before it ends.
+    pub async fn follow(
+        &self,
+        account: &AccountId,
+        id: &str,
+        pid: u32,
+        offset: u64,
+    ) -> Result<mpsc::Receiver<Result<Vec<u8>, BoxError>>, BoxError> {
+        let (addr, link, masker) = self.channel(account, id).await?;
+        let mut stream = open_log(&link, pid, offset, true).await?;
+        let keepalive = self.keepalive();
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut mask = MaskStream::new(masker);
+            let mut chunk = vec![0u8; 64 * 1024];
+            let mut tick = tokio::time::interval(keepalive);
+            loop {
+                tokio::select! {
+                    read = stream.read(&mut chunk) => match read {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            if !tx.is_closed() {
+                                let _ = tx.send(Ok(mask.push(&chunk[..n]))).await;
+                            }
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(no_process(pid, e))).await;
+                            return;
+                        }
+                    },
+                    _ = tick.tick() => addr.do_send(Touch),
+                }
+            }
+            let _ = tx.send(Ok(mask.finish())).await;
+        });
+        Ok(rx)
+    }
+
+    /// One background command of the box.
+    pub async fn process(
+        &self,
+        account: &AccountId,
+        id: &str,
+        pid: u32,
+    ) -> Result<Process, BoxError> {
+        self.processes(account, id)
+            .await?
+            .into_iter()
+            .find(|p| p.pid == pid)
+            .ok_or_else(|| BoxError::NotFound(format!("no background process {pid} in box {id}")))
     }
 
     /// A stream to one of boxd's services in a running box (sync).
@@ -406,6 +462,32 @@ impl Boxes {
             let _ = host.supervisor.send(Shutdown).await;
         }
     }
+}
+
+/// A stream of a background command's log from boxd.
+async fn open_log(
+    link: &LinkHandle,
+    pid: u32,
+    offset: u64,
+    follow: bool,
+) -> Result<Stream, BoxError> {
+    let mut stream = link.open("logs", SERVICE).await.map_err(link_error)?;
+    let body = serde_json::to_vec(&Logs {
+        pid,
+        offset,
+        follow,
+    })
+    .map_err(|e| BoxError::Internal(e.to_string()))?;
+    stream
+        .write_all(&body)
+        .await
+        .map_err(|e| no_process(pid, e))?;
+    stream.shutdown().await.map_err(|e| no_process(pid, e))?;
+    Ok(stream)
+}
+
+fn no_process(pid: u32, e: std::io::Error) -> BoxError {
+    BoxError::NotFound(format!("no background process {pid} in this box ({e})"))
 }
 
 fn send<T>(

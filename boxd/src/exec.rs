@@ -2,8 +2,9 @@
 //! in its own process group with the box's secrets and the caller's variables
 //! in its environment, `/work` as the default working directory. Output goes
 //! out chunk by chunk; a time limit kills the whole process group. Background
-//! commands keep running after the call; their output goes to a log file that
-//! can be read later, and they are listed and signalled by process id.
+//! commands keep running after the call (until their time limit, if they were
+//! given one); their output goes to a log file that can be read later, or
+//! followed while it grows, and they are listed and signalled by process id.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -22,7 +23,7 @@ pub struct ExecSpec {
     pub cwd: String,
     #[serde(default)]
     pub env: Vec<(String, String)>,
-    /// Kill the process group after this many seconds (foreground only).
+    /// Kill the process group after this many seconds.
     pub timeout_s: Option<u64>,
     #[serde(default)]
     pub background: bool,
@@ -198,11 +199,22 @@ impl Processes {
         };
         self.lock().insert(pid, process.clone());
         let me = self.clone();
+        let limit = spec.timeout_s.map(Duration::from_secs);
         tokio::spawn(async move {
-            if let Ok(status) = child.wait().await
+            let ended = match limit {
+                Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
+                    Ok(status) => status.map(|s| exit_of(s, false)),
+                    Err(_) => {
+                        kill_group(pid, nix::sys::signal::Signal::SIGKILL);
+                        child.wait().await.map(|s| exit_of(s, true))
+                    }
+                },
+                None => child.wait().await.map(|s| exit_of(s, false)),
+            };
+            if let Ok(exit) = ended
                 && let Some(p) = me.lock().get_mut(&pid)
             {
-                p.exit = Some(exit_of(status, false));
+                p.exit = Some(exit);
             }
         });
         Ok(process)

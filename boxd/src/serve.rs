@@ -10,7 +10,7 @@ use psbx_wire::mux::{Config, Incoming, Role, Session, Stream};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 /// The largest JSON request read from a stream.
@@ -158,27 +158,48 @@ fn process_list(state: &Boxd) -> Vec<proto::Process> {
             cmd: p.cmd,
             started_at_unix: p.started_at_unix,
             exit: p.exit,
+            log: p.log,
         })
         .collect()
 }
 
 async fn logs(mut stream: Stream, state: &Boxd) {
     let request = match read_request(&mut stream).await {
-        Ok(bytes) => parse::<proto::Logs>(&bytes),
-        Err(e) => Err(e.to_string()),
+        Ok(bytes) => parse::<proto::Logs>(&bytes).ok(),
+        Err(_) => None,
     };
-    let file = request
-        .ok()
-        .and_then(|r| state.processes.get(r.pid))
-        .map(|p| p.log);
-    match file {
-        Some(path) => {
-            if let Ok(mut file) = tokio::fs::File::open(&path).await {
-                let _ = tokio::io::copy(&mut file, &mut stream).await;
-            }
-            let _ = stream.shutdown().await;
+    let Some((request, process)) = request.and_then(|r| state.processes.get(r.pid).map(|p| (r, p)))
+    else {
+        stream.reset("no such background process");
+        return;
+    };
+    if let Ok(mut file) = tokio::fs::File::open(&process.log).await {
+        let _ = send_log(&mut file, &mut stream, &request, &state.processes).await;
+    }
+    let _ = stream.shutdown().await;
+}
+
+/// How often a followed log is checked for new output.
+const FOLLOW_EVERY: Duration = Duration::from_millis(250);
+
+/// Sends a log from the requested offset; when following, keeps sending what
+/// is appended until the process has exited and its last output was sent.
+async fn send_log(
+    file: &mut tokio::fs::File,
+    stream: &mut Stream,
+    request: &proto::Logs,
+    processes: &Processes,
+) -> std::io::Result<()> {
+    file.seek(std::io::SeekFrom::Start(request.offset)).await?;
+    loop {
+        // Read whether it ended before reading: output written before the
+        // exit is then surely in the file.
+        let ended = processes.get(request.pid).is_none_or(|p| p.exit.is_some());
+        tokio::io::copy(file, stream).await?;
+        if !request.follow || ended {
+            return Ok(());
         }
-        None => stream.reset("no such background process"),
+        tokio::time::sleep(FOLLOW_EVERY).await;
     }
 }
 

@@ -32,6 +32,9 @@ pub struct Config {
     pub database_url: Option<String>,
     /// Largest number of connections to the database.
     pub database_pool_size: u32,
+    /// HTTP worker threads; default one per CPU. Long calls (a command
+    /// followed for minutes, a stream) hold none: they are tasks.
+    pub http_workers: Option<usize>,
     /// The libvirt host boxes run on.
     pub libvirt_uri: String,
     /// The 32-byte key that seals secrets (created, mode 0600, when missing);
@@ -212,6 +215,7 @@ impl Default for Config {
             data_dir: PathBuf::from(".psbx"),
             database_url: None,
             database_pool_size: 10,
+            http_workers: None,
             libvirt_uri: "qemu:///system".to_owned(),
             master_key_file: None,
             log_level: "info".to_owned(),

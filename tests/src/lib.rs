@@ -7,6 +7,7 @@
 //!   `psbx serve` child that is stopped when dropped.
 //! * [`vm`] — a server running real (TCG) boxes from the test image, with a
 //!   guard that removes their libvirt domains whatever happens.
+//! * [`python`] — the Python MCP clients under `tests/mcp/`, run with the venv.
 //!
 //! A missing prerequisite panics with a message that says what is missing and
 //! how to get it: a test never passes by skipping.
@@ -14,6 +15,7 @@
 
 mod database;
 mod process;
+pub mod python;
 pub mod vm;
 
 pub use database::TestDatabase;

@@ -80,6 +80,12 @@ impl BoxServer {
     /// TCG boxes without network, plus `extra` TOML lines in `[boxes]` (which
     /// may set `accel` instead).
     pub fn start(extra: &str) -> Self {
+        Self::start_with("", extra)
+    }
+
+    /// Like [`BoxServer::start`], with `top` TOML lines before `[boxes]`
+    /// (server settings such as `http_workers = 1`).
+    pub fn start_with(top: &str, extra: &str) -> Self {
         let images = images_dir();
         let db = TestDatabase::new();
         let dir = tempfile::tempdir().expect("tempdir");
@@ -93,7 +99,7 @@ impl BoxServer {
         std::fs::write(
             &config,
             format!(
-                "[boxes]\n{}images_dir = \"{}\"\nimage = \"test\"\nunit_vcpus = 1\n\
+                "{top}\n[boxes]\n{}images_dir = \"{}\"\nimage = \"test\"\nunit_vcpus = 1\n\
                  unit_memory_mib = 256\nunit_disk_gb = 2\nnetwork = false\nboot_timeout = \"120s\"\n{extra}\n",
                 if extra.contains("accel") { "" } else { "accel = \"tcg\"\n" },
                 images.display()

@@ -1,37 +1,12 @@
 //! `/mcp` with real MCP clients (the official Python SDK) on real boxes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use psbx_tests::python::run_json;
 use psbx_tests::vm::BoxServer;
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::Command;
-
-/// The project's Python venv, made by scripts/setup.
-fn python() -> PathBuf {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    assert!(
-        venv.is_file(),
-        "{} is missing: run scripts/setup (it makes the venv with the mcp package)",
-        venv.display()
-    );
-    venv
-}
 
 fn run_client(s: &BoxServer, mode: &str) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp/client.py");
-    let out = Command::new(python())
-        .arg(&script)
-        .arg(format!("{}/mcp", s.url()))
-        .arg(&s.key)
-        .arg(mode)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the MCP client failed ({mode}):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    run_json("client.py", &[&format!("{}/mcp", s.url()), &s.key, mode])
 }
 
 #[test]
@@ -60,7 +35,7 @@ fn python_sdk_clients_start_a_box_run_a_command_and_stop_it_on_both_revisions() 
         assert_eq!(seen["started"]["state"], "running", "{seen}");
         assert_eq!(seen["exec"]["exitCode"], 0, "{seen}");
         assert!(
-            seen["exec"]["stdout"]["text"]
+            seen["exec"]["output"]["text"]
                 .as_str()
                 .unwrap()
                 .starts_with("Linux box "),
@@ -108,4 +83,69 @@ fn mcp_refuses_foreign_origins_and_missing_keys() {
     assert_eq!(res.status().as_u16(), 403);
     let res = post().bearer_auth(&s.key).send().unwrap();
     assert_eq!(res.status().as_u16(), 200);
+}
+
+#[test]
+fn sandbox_exec_waits_then_hands_back_the_pid_caps_output_and_kills_on_timeout() {
+    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
+    let url = format!("{}/mcp", s.url());
+    let seen = run_json("exec_client.py", &[&url, &s.key, "work"]);
+    assert_eq!(seen["started"]["error"], false, "{seen}");
+
+    // wait_s passed: still running, with its pid and output so far.
+    let waited = &seen["waited"]["value"];
+    assert_eq!(waited["running"], true, "{seen}");
+    assert!(waited["pid"].as_u64().unwrap() > 0, "{seen}");
+    assert!(
+        waited["output"]["text"].as_str().unwrap().contains("begun"),
+        "{seen}"
+    );
+    assert!(
+        seen["waited"]["text"].as_str().unwrap().contains("pid"),
+        "{seen}"
+    );
+    // Waited for again by pid: its end, its exit code, all of its output.
+    let again = &seen["again"]["value"];
+    assert_eq!(again["running"], false, "{seen}");
+    assert_eq!(again["exitCode"], 3, "{seen}");
+    assert_eq!(again["pid"], waited["pid"], "{seen}");
+    assert_eq!(again["output"]["text"], "begun\nfinished\n", "{seen}");
+    assert!(!seen["progress"].as_array().unwrap().is_empty(), "{seen}");
+
+    // 50 MB of output: head and tail, the total and what was cut.
+    let big = &seen["big"]["value"];
+    assert_eq!(big["exitCode"], 0, "{seen}");
+    let total = big["output"]["totalBytes"].as_u64().unwrap();
+    assert!(total > 50_000_000, "{seen}");
+    assert!(
+        big["output"]["cutBytes"].as_u64().unwrap() > total - 40_000,
+        "{seen}"
+    );
+    assert!(seen["big_text_len"].as_u64().unwrap() < 40_000, "{seen}");
+    assert!(
+        seen["big_tail"].as_str().unwrap().ends_with("the-end\n"),
+        "{seen}"
+    );
+    assert!(big["next"].as_str().unwrap().contains(".log"), "{seen}");
+    assert_eq!(
+        seen["big_log_size"]["value"]["output"]["text"]
+            .as_str()
+            .unwrap()
+            .trim(),
+        total.to_string(),
+        "{seen}"
+    );
+
+    // timeout_s kills the command.
+    let killed = &seen["killed"]["value"];
+    assert_eq!(killed["timedOut"], true, "{seen}");
+    assert_eq!(killed["running"], false, "{seen}");
+    // Bad calls are results that say what to do.
+    assert_eq!(seen["no_cmd"]["error"], true, "{seen}");
+    assert!(
+        seen["no_cmd"]["text"].as_str().unwrap().contains("cmd"),
+        "{seen}"
+    );
+    assert_eq!(seen["unknown_pid"]["error"], true, "{seen}");
+    assert_eq!(seen["stopped"]["value"]["state"], "stopped", "{seen}");
 }

@@ -65,7 +65,8 @@ pub struct ExecRequest {
     pub cmd: String,
     pub cwd: String,
     pub env: Vec<(String, String)>,
-    /// Kill the whole process group after this many seconds (foreground).
+    /// Kill the whole process group after this many seconds (foreground, and
+    /// background commands that were given one).
     pub timeout_s: Option<u64>,
     pub background: bool,
 }
@@ -87,6 +88,9 @@ pub struct Process {
     pub cmd: String,
     pub started_at_unix: u64,
     pub exit: Option<Exit>,
+    /// Its output (stdout and stderr together), a file in the box.
+    #[serde(default)]
+    pub log: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -99,6 +103,14 @@ pub struct Signal {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Logs {
     pub pid: u32,
+    /// Start at this byte of the log.
+    #[serde(default)]
+    pub offset: u64,
+    /// Keep the stream open while the process runs, sending output as it is
+    /// written; the stream ends once the process has exited and all of its
+    /// output was sent.
+    #[serde(default)]
+    pub follow: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

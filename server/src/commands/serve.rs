@@ -91,9 +91,12 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         };
         // Our own signal handling, installed before we say we listen: a stop
         // signal arriving at any moment after that is a clean shutdown.
-        let http = HttpServer::new(move || app::build(state.clone()))
+        let mut http = HttpServer::new(move || app::build(state.clone()))
             .shutdown_timeout(SHUTDOWN_GRACE)
             .disable_signals();
+        if let Some(workers) = config.http_workers {
+            http = http.workers(workers.max(1));
+        }
         let http = match tls {
             Some(tls) => http.listen_rustls_0_23(listener, tls)?,
             None => http.listen(listener)?,

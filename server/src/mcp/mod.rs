@@ -7,6 +7,7 @@
 //! Callers authenticate with an API key as a bearer token (the same middleware
 //! as `/v1`); the principal reaches the tools through the request extensions.
 
+mod exec;
 mod schema;
 mod tools;
 

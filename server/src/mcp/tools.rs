@@ -2,31 +2,24 @@
 //! routes use, and answers with the same shapes as structured content plus a
 //! one-line summary; failures are `isError` results saying what to do next.
 
+use super::exec::{self, ExecArgs};
 use super::schema;
 use crate::routes::boxes::BoxView;
-use crate::routes::exec::{ExecResult, OutputView};
 use psbx_actors::box_::BoxSnapshot;
+use psbx_actors::box_::state::BoxState;
 use psbx_actors::boxes::{Boxes, CreateRequest};
 use psbx_actors::error::BoxError;
-use psbx_actors::exec::bounded::Bounded;
-use psbx_actors::exec::run::ExecEvent;
 use psbx_actors::store::Principal;
-use psbx_wire::boxd::ExecRequest;
+use psbx_wire::boxd::Process;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam};
+use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use rmcp_actix_web::transport::on_request_extensions;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// Output kept per stream in a tool result: head and tail.
-const KEEP: usize = 16 * 1024;
-/// How often a running command reports progress.
-const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct PsbxMcp {
@@ -57,18 +50,42 @@ pub struct BoxArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct NoArgs {}
 
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct ExecArgs {
-    /// The box id, box_...
-    pub id: String,
-    /// A shell command line, run with sh -lc in /work.
-    pub cmd: String,
-    /// Start it in the background and return its process id at once.
-    pub background: Option<bool>,
-    /// Kill the command (and its children) after this many seconds (default 1800).
-    pub timeout_s: Option<u64>,
-    /// Why the command runs, for people reading the box's history.
-    pub note: Option<String>,
+/// `sandbox_status`: the box, and the commands run in it through MCP or in the background.
+#[derive(Debug, Serialize)]
+struct StatusView {
+    #[serde(flatten)]
+    view: BoxView,
+    processes: Vec<ProcessView>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ProcessView {
+    pid: u32,
+    cmd: String,
+    running: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signal: Option<i32>,
+    timed_out: bool,
+    /// Its whole output, a file in the box.
+    log: String,
+}
+
+impl From<Process> for ProcessView {
+    fn from(p: Process) -> Self {
+        let exit = p.exit.as_ref();
+        Self {
+            pid: p.pid,
+            cmd: p.cmd,
+            running: exit.is_none(),
+            exit_code: exit.and_then(|e| e.code),
+            signal: exit.and_then(|e| e.signal),
+            timed_out: exit.is_some_and(|e| e.timed_out),
+            log: p.log,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -80,18 +97,18 @@ fn account(ctx: &RequestContext<RoleServer>) -> Option<Principal> {
     on_request_extensions(&ctx.extensions).and_then(|e| e.get::<Principal>().cloned())
 }
 
-fn structured<T: Serialize>(summary: String, value: &T) -> CallToolResult {
+pub(super) fn structured<T: Serialize>(summary: String, value: &T) -> CallToolResult {
     let mut result = CallToolResult::structured(serde_json::to_value(value).unwrap_or_default());
     result.content = vec![ContentBlock::text(summary)];
     result
 }
 
 /// A failure the agent can act on.
-fn failed(message: impl Into<String>) -> CallToolResult {
+pub(super) fn failed(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }
 
-fn box_failed(e: BoxError) -> CallToolResult {
+pub(super) fn box_failed(e: BoxError) -> CallToolResult {
     let next = match &e {
         BoxError::NotFound(_) => " Call sandbox_list to see this account's boxes.",
         BoxError::Over { .. } => {
@@ -156,7 +173,10 @@ impl PsbxMcp {
         Ok(box_result(self.boxes.create(who.account_id, request).await))
     }
 
-    #[tool(description = "Read a box again (state, times, health); wakes a frozen box.")]
+    #[tool(
+        description = "Read a box again (state, times, health, and its commands started in the \
+                       background or still running, with their exit codes); wakes a frozen box."
+    )]
     async fn sandbox_status(
         &self,
         Parameters(a): Parameters<BoxArgs>,
@@ -165,9 +185,27 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
-        Ok(box_result(
-            self.boxes.get(&who.account_id, &a.id, true).await,
-        ))
+        let snapshot = match self.boxes.get(&who.account_id, &a.id, true).await {
+            Ok(snapshot) => snapshot,
+            Err(e) => return Ok(box_failed(e)),
+        };
+        let running = snapshot.record.state == BoxState::Running;
+        let view = BoxView::from(snapshot);
+        let processes = if running {
+            match self.boxes.processes(&who.account_id, &a.id).await {
+                Ok(list) => list.into_iter().map(ProcessView::from).collect(),
+                Err(e) => return Ok(box_failed(e)),
+            }
+        } else {
+            Vec::new()
+        };
+        let summary = format!(
+            "box {} is {}; {} of its commands running",
+            view.id,
+            view.state,
+            processes.iter().filter(|p| p.running).count()
+        );
+        Ok(structured(summary, &StatusView { view, processes }))
     }
 
     #[tool(description = "Stop a box for good: its disk is deleted.")]
@@ -204,7 +242,10 @@ impl PsbxMcp {
 
     #[tool(
         description = "Run a shell command in a box (sh -lc, in /work, with the box's secrets as environment). \
-                          Output is capped to its head and tail; secret values are masked."
+                       Waits up to wait_s (default 240) for it to end; a command still running then keeps \
+                       running and the result gives its pid: call again with that pid to wait for it. \
+                       Output (stdout and stderr together) is capped to its head and tail; the whole output \
+                       stays in the log file the result names. Secret values are masked."
     )]
     async fn sandbox_exec(
         &self,
@@ -214,75 +255,7 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
-        let background = a.background.unwrap_or(false);
-        let timeout = a.timeout_s.unwrap_or(1800);
-        if a.cmd.trim().is_empty() || timeout == 0 || timeout > 24 * 3600 {
-            return Ok(failed(
-                "cmd must not be empty and timeout_s must be between 1 and 86400",
-            ));
-        }
-        if let Some(note) = &a.note {
-            tracing::info!(box_id = %a.id, note = %note.chars().take(200).collect::<String>(), "exec (mcp)");
-        }
-        let request = ExecRequest {
-            cmd: a.cmd,
-            cwd: "/work".to_owned(),
-            env: Vec::new(),
-            timeout_s: (!background).then_some(timeout),
-            background,
-        };
-        let mut events = match self.boxes.exec(&who.account_id, &a.id, request).await {
-            Ok(events) => events,
-            Err(e) => return Ok(box_failed(e)),
-        };
-        let progress = ctx.meta.get_progress_token();
-        let (mut out, mut err) = (Bounded::new(KEEP, KEEP), Bounded::new(KEEP, KEEP));
-        let mut tick = tokio::time::interval(PROGRESS_EVERY);
-        tick.tick().await;
-        let mut beats = 0u32;
-        loop {
-            tokio::select! {
-                event = events.recv() => match event {
-                    Some(Ok(ExecEvent::Started(pid))) if background => {
-                        return Ok(structured(format!("started in the background as process {pid}"),
-                            &serde_json::json!({ "pid": pid, "background": true })));
-                    }
-                    Some(Ok(ExecEvent::Started(_))) => {}
-                    Some(Ok(ExecEvent::Stdout(b))) => out.push(&b),
-                    Some(Ok(ExecEvent::Stderr(b))) => err.push(&b),
-                    Some(Ok(ExecEvent::Exit(exit))) => {
-                        let result = ExecResult {
-                            pid: None,
-                            background: false,
-                            exit_code: exit.code,
-                            signal: exit.signal,
-                            timed_out: exit.timed_out,
-                            stdout: Some(OutputView::from(&out)),
-                            stderr: Some(OutputView::from(&err)),
-                        };
-                        let summary = match (exit.timed_out, exit.code) {
-                            (true, _) => format!("timed out after {timeout}s and was killed"),
-                            (false, Some(code)) => format!("exit code {code}\n{}", out.render()),
-                            (false, None) => format!("ended by signal {:?}", exit.signal),
-                        };
-                        return Ok(structured(summary, &result));
-                    }
-                    Some(Err(e)) => return Ok(box_failed(e)),
-                    None => return Ok(failed("the command's output stream ended without an exit status; retry")),
-                },
-                _ = tick.tick() => {
-                    beats += 1;
-                    if let Some(token) = &progress {
-                        let tail = out.render();
-                        let tail: String = tail.chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect();
-                        let _ = ctx.peer.notify_progress(
-                            ProgressNotificationParam::new(token.clone(), f64::from(beats))
-                                .with_message(format!("running for {}s; output so far ends with: {tail}", beats * 5)),
-                        ).await;
-                    }
-                }
-            }
-        }
+        Ok(exec::call(&self.boxes, who, a, ctx).await)
     }
 }
 

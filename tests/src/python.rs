@@ -1,0 +1,42 @@
+//! The Python side of the tests: scripts under `tests/mcp/` run with the
+//! project's venv (made by `scripts/setup`, with the official `mcp` SDK), each
+//! printing one JSON object with what it saw.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The venv's interpreter.
+pub fn python() -> PathBuf {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    assert!(
+        venv.is_file(),
+        "{} is missing: run scripts/setup (it makes the venv with the mcp package)",
+        venv.display()
+    );
+    venv
+}
+
+/// Runs `tests/mcp/<script>` with `args` and parses what it printed; a failing
+/// script fails the test with its stderr.
+pub fn run_json(script: &str, args: &[&str]) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("mcp")
+        .join(script);
+    let out = Command::new(python())
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("running python");
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{script} printed no JSON ({e}):\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
