@@ -54,7 +54,7 @@ fn python_sdk_clients_start_a_box_run_a_command_and_stop_it_on_both_revisions() 
 }
 
 #[test]
-fn mcp_refuses_foreign_origins_and_missing_keys() {
+fn mcp_refuses_foreign_origins_missing_keys_mismatched_headers_and_unknown_versions() {
     let s = BoxServer::start("pool_size = 0");
     let body = serde_json::json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -83,6 +83,77 @@ fn mcp_refuses_foreign_origins_and_missing_keys() {
     assert_eq!(res.status().as_u16(), 403);
     let res = post().bearer_auth(&s.key).send().unwrap();
     assert_eq!(res.status().as_u16(), 200);
+
+    // 2026-07-28: headers that disagree with the body, and versions not served.
+    let call = |version: &str, method: &str, name: Option<&str>, body: Value| {
+        let mut req = client
+            .post(format!("{}/mcp", s.url()))
+            .bearer_auth(&s.key)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", version)
+            .header("mcp-method", method)
+            .json(&body);
+        if let Some(name) = name {
+            req = req.header("mcp-name", name);
+        }
+        let res = req.send().unwrap();
+        let status = res.status().as_u16();
+        (status, res.text().unwrap())
+    };
+    let meta =
+        |version: &str| serde_json::json!({ "io.modelcontextprotocol/protocolVersion": version });
+    let list = |version: &str| serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": meta(version)}});
+    let error_of =
+        |text: &str| -> Value { serde_json::from_str::<Value>(text).unwrap()["error"].clone() };
+
+    let (status, text) = call(
+        "2026-07-28",
+        "tools/list",
+        None,
+        serde_json::json!({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "sandbox_list", "arguments": {}, "_meta": meta("2026-07-28")}
+        }),
+    );
+    assert_eq!(status, 400, "{text}");
+    assert_eq!(error_of(&text)["code"], -32020, "method mismatch: {text}");
+
+    let (status, text) = call(
+        "2026-07-28",
+        "tools/call",
+        Some("sandbox_stop"),
+        serde_json::json!({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "sandbox_list", "arguments": {}, "_meta": meta("2026-07-28")}
+        }),
+    );
+    assert_eq!(status, 400, "{text}");
+    assert_eq!(error_of(&text)["code"], -32020, "name mismatch: {text}");
+
+    let (status, text) = call("2026-07-28", "tools/list", None, list("2025-11-25"));
+    assert_eq!(status, 400, "{text}");
+    assert_eq!(error_of(&text)["code"], -32020, "version mismatch: {text}");
+
+    let (_, text) = call("2030-01-01", "tools/list", None, list("2030-01-01"));
+    let error = error_of(&text);
+    assert_eq!(error["code"], -32022, "unsupported version: {text}");
+    let supported = error["data"]["supported"].to_string();
+    assert!(
+        supported.contains("2025-11-25") && supported.contains("2026-07-28"),
+        "{text}"
+    );
+
+    // An older-style request naming a version this server does not speak.
+    let res = client
+        .post(format!("{}/mcp", s.url()))
+        .bearer_auth(&s.key)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "1999-01-01")
+        .json(&serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {}}))
+        .send()
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 400);
+    assert!(res.text().unwrap().contains("1999-01-01"));
 }
 
 #[test]
