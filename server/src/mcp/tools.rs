@@ -4,7 +4,7 @@
 
 use super::exec::{self, ExecArgs};
 use super::schema;
-use crate::routes::boxes::BoxView;
+use crate::routes::boxes::{BoxView, ServiceSpec, start_spec};
 use psbx_actors::box_::BoxSnapshot;
 use psbx_actors::box_::state::BoxState;
 use psbx_actors::boxes::{Boxes, CreateRequest};
@@ -39,6 +39,10 @@ pub struct StartArgs {
     pub keep: Option<String>,
     /// Names of the account's secrets the box receives as environment variables.
     pub secrets: Option<Vec<String>>,
+    /// Services the box runs (their names are how other programs reach them).
+    pub services: Option<Vec<ServiceSpec>>,
+    /// The environment (see sandbox_environments) to plug the box into.
+    pub environment: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -168,7 +172,11 @@ impl PsbxMcp {
             goal: a.goal,
             size: a.size,
             keep: a.keep,
-            spec: serde_json::json!({ "services": [], "secrets": a.secrets.unwrap_or_default(), "environment": null }),
+            spec: start_spec(
+                a.services.unwrap_or_default(),
+                a.secrets.unwrap_or_default(),
+                a.environment,
+            ),
         };
         Ok(box_result(self.boxes.create(who.account_id, request).await))
     }

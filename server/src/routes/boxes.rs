@@ -13,13 +13,30 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// A service the box runs, as the caller describes it (used by later features).
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServiceSpec {
+    /// The service's name, or the internal host name callers use for it (api.svc.local).
     pub name: String,
+    /// The port callers dial.
     pub port: Option<u16>,
+    /// The port the process in the box listens on, when not `port`.
     pub target_port: Option<u16>,
+    /// A published version to run instead of a process of your own.
     pub version: Option<String>,
+}
+
+/// What a box is started with beyond its size and times, as stored with it.
+pub fn start_spec(
+    services: Vec<ServiceSpec>,
+    secrets: Vec<String>,
+    environment: Option<String>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "services": services,
+        "secrets": secrets,
+        "environment": environment,
+    })
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -158,11 +175,7 @@ pub async fn start(
     body: web::Json<StartBox>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let spec = serde_json::json!({
-        "services": body.services,
-        "secrets": body.secrets,
-        "environment": body.environment,
-    });
+    let spec = start_spec(body.services, body.secrets, body.environment);
     let request = CreateRequest {
         name: body.name,
         goal: body.goal,
