@@ -103,6 +103,14 @@ prefixed_id!(
     BoxId, "box_", "box"
 );
 prefixed_id!(
+    /// An environment (addressed by its name in the API).
+    EnvironmentId, "env_", "environment"
+);
+prefixed_id!(
+    /// A connection of an environment: one network, one connector token.
+    ConnectionId, "conn_", "connection"
+);
+prefixed_id!(
     /// One running replica of the psbx server.
     ServerId, "srv_", "server"
 );
@@ -122,6 +130,29 @@ impl ApiKeySecret {
     /// The key as the user must send it (`Authorization: Bearer <this>`).
     pub fn expose(&self) -> &str {
         &self.0
+    }
+}
+
+/// The token a connector authenticates with, `psbx_conn_` and 40 random
+/// characters. Shown when created or rotated; only its SHA-256 is stored.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConnectorToken(String);
+
+impl ConnectorToken {
+    pub const PREFIX: &'static str = "psbx_conn_";
+
+    pub fn generate() -> Result<Self, getrandom::Error> {
+        Ok(Self(format!("{}{}", Self::PREFIX, random_token(40)?)))
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ConnectorToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ConnectorToken(****)")
     }
 }
 

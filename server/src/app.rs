@@ -10,7 +10,9 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::middleware::from_fn;
 use actix_web::{App, HttpRequest, HttpResponse, web};
+use crate::server_info::ServerInfo;
 use psbx_actors::boxes::Boxes;
+use psbx_actors::environments::Environments;
 use psbx_actors::secrets::Secrets;
 use psbx_actors::store::Store;
 use std::sync::Arc;
@@ -27,6 +29,8 @@ pub struct AppState {
     pub secrets: Secrets,
     /// The MCP service, built once for all workers.
     pub mcp: crate::mcp::McpService,
+    pub environments: Environments,
+    pub info: ServerInfo,
 }
 
 /// The whole application, as the server runs it and as the HTTP tests call it.
@@ -64,7 +68,11 @@ pub fn build(
         .app_data(web::Data::from(state.metrics))
         .app_data(web::Data::from(state.boxes))
         .app_data(web::Data::new(state.secrets))
-        .app_data(web::JsonConfig::default().limit(1 << 20).error_handler(|err, _| {
+        .app_data(web::Data::new(state.environments))
+        .app_data(web::Data::new(state.info))
+        // The spec's own examples post JSON with `curl -d`, which says
+        // form-urlencoded: the body is JSON whatever the content type says.
+        .app_data(web::JsonConfig::default().limit(1 << 20).content_type_required(false).error_handler(|err, _| {
             ApiError::bad_request("invalid_body", format!("the JSON body was refused: {err}"))
                 .hint("send `Content-Type: application/json` with the fields the API documents at /v1/openapi.json")
                 .into()

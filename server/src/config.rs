@@ -25,6 +25,14 @@ pub struct Config {
     pub public_url: Option<String>,
     /// Box URLs are `<name>.<box_domain>`.
     pub box_domain: String,
+    /// The connector's container image, as a connection's `runCommand` names it
+    /// (build it from `connector/Dockerfile` and publish it where your
+    /// networks can pull it).
+    pub connector_image: String,
+    /// Where the CloudFormation template of the boxes' AWS role is published
+    /// (`deploy/aws/box-role.yaml`, uploaded to S3); environments then offer a
+    /// quick-create link.
+    pub aws_box_role_template_url: Option<String>,
     /// Where psbx keeps its state: the embedded PostgreSQL cluster, keys, images.
     pub data_dir: PathBuf,
     /// An external PostgreSQL database; when unset, psbx runs its own cluster under
@@ -212,6 +220,8 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             public_url: None,
             box_domain: "box.localhost".to_owned(),
+            connector_image: "psbx-connector:latest".to_owned(),
+            aws_box_role_template_url: None,
             data_dir: PathBuf::from(".psbx"),
             database_url: None,
             database_pool_size: 10,

@@ -15,4 +15,5 @@ pub mod mcp;
 pub mod metrics;
 pub mod pack;
 pub mod routes;
+pub mod server_info;
 pub mod tls;

@@ -5,7 +5,9 @@
 use actix_web::http::{StatusCode, header};
 use actix_web::test::{self, TestRequest};
 use psbx_actors::boxes::Boxes;
+use psbx_actors::environments::Environments;
 use psbx_actors::secrets::Secrets;
+use psbx_server::server_info::ServerInfo;
 use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::{Bootstrap, PoolOptions, Store};
 use psbx_server::app::{self, AppState};
@@ -58,7 +60,13 @@ fn state(f: &Fixture) -> AppState {
             vec!["http://localhost:8080".into()],
         ),
         boxes,
+        environments: Environments::new(f.store.clone(), Arc::new(Vault::from_key(&[9u8; 32]))),
         secrets: Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap(),
+        info: ServerInfo {
+            public_url: "http://localhost:8080".into(),
+            connector_image: "psbx-connector:test".into(),
+            aws_box_role_template_url: None,
+        },
     }
 }
 

@@ -84,6 +84,18 @@ fn mcp_refuses_foreign_origins_missing_keys_mismatched_headers_and_unknown_versi
     let res = post().bearer_auth(&s.key).send().unwrap();
     assert_eq!(res.status().as_u16(), 200);
 
+    // Stateless: no GET stream and no session to DELETE.
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let res = client
+            .request(method.clone(), format!("{}/mcp", s.url()))
+            .bearer_auth(&s.key)
+            .header("accept", "text/event-stream")
+            .send()
+            .unwrap();
+        assert_eq!(res.status().as_u16(), 405, "{method}");
+        assert_eq!(res.headers()["allow"], "POST", "{method}");
+    }
+
     // 2026-07-28: headers that disagree with the body, and versions not served.
     let call = |version: &str, method: &str, name: Option<&str>, body: Value| {
         let mut req = client

@@ -106,6 +106,11 @@ impl Secrets {
         })
     }
 
+    /// The master key, for other sealed values (environments' settings).
+    pub fn vault(&self) -> Arc<Vault> {
+        self.vault.clone()
+    }
+
     pub async fn list(
         &self,
         account: &AccountId,

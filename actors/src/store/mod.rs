@@ -7,6 +7,7 @@
 mod accounts;
 mod api_keys;
 mod boxes;
+mod environments;
 mod hosts;
 mod models;
 mod schema;
@@ -16,6 +17,10 @@ mod servers;
 pub use accounts::{Account, Bootstrap};
 pub use api_keys::{ApiKey, KeyPage, NewApiKey, Principal};
 pub use boxes::{BoxCursor, BoxRecord, Claim, NewBox, Transition};
+pub use environments::{
+    ConnectionRecord, EnvironmentChange, EnvironmentRecord, SealedService, ServiceRecord,
+    token_digest,
+};
 pub use hosts::HostRecord;
 pub use secrets::SealedRow;
 pub use servers::Server;

@@ -86,7 +86,56 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    environments (id) {
+        id -> Text,
+        account_id -> Text,
+        name -> Text,
+        external_base_url -> Nullable<Text>,
+        aws_role_arn -> Nullable<Text>,
+        aws_region -> Nullable<Text>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    connections (id) {
+        id -> Text,
+        environment_id -> Text,
+        name -> Text,
+        token_sha256 -> Bytea,
+        endpoints -> Jsonb,
+        created_at -> Timestamptz,
+        token_rotated_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    environment_services (environment_id, name) {
+        environment_id -> Text,
+        name -> Text,
+        variable_names -> Jsonb,
+        nonce -> Bytea,
+        ciphertext -> Bytea,
+        source -> Text,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
 diesel::joinable!(api_keys -> accounts (account_id));
+diesel::joinable!(connections -> environments (environment_id));
+diesel::joinable!(environment_services -> environments (environment_id));
 diesel::allow_tables_to_appear_in_same_query!(
-    accounts, api_keys, servers, hosts, boxes, meta, secrets
+    accounts,
+    api_keys,
+    servers,
+    hosts,
+    boxes,
+    meta,
+    secrets,
+    environments,
+    connections,
+    environment_services
 );

@@ -5,6 +5,8 @@
 use crate::app::{self, AppState};
 use crate::banner;
 use crate::config::{Accel, Config};
+use crate::server_info::ServerInfo;
+use psbx_actors::environments::Environments;
 use crate::database::{Database, Opener};
 use crate::metrics::Metrics;
 use crate::tls;
@@ -86,8 +88,14 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             store: store.clone(),
             metrics,
             boxes: boxes.clone(),
+            environments: Environments::new(store.clone(), secrets.vault()),
             secrets,
             mcp: crate::mcp::service(boxes.clone(), hosts, origins),
+            info: ServerInfo {
+                public_url: url.clone(),
+                connector_image: config.connector_image.clone(),
+                aws_box_role_template_url: config.aws_box_role_template_url.clone(),
+            },
         };
         // Our own signal handling, installed before we say we listen: a stop
         // signal arriving at any moment after that is a clean shutdown.

@@ -5,6 +5,7 @@
 pub mod api_keys;
 pub mod boxes;
 pub mod docs;
+pub mod environments;
 pub mod exec;
 pub mod health;
 pub mod metrics;
@@ -28,6 +29,15 @@ pub fn v1(cfg: &mut ServiceConfig) {
         .service(exec::logs)
         .service(exec::signal)
         .service(exec::sync)
+        .service(environments::create)
+        .service(environments::list)
+        .service(environments::get)
+        .service(environments::update)
+        .service(environments::remove)
+        .service(environments::create_connection)
+        .service(environments::put_endpoints)
+        .service(environments::rotate_token)
+        .service(environments::delete_connection)
         .service(secrets::list)
         .service(secrets::put)
         .service(secrets::remove);

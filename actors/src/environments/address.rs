@@ -1,0 +1,191 @@
+//! The addresses a connection carries: exact host names or IPv4 addresses with
+//! a port (environments.txt, "Limits"). Wildcards, ranges, URLs and IPv6 are
+//! refused with a message naming the entry and saying why; so are duplicates
+//! and lists over the limit.
+
+use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
+
+/// Most addresses one connection carries.
+pub const MAX_PER_CONNECTION: usize = 100;
+/// Most addresses one box takes, across all the connections of its environment.
+pub const MAX_PER_BOX: usize = 200;
+
+/// One address as a caller sends it; the port is read wide so that 0 or 70000
+/// gets a message of ours, not a JSON type error.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RawEndpoint {
+    pub host: String,
+    pub port: i64,
+}
+
+/// A checked address: a lower-case host name or an IPv4 address, and a port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// Checks a whole list (as `PUT .../endpoints` replaces it); the first
+/// problem, naming its entry, is the error.
+pub fn check_list(list: &[RawEndpoint]) -> Result<Vec<Endpoint>, String> {
+    if list.len() > MAX_PER_CONNECTION {
+        return Err(format!(
+            "{} addresses given: a connection carries at most {MAX_PER_CONNECTION}; split them over \
+             connections, one per network",
+            list.len()
+        ));
+    }
+    let mut out: Vec<Endpoint> = Vec::with_capacity(list.len());
+    for (i, raw) in list.iter().enumerate() {
+        let shown = format!("endpoints[{i}] ({}:{})", raw.host, raw.port);
+        let endpoint = check(raw).map_err(|why| format!("{shown}: {why}"))?;
+        if let Some(j) = out.iter().position(|e| e == &endpoint) {
+            return Err(format!(
+                "{shown}: {endpoint} is listed twice (also endpoints[{j}]); list each address once"
+            ));
+        }
+        out.push(endpoint);
+    }
+    Ok(out)
+}
+
+/// Checks one address.
+pub fn check(raw: &RawEndpoint) -> Result<Endpoint, String> {
+    let port = u16::try_from(raw.port)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("port {} is not a TCP port: give 1 to 65535", raw.port))?;
+    let host = raw.host.trim();
+    if host.is_empty() {
+        return Err("the host is empty".into());
+    }
+    if host.contains("://") || host.contains('/') {
+        return Err(
+            "a URL or a path is not an address: give the host name alone, such as db.internal, \
+             and the port separately"
+                .into(),
+        );
+    }
+    if host.contains('*') {
+        return Err("wildcards are not supported: list each host name".into());
+    }
+    if host.contains(':') || host.starts_with('[') {
+        return Err(
+            "IPv6 addresses are not supported (and the port goes in port, not in host): give a \
+             host name or an IPv4 address"
+                .into(),
+        );
+    }
+    if host.contains('-') && host.split('-').all(|part| part.parse::<Ipv4Addr>().is_ok()) {
+        return Err("ranges are not supported: list each address".into());
+    }
+    let looks_numeric = host.split('.').all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
+    if looks_numeric {
+        return match host.parse::<Ipv4Addr>() {
+            Ok(ip) => Ok(Endpoint {
+                host: ip.to_string(),
+                port,
+            }),
+            Err(_) => Err(format!("{host} is not an IPv4 address")),
+        };
+    }
+    check_name(host)?;
+    Ok(Endpoint {
+        host: host.to_ascii_lowercase(),
+        port,
+    })
+}
+
+/// A DNS name: labels of letters, digits, `-` and `_` (compose service names
+/// use it), not starting or ending with `-`, 1 to 63 characters, 253 in all.
+fn check_name(host: &str) -> Result<(), String> {
+    let name = host.strip_suffix('.').unwrap_or(host);
+    if name.len() > 253 {
+        return Err("the host name is longer than 253 characters".into());
+    }
+    for label in name.split('.') {
+        let ok = !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok {
+            return Err(format!(
+                "{host:?} is not a host name: use letters, digits, '-' and '.' (labels of 1 to 63 \
+                 characters)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(host: &str, port: i64) -> RawEndpoint {
+        RawEndpoint {
+            host: host.into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn names_and_ipv4_addresses_pass() {
+        for (host, port, want) in [
+            ("mydb.xxxx.ap-northeast-1.rds.amazonaws.com", 5432, "mydb.xxxx.ap-northeast-1.rds.amazonaws.com"),
+            ("Cache.Internal", 6379, "cache.internal"),
+            ("10.0.1.5", 8080, "10.0.1.5"),
+            ("api.partner.example", 443, "api.partner.example"),
+            ("my_db", 5432, "my_db"),
+            ("db", 1, "db"),
+            ("db", 65535, "db"),
+        ] {
+            let e = check(&raw(host, port)).unwrap();
+            assert_eq!((e.host.as_str(), i64::from(e.port)), (want, port));
+        }
+    }
+
+    #[test]
+    fn everything_else_is_refused_with_a_reason() {
+        for (host, port, why) in [
+            ("*.internal", 5432, "wildcards"),
+            ("10.0.0.0/16", 80, "URL or a path"),
+            ("10.0.0.1-10.0.0.9", 80, "ranges"),
+            ("postgres://db.internal", 5432, "URL"),
+            ("fd00::1", 80, "IPv6"),
+            ("[fd00::1]", 80, "IPv6"),
+            ("db.internal:5432", 5432, "IPv6"),
+            ("10.0.0.256", 80, "not an IPv4"),
+            ("-bad.internal", 80, "not a host name"),
+            ("bad..internal", 80, "not a host name"),
+            ("", 80, "empty"),
+            ("db", 0, "not a TCP port"),
+            ("db", 65536, "not a TCP port"),
+            ("db", -1, "not a TCP port"),
+        ] {
+            let e = check(&raw(host, port)).unwrap_err();
+            assert!(e.contains(why), "{host}:{port}: {e}");
+        }
+    }
+
+    #[test]
+    fn lists_refuse_duplicates_and_overflow_naming_the_entry() {
+        let e = check_list(&[raw("a.internal", 1), raw("b.internal", 2), raw("A.internal", 1)]).unwrap_err();
+        assert!(e.starts_with("endpoints[2]") && e.contains("endpoints[0]"), "{e}");
+        let e = check_list(&[raw("a.internal", 1), raw("*.x", 2)]).unwrap_err();
+        assert!(e.starts_with("endpoints[1] (*.x:2)"), "{e}");
+        let many: Vec<_> = (1..=101).map(|p| raw("a.internal", p)).collect();
+        assert!(check_list(&many).unwrap_err().contains("at most 100"));
+        assert_eq!(check_list(&many[..100]).unwrap().len(), 100);
+    }
+}

@@ -1,0 +1,296 @@
+//! The environments of an account, as the API sees them: names validated and
+//! unique per account, connections with their connector tokens (shown when
+//! made or rotated, stored as a hash) and address lists, and services'
+//! settings (parsed from dotenv, sealed under the master key; reads give names
+//! only). Another account's environment is "not found", never "forbidden".
+
+pub mod address;
+
+use crate::error::{BoxError, blocking};
+use crate::ids::{AccountId, ConnectionId, ConnectorToken, EnvironmentId};
+use crate::secrets::vault::Vault;
+use crate::store::{
+    ConnectionRecord, EnvironmentChange, EnvironmentRecord, ServiceRecord, Store, StoreError,
+};
+use address::{Endpoint, RawEndpoint};
+use std::sync::Arc;
+
+/// Longest environment, connection or service name.
+const MAX_NAME: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    /// No such environment (or connection, or service) in this account.
+    #[error("{0}")]
+    NotFound(String),
+    /// The name is taken.
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<BoxError> for EnvError {
+    fn from(e: BoxError) -> Self {
+        Self::Internal(e.to_string())
+    }
+}
+
+impl From<StoreError> for EnvError {
+    fn from(e: StoreError) -> Self {
+        Self::Internal(e.to_string())
+    }
+}
+
+/// An environment with what hangs off it.
+#[derive(Debug, Clone)]
+pub struct Environment {
+    pub record: EnvironmentRecord,
+    pub connections: Vec<Connection>,
+    pub services: Vec<ServiceRecord>,
+}
+
+/// A connection with its checked address list.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    pub record: ConnectionRecord,
+    pub endpoints: Vec<Endpoint>,
+}
+
+impl From<ConnectionRecord> for Connection {
+    fn from(record: ConnectionRecord) -> Self {
+        // Only lists that passed `address::check_list` are ever stored.
+        let endpoints = serde_json::from_value(record.endpoints.clone()).unwrap_or_default();
+        Self { record, endpoints }
+    }
+}
+
+/// Checks an environment, connection or service name: it appears in URLs,
+/// file names (`/work/.sbx/env/<service>.env`) and shell lines.
+pub fn check_name(what: &str, name: &str) -> Result<(), EnvError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(EnvError::Invalid(format!(
+            "{what} name {name:?} is not valid: use 1 to {MAX_NAME} letters, digits, '-', '_' or '.', \
+             starting with a letter or digit (for example \"dev\")"
+        )))
+    }
+}
+
+#[derive(Clone)]
+pub struct Environments {
+    store: Store,
+    vault: Arc<Vault>,
+}
+
+impl Environments {
+    pub fn new(store: Store, vault: Arc<Vault>) -> Self {
+        Self { store, vault }
+    }
+
+    async fn record(&self, account: &AccountId, name: &str) -> Result<EnvironmentRecord, EnvError> {
+        let (store, a, n) = (self.store.clone(), account.clone(), name.to_owned());
+        blocking(move || store.environment(&a, &n))
+            .await?
+            .ok_or_else(|| not_found(name))
+    }
+
+    pub async fn create(&self, account: &AccountId, name: &str) -> Result<Environment, EnvError> {
+        check_name("the environment", name)?;
+        let id = EnvironmentId::generate().map_err(|e| EnvError::Internal(e.to_string()))?;
+        let (store, a, n) = (self.store.clone(), account.clone(), name.to_owned());
+        let record = blocking(move || store.insert_environment(&a, &id, &n))
+            .await?
+            .ok_or_else(|| {
+                EnvError::Conflict(format!(
+                    "this account already has an environment {name:?}: pick another name, or use it"
+                ))
+            })?;
+        Ok(Environment {
+            record,
+            connections: Vec::new(),
+            services: Vec::new(),
+        })
+    }
+
+    /// One environment with its connections and services.
+    pub async fn get(&self, account: &AccountId, name: &str) -> Result<Environment, EnvError> {
+        let record = self.record(account, name).await?;
+        self.detail(record).await
+    }
+
+    async fn detail(&self, record: EnvironmentRecord) -> Result<Environment, EnvError> {
+        let (store, id) = (self.store.clone(), record.id.clone());
+        let (connections, services) = blocking(move || {
+            Ok::<_, StoreError>((store.connections(&id)?, store.services(&id)?))
+        })
+        .await?;
+        Ok(Environment {
+            record,
+            connections: connections.into_iter().map(Connection::from).collect(),
+            services,
+        })
+    }
+
+    pub async fn list(&self, account: &AccountId) -> Result<Vec<Environment>, EnvError> {
+        let (store, a) = (self.store.clone(), account.clone());
+        let records = blocking(move || store.list_environments(&a)).await?;
+        let mut out = Vec::with_capacity(records.len());
+        for record in records {
+            out.push(self.detail(record).await?);
+        }
+        Ok(out)
+    }
+
+    pub async fn update(
+        &self,
+        account: &AccountId,
+        name: &str,
+        change: EnvironmentChange,
+    ) -> Result<Environment, EnvError> {
+        let (store, a, n) = (self.store.clone(), account.clone(), name.to_owned());
+        let record = blocking(move || store.update_environment(&a, &n, &change))
+            .await?
+            .ok_or_else(|| not_found(name))?;
+        self.detail(record).await
+    }
+
+    pub async fn delete(&self, account: &AccountId, name: &str) -> Result<(), EnvError> {
+        let (store, a, n) = (self.store.clone(), account.clone(), name.to_owned());
+        if blocking(move || store.delete_environment(&a, &n)).await? {
+            Ok(())
+        } else {
+            Err(not_found(name))
+        }
+    }
+
+    /// Adds a connection; its token is in the answer and nowhere else.
+    pub async fn add_connection(
+        &self,
+        account: &AccountId,
+        env: &str,
+        name: &str,
+    ) -> Result<(Connection, ConnectorToken), EnvError> {
+        check_name("the connection", name)?;
+        let record = self.record(account, env).await?;
+        let id = ConnectionId::generate().map_err(|e| EnvError::Internal(e.to_string()))?;
+        let token = ConnectorToken::generate().map_err(|e| EnvError::Internal(e.to_string()))?;
+        let (store, t, n) = (self.store.clone(), token.clone(), name.to_owned());
+        let made = blocking(move || store.insert_connection(&record.id, &id, &n, t.expose()))
+            .await?
+            .ok_or_else(|| {
+                EnvError::Conflict(format!(
+                    "environment {env:?} already has a connection {name:?}: pick another name"
+                ))
+            })?;
+        Ok((Connection::from(made), token))
+    }
+
+    /// Replaces a connection's whole address list.
+    pub async fn set_endpoints(
+        &self,
+        account: &AccountId,
+        env: &str,
+        id: &str,
+        endpoints: &[RawEndpoint],
+    ) -> Result<Connection, EnvError> {
+        let checked = address::check_list(endpoints).map_err(EnvError::Invalid)?;
+        let json = serde_json::to_value(&checked).map_err(|e| EnvError::Internal(e.to_string()))?;
+        let record = self.record(account, env).await?;
+        let (store, i) = (self.store.clone(), id.to_owned());
+        let updated = blocking(move || store.set_connection_endpoints(&record.id, &i, &json))
+            .await?
+            .ok_or_else(|| connection_not_found(env, id))?;
+        Ok(Connection::from(updated))
+    }
+
+    /// A new token for a connection: the old one stops working at once.
+    pub async fn rotate_token(
+        &self,
+        account: &AccountId,
+        env: &str,
+        id: &str,
+    ) -> Result<(Connection, ConnectorToken), EnvError> {
+        let record = self.record(account, env).await?;
+        let token = ConnectorToken::generate().map_err(|e| EnvError::Internal(e.to_string()))?;
+        let (store, i, t) = (self.store.clone(), id.to_owned(), token.clone());
+        let updated = blocking(move || store.rotate_connection_token(&record.id, &i, t.expose()))
+            .await?
+            .ok_or_else(|| connection_not_found(env, id))?;
+        Ok((Connection::from(updated), token))
+    }
+
+    pub async fn delete_connection(
+        &self,
+        account: &AccountId,
+        env: &str,
+        id: &str,
+    ) -> Result<(), EnvError> {
+        let record = self.record(account, env).await?;
+        let (store, i) = (self.store.clone(), id.to_owned());
+        if blocking(move || store.delete_connection(&record.id, &i)).await? {
+            Ok(())
+        } else {
+            Err(connection_not_found(env, id))
+        }
+    }
+
+    /// The connection a connector token belongs to, if any (the connector
+    /// endpoint authenticates with this).
+    pub async fn connection_for_token(
+        &self,
+        token: &str,
+    ) -> Result<Option<(Connection, EnvironmentRecord)>, EnvError> {
+        let (store, t) = (self.store.clone(), token.to_owned());
+        Ok(blocking(move || store.connection_by_token(&t))
+            .await?
+            .map(|(c, e)| (Connection::from(c), e)))
+    }
+
+    pub(crate) fn vault(&self) -> &Vault {
+        &self.vault
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
+fn not_found(name: &str) -> EnvError {
+    EnvError::NotFound(format!(
+        "there is no environment {name:?} in this account: GET /v1/environments lists them"
+    ))
+}
+
+fn connection_not_found(env: &str, id: &str) -> EnvError {
+    EnvError::NotFound(format!(
+        "environment {env:?} has no connection {id:?}: GET /v1/environments/{env} lists its connections"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        for ok in ["dev", "staging-2", "a", "api.v2", "my_env"] {
+            check_name("x", ok).unwrap();
+        }
+        for bad in ["", "-dev", "dev env", "dev/x", "ü", &"a".repeat(65)] {
+            assert!(check_name("x", bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! Environments, their connections (connector token as a SHA-256 only, the
+//! address list as JSON) and their services' settings (sealed values, variable
+//! names in clear). Every call takes the account: another account's
+//! environment is simply not found.
+
+use super::schema::{connections, environment_services, environments};
+use super::{Store, StoreError};
+use crate::ids::{AccountId, ConnectionId, EnvironmentId};
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use sha2::{Digest, Sha256};
+
+/// An environment as stored.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = environments, check_for_backend(diesel::pg::Pg))]
+pub struct EnvironmentRecord {
+    pub id: String,
+    pub account_id: String,
+    pub name: String,
+    pub external_base_url: Option<String>,
+    pub aws_role_arn: Option<String>,
+    pub aws_region: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A connection as stored (never its token).
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = connections, check_for_backend(diesel::pg::Pg))]
+pub struct ConnectionRecord {
+    pub id: String,
+    pub environment_id: String,
+    pub name: String,
+    /// `[{"host": ..., "port": ...}]`
+    pub endpoints: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+    pub token_rotated_at: Option<DateTime<Utc>>,
+}
+
+/// A service's settings as listed: names only.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = environment_services, check_for_backend(diesel::pg::Pg))]
+pub struct ServiceRecord {
+    pub name: String,
+    /// `["KEY", ...]`
+    pub variable_names: serde_json::Value,
+    pub source: String,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A service's sealed settings, for a box being claimed.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = environment_services, check_for_backend(diesel::pg::Pg))]
+pub struct SealedService {
+    pub name: String,
+    pub nonce: Vec<u8>,
+    pub ciphertext: Vec<u8>,
+}
+
+/// What `PUT /v1/environments/{env}` may change; `None` leaves a field as is,
+/// `Some(None)` clears it.
+#[derive(Debug, Clone, Default)]
+pub struct EnvironmentChange {
+    pub external_base_url: Option<Option<String>>,
+    pub aws_role_arn: Option<Option<String>>,
+    pub aws_region: Option<Option<String>>,
+}
+
+/// A connection's token digest: what is stored and looked up.
+pub fn token_digest(token: &str) -> Vec<u8> {
+    Sha256::digest(token.as_bytes()).to_vec()
+}
+
+fn unique_violation(e: &diesel::result::Error) -> bool {
+    matches!(
+        e,
+        diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::UniqueViolation,
+            _
+        )
+    )
+}
+
+impl Store {
+    /// Creates an environment; `None` when the account already has one by that name.
+    pub fn insert_environment(
+        &self,
+        account: &AccountId,
+        id: &EnvironmentId,
+        name: &str,
+    ) -> Result<Option<EnvironmentRecord>, StoreError> {
+        let inserted = diesel::insert_into(environments::table)
+            .values((
+                environments::id.eq(id.as_str()),
+                environments::account_id.eq(account.as_str()),
+                environments::name.eq(name),
+            ))
+            .returning(EnvironmentRecord::as_returning())
+            .get_result(&mut self.conn()?);
+        match inserted {
+            Ok(record) => Ok(Some(record)),
+            Err(e) if unique_violation(&e) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn list_environments(
+        &self,
+        account: &AccountId,
+    ) -> Result<Vec<EnvironmentRecord>, StoreError> {
+        Ok(environments::table
+            .filter(environments::account_id.eq(account.as_str()))
+            .order(environments::name)
+            .select(EnvironmentRecord::as_select())
+            .load(&mut self.conn()?)?)
+    }
+
+    pub fn environment(
+        &self,
+        account: &AccountId,
+        name: &str,
+    ) -> Result<Option<EnvironmentRecord>, StoreError> {
+        Ok(environments::table
+            .filter(environments::account_id.eq(account.as_str()))
+            .filter(environments::name.eq(name))
+            .select(EnvironmentRecord::as_select())
+            .first(&mut self.conn()?)
+            .optional()?)
+    }
+
+    pub fn update_environment(
+        &self,
+        account: &AccountId,
+        name: &str,
+        change: &EnvironmentChange,
+    ) -> Result<Option<EnvironmentRecord>, StoreError> {
+        let mut conn = self.conn()?;
+        conn.transaction(|conn| {
+            let target = environments::table
+                .filter(environments::account_id.eq(account.as_str()))
+                .filter(environments::name.eq(name));
+            if let Some(v) = &change.external_base_url {
+                diesel::update(target)
+                    .set(environments::external_base_url.eq(v))
+                    .execute(conn)?;
+            }
+            if let Some(v) = &change.aws_role_arn {
+                diesel::update(target)
+                    .set(environments::aws_role_arn.eq(v))
+                    .execute(conn)?;
+            }
+            if let Some(v) = &change.aws_region {
+                diesel::update(target)
+                    .set(environments::aws_region.eq(v))
+                    .execute(conn)?;
+            }
+            Ok(diesel::update(target)
+                .set(environments::updated_at.eq(diesel::dsl::now))
+                .returning(EnvironmentRecord::as_returning())
+                .get_result(conn)
+                .optional()?)
+        })
+    }
+
+    pub fn delete_environment(&self, account: &AccountId, name: &str) -> Result<bool, StoreError> {
+        Ok(diesel::delete(
+            environments::table
+                .filter(environments::account_id.eq(account.as_str()))
+                .filter(environments::name.eq(name)),
+        )
+        .execute(&mut self.conn()?)?
+            == 1)
+    }
+
+    /// The connections of an environment, by name.
+    pub fn connections(&self, env: &str) -> Result<Vec<ConnectionRecord>, StoreError> {
+        Ok(connections::table
+            .filter(connections::environment_id.eq(env))
+            .order(connections::name)
+            .select(ConnectionRecord::as_select())
+            .load(&mut self.conn()?)?)
+    }
+
+    /// Adds a connection; `None` when the environment has one by that name.
+    pub fn insert_connection(
+        &self,
+        env: &str,
+        id: &ConnectionId,
+        name: &str,
+        token: &str,
+    ) -> Result<Option<ConnectionRecord>, StoreError> {
+        let inserted = diesel::insert_into(connections::table)
+            .values((
+                connections::id.eq(id.as_str()),
+                connections::environment_id.eq(env),
+                connections::name.eq(name),
+                connections::token_sha256.eq(token_digest(token)),
+            ))
+            .returning(ConnectionRecord::as_returning())
+            .get_result(&mut self.conn()?);
+        match inserted {
+            Ok(record) => Ok(Some(record)),
+            Err(e) if unique_violation(&e) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn set_connection_endpoints(
+        &self,
+        env: &str,
+        id: &str,
+        endpoints: &serde_json::Value,
+    ) -> Result<Option<ConnectionRecord>, StoreError> {
+        Ok(diesel::update(
+            connections::table
+                .filter(connections::environment_id.eq(env))
+                .filter(connections::id.eq(id)),
+        )
+        .set(connections::endpoints.eq(endpoints))
+        .returning(ConnectionRecord::as_returning())
+        .get_result(&mut self.conn()?)
+        .optional()?)
+    }
+
+    /// Replaces a connection's token: the old one stops working at once.
+    pub fn rotate_connection_token(
+        &self,
+        env: &str,
+        id: &str,
+        token: &str,
+    ) -> Result<Option<ConnectionRecord>, StoreError> {
+        Ok(diesel::update(
+            connections::table
+                .filter(connections::environment_id.eq(env))
+                .filter(connections::id.eq(id)),
+        )
+        .set((
+            connections::token_sha256.eq(token_digest(token)),
+            connections::token_rotated_at.eq(diesel::dsl::now),
+        ))
+        .returning(ConnectionRecord::as_returning())
+        .get_result(&mut self.conn()?)
+        .optional()?)
+    }
+
+    pub fn delete_connection(&self, env: &str, id: &str) -> Result<bool, StoreError> {
+        Ok(diesel::delete(
+            connections::table
+                .filter(connections::environment_id.eq(env))
+                .filter(connections::id.eq(id)),
+        )
+        .execute(&mut self.conn()?)?
+            == 1)
+    }
+
+    /// The connection (and its environment) a connector token belongs to.
+    pub fn connection_by_token(
+        &self,
+        token: &str,
+    ) -> Result<Option<(ConnectionRecord, EnvironmentRecord)>, StoreError> {
+        Ok(connections::table
+            .inner_join(environments::table)
+            .filter(connections::token_sha256.eq(token_digest(token)))
+            .select((
+                ConnectionRecord::as_select(),
+                EnvironmentRecord::as_select(),
+            ))
+            .first(&mut self.conn()?)
+            .optional()?)
+    }
+
+    /// Stores (or replaces) a service's settings; true when it is new.
+    pub fn put_service(
+        &self,
+        env: &str,
+        name: &str,
+        names: &serde_json::Value,
+        nonce: &[u8],
+        ciphertext: &[u8],
+        source: &str,
+    ) -> Result<(bool, ServiceRecord), StoreError> {
+        let mut conn = self.conn()?;
+        conn.transaction(|conn| {
+            let existed = diesel::select(diesel::dsl::exists(
+                environment_services::table.find((env, name)),
+            ))
+            .get_result::<bool>(conn)?;
+            let record = diesel::insert_into(environment_services::table)
+                .values((
+                    environment_services::environment_id.eq(env),
+                    environment_services::name.eq(name),
+                    environment_services::variable_names.eq(names),
+                    environment_services::nonce.eq(nonce),
+                    environment_services::ciphertext.eq(ciphertext),
+                    environment_services::source.eq(source),
+                ))
+                .on_conflict((
+                    environment_services::environment_id,
+                    environment_services::name,
+                ))
+                .do_update()
+                .set((
+                    environment_services::variable_names.eq(names),
+                    environment_services::nonce.eq(nonce),
+                    environment_services::ciphertext.eq(ciphertext),
+                    environment_services::source.eq(source),
+                    environment_services::updated_at.eq(diesel::dsl::now),
+                ))
+                .returning(ServiceRecord::as_returning())
+                .get_result(conn)?;
+            Ok((!existed, record))
+        })
+    }
+
+    pub fn services(&self, env: &str) -> Result<Vec<ServiceRecord>, StoreError> {
+        Ok(environment_services::table
+            .filter(environment_services::environment_id.eq(env))
+            .order(environment_services::name)
+            .select(ServiceRecord::as_select())
+            .load(&mut self.conn()?)?)
+    }
+
+    pub fn sealed_services(&self, env: &str) -> Result<Vec<SealedService>, StoreError> {
+        Ok(environment_services::table
+            .filter(environment_services::environment_id.eq(env))
+            .order(environment_services::name)
+            .select(SealedService::as_select())
+            .load(&mut self.conn()?)?)
+    }
+
+    pub fn delete_service(&self, env: &str, name: &str) -> Result<bool, StoreError> {
+        Ok(
+            diesel::delete(environment_services::table.find((env, name)))
+                .execute(&mut self.conn()?)?
+                == 1,
+        )
+    }
+}

@@ -1,0 +1,3 @@
+DROP TABLE environment_services;
+DROP TABLE connections;
+DROP TABLE environments;

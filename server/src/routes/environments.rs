@@ -1,0 +1,430 @@
+//! `/v1/environments`: an account's dev setups (environments.txt, "Set it up
+//! over REST"). Environments are addressed by name; reads carry connections
+//! with their addresses and status, services with variable names only, and
+//! the AWS identity fields. Another account's environment is a 404.
+
+use crate::auth::Auth;
+use crate::error::ApiError;
+use crate::server_info::ServerInfo;
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, delete, get, post, put, web};
+use chrono::{DateTime, Utc};
+use psbx_actors::environments::address::{Endpoint, RawEndpoint};
+use psbx_actors::environments::{Connection, EnvError, Environment, Environments};
+use psbx_actors::ids::ConnectorToken;
+use psbx_actors::store::{EnvironmentChange, ServiceRecord};
+use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::ToSchema;
+
+impl From<EnvError> for ApiError {
+    fn from(e: EnvError) -> Self {
+        match e {
+            EnvError::NotFound(message) => Self::not_found("environment_not_found", message),
+            EnvError::Conflict(message) => Self::new(StatusCode::CONFLICT, "name_taken", message),
+            EnvError::Invalid(message) => Self::bad_request("invalid_request", message),
+            EnvError::Internal(message) => Self::internal(message),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointView {
+    pub host: String,
+    pub port: u16,
+}
+
+impl From<&Endpoint> for EndpointView {
+    fn from(e: &Endpoint) -> Self {
+        Self {
+            host: e.host.clone(),
+            port: e.port,
+        }
+    }
+}
+
+/// A connection: one network, one connector token (never shown here).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionView {
+    /// `conn_...`
+    pub id: String,
+    pub name: String,
+    pub endpoints: Vec<EndpointView>,
+    /// Whether a connector of this connection is connected now.
+    pub online: bool,
+    /// Open connector sessions (every copy, every replica).
+    pub sessions: u32,
+    pub last_seen_at: Option<DateTime<Utc>>,
+    pub connector_version: Option<String>,
+    pub rtt_ms: Option<f64>,
+    pub created_at: DateTime<Utc>,
+    pub token_rotated_at: Option<DateTime<Utc>>,
+}
+
+impl From<&Connection> for ConnectionView {
+    fn from(c: &Connection) -> Self {
+        Self {
+            id: c.record.id.clone(),
+            name: c.record.name.clone(),
+            endpoints: c.endpoints.iter().map(EndpointView::from).collect(),
+            // Connector sessions arrive with the connector.
+            online: false,
+            sessions: 0,
+            last_seen_at: None,
+            connector_version: None,
+            rtt_ms: None,
+            created_at: c.record.created_at,
+            token_rotated_at: c.record.token_rotated_at,
+        }
+    }
+}
+
+/// A service's settings: variable names only.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceView {
+    pub name: String,
+    pub keys_count: usize,
+    pub keys: Vec<String>,
+    /// `dotenv` (uploaded).
+    pub source: String,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<&ServiceRecord> for ServiceView {
+    fn from(s: &ServiceRecord) -> Self {
+        let keys: Vec<String> = serde_json::from_value(s.variable_names.clone()).unwrap_or_default();
+        Self {
+            name: s.name.clone(),
+            keys_count: keys.len(),
+            keys,
+            source: s.source.clone(),
+            updated_at: s.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentView {
+    pub name: String,
+    /// Addresses a box can reach now: those of connections that are online.
+    pub reachable: Vec<EndpointView>,
+    /// True when any connection has a connector online.
+    pub connector_online: bool,
+    pub connections: Vec<ConnectionView>,
+    pub services: Vec<ServiceView>,
+    pub external_base_url: Option<String>,
+    /// The OIDC subject of this environment's boxes: `tenant:<account>:env:<environment>`.
+    pub aws_subject: String,
+    /// A CloudFormation quick-create link for the boxes' role (when the operator
+    /// configured the template's location).
+    pub aws_box_role_quick_create_url: Option<String>,
+    pub aws_role_arn: Option<String>,
+    pub aws_region: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl EnvironmentView {
+    pub fn new(env: &Environment, info: &ServerInfo) -> Self {
+        let r = &env.record;
+        let connections: Vec<ConnectionView> =
+            env.connections.iter().map(ConnectionView::from).collect();
+        let reachable = env
+            .connections
+            .iter()
+            .zip(&connections)
+            .filter(|(_, view)| view.online)
+            .flat_map(|(c, _)| c.endpoints.iter().map(EndpointView::from))
+            .collect();
+        let subject = format!("tenant:{}:env:{}", r.account_id, r.name);
+        Self {
+            name: r.name.clone(),
+            reachable,
+            connector_online: connections.iter().any(|c| c.online),
+            services: env.services.iter().map(ServiceView::from).collect(),
+            connections,
+            external_base_url: r.external_base_url.clone(),
+            aws_box_role_quick_create_url: info.aws_box_role_quick_create_url(&r.name, &subject, r.aws_region.as_deref()),
+            aws_subject: subject,
+            aws_role_arn: r.aws_role_arn.clone(),
+            aws_region: r.aws_region.clone(),
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EnvironmentList {
+    pub environments: Vec<EnvironmentView>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateEnvironment {
+    /// 1 to 64 letters, digits, '-', '_' or '.', such as `dev`.
+    pub name: String,
+}
+
+/// Present and null clears a field; absent leaves it as is.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateEnvironment {
+    /// Where unchanged HTTP services live, `https://...`; null clears it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub external_base_url: Option<Option<String>>,
+    /// `arn:aws:iam::<account>:role/<name>`; null clears it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub aws_role_arn: Option<Option<String>>,
+    /// Such as `ap-northeast-1`; null clears it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub aws_region: Option<Option<String>>,
+}
+
+fn check_change(body: UpdateEnvironment) -> Result<EnvironmentChange, ApiError> {
+    let bad = |m: String| ApiError::bad_request("invalid_request", m);
+    if let Some(Some(url)) = &body.external_base_url {
+        let ok = url::Url::parse(url)
+            .ok()
+            .is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+        if !ok {
+            return Err(bad(format!(
+                "externalBaseUrl {url:?} is not an http:// or https:// URL, such as https://dev.example.com"
+            )));
+        }
+    }
+    if let Some(Some(arn)) = &body.aws_role_arn
+        && !role_arn_ok(arn)
+    {
+        return Err(bad(format!(
+            "awsRoleArn {arn:?} is not an IAM role ARN, such as arn:aws:iam::123456789012:role/psbx-boxes"
+        )));
+    }
+    if let Some(Some(region)) = &body.aws_region
+        && !region_ok(region)
+    {
+        return Err(bad(format!(
+            "awsRegion {region:?} is not an AWS region name, such as ap-northeast-1"
+        )));
+    }
+    Ok(EnvironmentChange {
+        external_base_url: body.external_base_url,
+        aws_role_arn: body.aws_role_arn,
+        aws_region: body.aws_region,
+    })
+}
+
+fn role_arn_ok(arn: &str) -> bool {
+    let mut parts = arn.splitn(6, ':');
+    let fields: Vec<&str> = parts.by_ref().collect();
+    matches!(fields.as_slice(), ["arn", partition, "iam", "", account, resource]
+        if partition.starts_with("aws")
+            && account.len() == 12
+            && account.bytes().all(|b| b.is_ascii_digit())
+            && resource.strip_prefix("role/").is_some_and(|name| !name.is_empty()
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-/".contains(&b))))
+}
+
+fn region_ok(region: &str) -> bool {
+    let parts: Vec<&str> = region.split('-').collect();
+    parts.len() >= 3
+        && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+        && parts.last().is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[utoipa::path(tag = "environments", operation_id = "createEnvironment", request_body = CreateEnvironment,
+    security(("api_key" = [])),
+    responses((status = 201, body = EnvironmentView), (status = 400, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+#[post("/environments")]
+pub async fn create(
+    Auth(who): Auth,
+    envs: web::Data<Environments>,
+    info: web::Data<ServerInfo>,
+    body: web::Json<CreateEnvironment>,
+) -> Result<HttpResponse, ApiError> {
+    let env = envs.create(&who.account_id, &body.name).await?;
+    Ok(HttpResponse::Created().json(EnvironmentView::new(&env, &info)))
+}
+
+#[utoipa::path(tag = "environments", operation_id = "listEnvironments", security(("api_key" = [])),
+    responses((status = 200, body = EnvironmentList)))]
+#[get("/environments")]
+pub async fn list(
+    Auth(who): Auth,
+    envs: web::Data<Environments>,
+    info: web::Data<ServerInfo>,
+) -> Result<web::Json<EnvironmentList>, ApiError> {
+    let all = envs.list(&who.account_id).await?;
+    Ok(web::Json(EnvironmentList {
+        environments: all.iter().map(|e| EnvironmentView::new(e, &info)).collect(),
+    }))
+}
+
+#[utoipa::path(tag = "environments", operation_id = "getEnvironment", security(("api_key" = [])),
+    params(("env" = String, Path, description = "The environment's name")),
+    responses((status = 200, body = EnvironmentView), (status = 404, body = crate::error::ErrorBody)))]
+#[get("/environments/{env}")]
+pub async fn get(
+    Auth(who): Auth,
+    envs: web::Data<Environments>,
+    info: web::Data<ServerInfo>,
+    env: web::Path<String>,
+) -> Result<web::Json<EnvironmentView>, ApiError> {
+    let env = envs.get(&who.account_id, &env).await?;
+    Ok(web::Json(EnvironmentView::new(&env, &info)))
+}
+
+#[utoipa::path(tag = "environments", operation_id = "updateEnvironment", request_body = UpdateEnvironment,
+    security(("api_key" = [])), params(("env" = String, Path, description = "The environment's name")),
+    responses((status = 200, body = EnvironmentView), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+#[put("/environments/{env}")]
+pub async fn update(
+    Auth(who): Auth,
+    envs: web::Data<Environments>,
+    info: web::Data<ServerInfo>,
+    env: web::Path<String>,
+    body: web::Json<UpdateEnvironment>,
+) -> Result<web::Json<EnvironmentView>, ApiError> {
+    let change = check_change(body.into_inner())?;
+    let env = envs.update(&who.account_id, &env, change).await?;
+    Ok(web::Json(EnvironmentView::new(&env, &info)))
+}
+
+#[utoipa::path(tag = "environments", operation_id = "deleteEnvironment", security(("api_key" = [])),
+    params(("env" = String, Path, description = "The environment's name")),
+    responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
+#[delete("/environments/{env}")]
+pub async fn remove(
+    Auth(who): Auth,
+    envs: web::Data<Environments>,
+    env: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    envs.delete(&who.account_id, &env).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// A connection just made (or its token rotated): the token and the command
+/// that runs its connector. Shown this once.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionWithToken {
+    #[serde(flatten)]
+    pub connection: ConnectionView,
+    /// `psbx_conn_...`: keep it; it is not shown again (rotate to get a new one).
+    pub token: String,
+    /// Runs the connector in the network this connection reaches.
+    pub run_command: String,
+}
+
+fn with_token(c: &Connection, token: &ConnectorToken, info: &ServerInfo) -> ConnectionWithToken {
+    ConnectionWithToken {
+        connection: ConnectionView::from(c),
+        token: token.expose().to_owned(),
+        run_command: info.connector_run_command(token.expose()),
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateConnection {
+    /// One per network, such as `aws` or `office`.
+    pub name: String,
+}
+
+#[utoipa::path(tag = "environments", operation_id = "createConnection", request_body = CreateConnection,
+    security(("api_key" = [])), params(("env" = String, Path, description = "The environment's name")),
+    responses((status = 201, body = ConnectionWithToken), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+#[post("/environments/{env}/connections")]
+pub async fn create_connection(
+    Auth(who): Auth,
+    envs: web::Data<Environments>,
+    info: web::Data<ServerInfo>,
+    env: web::Path<String>,
+    body: web::Json<CreateConnection>,
+) -> Result<HttpResponse, ApiError> {
+    let (connection, token) = envs.add_connection(&who.account_id, &env, &body.name).await?;
+    Ok(HttpResponse::Created().json(with_token(&connection, &token, &info)))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutEndpoints {
+    /// The whole list, at most 100: `[{"host": "db.internal", "port": 5432}]`.
+    #[schema(value_type = Vec<Object>)]
+    pub endpoints: Vec<RawEndpoint>,
+}
+
+#[utoipa::path(tag = "environments", operation_id = "putConnectionEndpoints", request_body = PutEndpoints,
+    security(("api_key" = [])),
+    params(("env" = String, Path, description = "The environment's name"), ("id" = String, Path, description = "`conn_...`")),
+    responses((status = 200, body = ConnectionView), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+#[put("/environments/{env}/connections/{id}/endpoints")]
+pub async fn put_endpoints(
+    Auth(who): Auth,
+    envs: web::Data<Environments>,
+    path: web::Path<(String, String)>,
+    body: web::Json<PutEndpoints>,
+) -> Result<web::Json<ConnectionView>, ApiError> {
+    let (env, id) = path.into_inner();
+    let connection = envs
+        .set_endpoints(&who.account_id, &env, &id, &body.endpoints)
+        .await?;
+    Ok(web::Json(ConnectionView::from(&connection)))
+}
+
+#[utoipa::path(tag = "environments", operation_id = "rotateConnectionToken", security(("api_key" = [])),
+    params(("env" = String, Path, description = "The environment's name"), ("id" = String, Path, description = "`conn_...`")),
+    responses((status = 200, body = ConnectionWithToken), (status = 404, body = crate::error::ErrorBody)))]
+#[post("/environments/{env}/connections/{id}/token")]
+pub async fn rotate_token(
+    Auth(who): Auth,
+    envs: web::Data<Environments>,
+    info: web::Data<ServerInfo>,
+    path: web::Path<(String, String)>,
+) -> Result<web::Json<ConnectionWithToken>, ApiError> {
+    let (env, id) = path.into_inner();
+    let (connection, token) = envs.rotate_token(&who.account_id, &env, &id).await?;
+    Ok(web::Json(with_token(&connection, &token, &info)))
+}
+
+#[utoipa::path(tag = "environments", operation_id = "deleteConnection", security(("api_key" = [])),
+    params(("env" = String, Path, description = "The environment's name"), ("id" = String, Path, description = "`conn_...`")),
+    responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
+#[delete("/environments/{env}/connections/{id}")]
+pub async fn delete_connection(
+    Auth(who): Auth,
+    envs: web::Data<Environments>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (env, id) = path.into_inner();
+    envs.delete_connection(&who.account_id, &env, &id).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn role_arns_and_regions_are_checked() {
+        assert!(role_arn_ok("arn:aws:iam::123456789012:role/psbx-boxes"));
+        assert!(role_arn_ok("arn:aws-cn:iam::123456789012:role/path/to/x_y"));
+        assert!(!role_arn_ok("arn:aws:iam::12345:role/x"));
+        assert!(!role_arn_ok("arn:aws:s3:::bucket"));
+        assert!(!role_arn_ok("arn:aws:iam::123456789012:user/x"));
+        assert!(!role_arn_ok("arn:aws:iam::123456789012:role/"));
+        assert!(region_ok("ap-northeast-1"));
+        assert!(region_ok("us-gov-west-1"));
+        assert!(!region_ok("tokyo"));
+        assert!(!region_ok("AP-NORTHEAST-1"));
+    }
+}
