@@ -7,6 +7,7 @@
 pub mod box_;
 pub mod boxes;
 pub mod duration;
+pub mod environment;
 pub mod error;
 pub mod exec;
 pub mod host;
