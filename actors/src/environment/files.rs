@@ -16,7 +16,10 @@
 //! starting with `#` or containing `=`, whitespace or a control character; for
 //! `.sh`: not a shell name `[A-Za-z_][A-Za-z0-9_]*`) and a value with a NUL
 //! byte are left out with a comment saying so; settings uploaded as `.env`
-//! never have such names, imported ones could.
+//! never have such names, imported ones could. Names that bash keeps
+//! read-only (`UID`, `EUID`, `PPID`, `BASHOPTS`, `SHELLOPTS`,
+//! `BASH_VERSINFO`) are left out of the `.sh` too: exporting one fails in bash,
+//! and in `bash --posix` ends the shell that sources the file.
 
 pub use super::notable::{Notable, NotableValue, notable};
 
@@ -48,6 +51,10 @@ pub fn sh_file(vars: &[(String, String)]) -> String {
             out.push_str(&format!(
                 "# a setting named {key:?} is not a shell variable name: left out\n"
             ));
+        } else if BASH_READONLY.contains(&key.as_str()) {
+            out.push_str(&format!(
+                "# {key} is read-only in bash: left out, it is in the .env file\n"
+            ));
         } else if value.contains('\0') {
             out.push_str(&format!("# {key} contains a NUL byte: left out\n"));
         } else {
@@ -59,6 +66,16 @@ pub fn sh_file(vars: &[(String, String)]) -> String {
     }
     out
 }
+
+/// Variables bash refuses to set.
+const BASH_READONLY: &[&str] = &[
+    "UID",
+    "EUID",
+    "PPID",
+    "BASHOPTS",
+    "SHELLOPTS",
+    "BASH_VERSINFO",
+];
 
 /// A name docker's env-file reader takes as one `KEY`.
 fn env_name(key: &str) -> bool {
@@ -244,6 +261,29 @@ mod tests {
         assert_eq!(sh.lines().count(), 1);
         let env = env_file("api", &vars_newline());
         assert_eq!(env.lines().count(), 1);
+    }
+
+    #[test]
+    fn bash_read_only_names_stay_out_of_sh() {
+        let vars = vars(&[("UID", "1000"), ("PPID", "1"), ("AFTER", "ok")]);
+        let sh = sh_file(&vars);
+        assert!(sh.contains("# UID is read-only in bash"));
+        for shell in [&["bash"][..], &["bash", "--posix"]] {
+            if !have(shell[0]) {
+                continue;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("svc.sh");
+            std::fs::write(&path, &sh).unwrap();
+            let out = Command::new(shell[0])
+                .args(&shell[1..])
+                .arg("-c")
+                .arg(format!(". '{}' && printf %s \"$AFTER\"", path.display()))
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "ok", "{shell:?}");
+        }
+        assert!(env_file("api", &vars).contains("UID=1000\n"));
     }
 
     fn vars_newline() -> Vec<(String, String)> {

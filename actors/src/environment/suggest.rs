@@ -17,7 +17,7 @@
 //!   network can resolve, so those are added by hand;
 //! * every `<P>_HOST` variable whose value is a host name or IPv4 address,
 //!   with a `<P>_PORT` variable of the same service holding a port (the source
-//!   named is the `_HOST` variable).
+//!   named is the `_HOST` variable; `<p>_host` pairs with `<p>_port`).
 //!
 //! Kept only when the host is a private IPv4 address or ends in one of the
 //! private suffixes (`address::is_private_host`); ports are 1-65535; IPv6
@@ -98,8 +98,11 @@ fn host_with_port<'a>(
     value: &'a str,
     vars: &[(String, String)],
 ) -> Option<(&'a str, u16)> {
-    let prefix = name.strip_suffix("_HOST")?;
-    let port_name = format!("{prefix}_PORT");
+    let port_name = match (name.strip_suffix("_HOST"), name.strip_suffix("_host")) {
+        (Some(prefix), _) => format!("{prefix}_PORT"),
+        (_, Some(prefix)) => format!("{prefix}_port"),
+        _ => return None,
+    };
     let (_, port) = vars.iter().rev().find(|(n, _)| *n == port_name)?;
     let host = value.trim();
     if !address::is_host(host) {
@@ -273,16 +276,25 @@ mod tests {
                 ("X_HOST".to_string(), "x.internal".to_string()),
                 ("Y_HOST".to_string(), "y.internal".to_string()),
                 ("Y_PORT".to_string(), "http".to_string()),
+                ("cache_host".to_string(), "10.0.0.9".to_string()),
+                ("cache_port".to_string(), "6379".to_string()),
             ],
         )];
         let got = suggest(&services);
         assert_eq!(
             got,
-            vec![Suggestion {
-                host: "db.internal".into(),
-                port: 6543,
-                sources: vec![src("s", "DB_HOST")],
-            }]
+            vec![
+                Suggestion {
+                    host: "10.0.0.9".into(),
+                    port: 6379,
+                    sources: vec![src("s", "cache_host")],
+                },
+                Suggestion {
+                    host: "db.internal".into(),
+                    port: 6543,
+                    sources: vec![src("s", "DB_HOST")],
+                }
+            ]
         );
     }
 
