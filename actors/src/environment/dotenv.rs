@@ -5,7 +5,7 @@
 //! Rules:
 //! * one `KEY=value` per line; blank lines and lines whose first non-blank
 //!   character is `#` are skipped; an optional `export ` prefix is dropped;
-//!   CRLF line endings are accepted;
+//!   CRLF line endings and a leading UTF-8 byte order mark are accepted;
 //! * keys are `[A-Za-z_][A-Za-z0-9_]*`; whitespace around `=` is ignored;
 //! * an unquoted value is trimmed, and a `#` preceded by whitespace starts a
 //!   comment (`KEY=a#b` keeps `a#b`, `KEY=a #b` gives `a`); quotes inside it
