@@ -5,6 +5,7 @@
 //! only). Another account's environment is "not found", never "forbidden".
 
 pub mod address;
+pub mod settings;
 
 use crate::error::{BoxError, blocking};
 use crate::ids::{AccountId, ConnectionId, ConnectorToken, EnvironmentId};
