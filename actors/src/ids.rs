@@ -66,6 +66,7 @@ macro_rules! prefixed_id {
 
             /// Wraps a value read back from the database, which only ever holds ids
             /// this type generated.
+            #[allow(dead_code)] // not every kind is read back typed
             pub(crate) fn from_db(s: String) -> Self {
                 Self(s)
             }

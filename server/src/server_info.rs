@@ -37,7 +37,8 @@ impl ServerInfo {
             .public_url
             .split_once("://")
             .map_or(self.public_url.as_str(), |(_, rest)| rest);
-        let mut console = url::Url::parse("https://console.aws.amazon.com/cloudformation/home").ok()?;
+        let mut console =
+            url::Url::parse("https://console.aws.amazon.com/cloudformation/home").ok()?;
         console
             .query_pairs_mut()
             .append_pair("region", region.unwrap_or("us-east-1"));
@@ -75,7 +76,10 @@ mod tests {
 
     #[test]
     fn the_quick_create_link_needs_a_published_template() {
-        assert_eq!(info(None).aws_box_role_quick_create_url("dev", "s", None), None);
+        assert_eq!(
+            info(None).aws_box_role_quick_create_url("dev", "s", None),
+            None
+        );
         let link = info(Some("https://b.s3.amazonaws.com/box-role.yaml"))
             .aws_box_role_quick_create_url("dev", "tenant:acct_1:env:dev", Some("ap-northeast-1"))
             .unwrap();

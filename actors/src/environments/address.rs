@@ -86,7 +86,9 @@ pub fn check(raw: &RawEndpoint) -> Result<Endpoint, String> {
     if host.contains('-') && host.split('-').all(|part| part.parse::<Ipv4Addr>().is_ok()) {
         return Err("ranges are not supported: list each address".into());
     }
-    let looks_numeric = host.split('.').all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
+    let looks_numeric = host
+        .split('.')
+        .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
     if looks_numeric {
         return match host.parse::<Ipv4Addr>() {
             Ok(ip) => Ok(Endpoint {
@@ -142,7 +144,11 @@ mod tests {
     #[test]
     fn names_and_ipv4_addresses_pass() {
         for (host, port, want) in [
-            ("mydb.xxxx.ap-northeast-1.rds.amazonaws.com", 5432, "mydb.xxxx.ap-northeast-1.rds.amazonaws.com"),
+            (
+                "mydb.xxxx.ap-northeast-1.rds.amazonaws.com",
+                5432,
+                "mydb.xxxx.ap-northeast-1.rds.amazonaws.com",
+            ),
             ("Cache.Internal", 6379, "cache.internal"),
             ("10.0.1.5", 8080, "10.0.1.5"),
             ("api.partner.example", 443, "api.partner.example"),
@@ -180,8 +186,16 @@ mod tests {
 
     #[test]
     fn lists_refuse_duplicates_and_overflow_naming_the_entry() {
-        let e = check_list(&[raw("a.internal", 1), raw("b.internal", 2), raw("A.internal", 1)]).unwrap_err();
-        assert!(e.starts_with("endpoints[2]") && e.contains("endpoints[0]"), "{e}");
+        let e = check_list(&[
+            raw("a.internal", 1),
+            raw("b.internal", 2),
+            raw("A.internal", 1),
+        ])
+        .unwrap_err();
+        assert!(
+            e.starts_with("endpoints[2]") && e.contains("endpoints[0]"),
+            "{e}"
+        );
         let e = check_list(&[raw("a.internal", 1), raw("*.x", 2)]).unwrap_err();
         assert!(e.starts_with("endpoints[1] (*.x:2)"), "{e}");
         let many: Vec<_> = (1..=101).map(|p| raw("a.internal", p)).collect();

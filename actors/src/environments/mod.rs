@@ -14,6 +14,7 @@ use crate::store::{
     ConnectionRecord, EnvironmentChange, EnvironmentRecord, ServiceRecord, Store, StoreError,
 };
 use address::{Endpoint, RawEndpoint};
+use settings::Suggestion;
 use std::sync::Arc;
 
 /// Longest environment, connection or service name.
@@ -134,10 +135,9 @@ impl Environments {
 
     async fn detail(&self, record: EnvironmentRecord) -> Result<Environment, EnvError> {
         let (store, id) = (self.store.clone(), record.id.clone());
-        let (connections, services) = blocking(move || {
-            Ok::<_, StoreError>((store.connections(&id)?, store.services(&id)?))
-        })
-        .await?;
+        let (connections, services) =
+            blocking(move || Ok::<_, StoreError>((store.connections(&id)?, store.services(&id)?)))
+                .await?;
         Ok(Environment {
             record,
             connections: connections.into_iter().map(Connection::from).collect(),
@@ -260,12 +260,214 @@ impl Environments {
             .map(|(c, e)| (Connection::from(c), e)))
     }
 
-    pub(crate) fn vault(&self) -> &Vault {
-        &self.vault
+    /// Stores a service's settings from an uploaded `.env` (replacing any
+    /// before); true when the service is new. Values are sealed; the record
+    /// keeps names only.
+    pub async fn put_service(
+        &self,
+        account: &AccountId,
+        env: &str,
+        name: &str,
+        dotenv: &str,
+    ) -> Result<(bool, ServiceRecord), EnvError> {
+        check_name("the service", name)?;
+        if dotenv.len() > MAX_DOTENV {
+            return Err(EnvError::Invalid(format!(
+                "the settings are {} bytes: at most {MAX_DOTENV} are accepted",
+                dotenv.len()
+            )));
+        }
+        let vars = settings::dotenv::parse(dotenv)
+            .map_err(|e| EnvError::Invalid(format!("dotenv {e}; nothing was stored")))?;
+        if vars.len() > MAX_KEYS {
+            return Err(EnvError::Invalid(format!(
+                "{} variables given: a service has at most {MAX_KEYS}",
+                vars.len()
+            )));
+        }
+        let record = self.record(account, env).await?;
+        let names: Vec<&str> = vars.iter().map(|(k, _)| k.as_str()).collect();
+        let names = serde_json::to_value(names).map_err(|e| EnvError::Internal(e.to_string()))?;
+        let plain = serde_json::to_vec(&vars).map_err(|e| EnvError::Internal(e.to_string()))?;
+        let sealed = self
+            .vault
+            .seal(&service_owner(&record.id, name), &plain)
+            .map_err(|e| EnvError::Internal(e.to_string()))?;
+        let (store, n) = (self.store.clone(), name.to_owned());
+        Ok(blocking(move || {
+            store.put_service(
+                &record.id,
+                &n,
+                &names,
+                &sealed.nonce,
+                &sealed.ciphertext,
+                "dotenv",
+            )
+        })
+        .await?)
     }
 
-    pub(crate) fn store(&self) -> &Store {
-        &self.store
+    pub async fn delete_service(
+        &self,
+        account: &AccountId,
+        env: &str,
+        name: &str,
+    ) -> Result<(), EnvError> {
+        let record = self.record(account, env).await?;
+        let (store, n) = (self.store.clone(), name.to_owned());
+        if blocking(move || store.delete_service(&record.id, &n)).await? {
+            Ok(())
+        } else {
+            Err(EnvError::NotFound(format!(
+                "environment {env:?} has no service {name:?}: GET /v1/environments/{env} lists its services"
+            )))
+        }
+    }
+
+    /// Every service's settings, opened (for a box being claimed and for the
+    /// suggestions; never for an answer).
+    async fn settings_of(
+        &self,
+        env_id: &str,
+    ) -> Result<Vec<(String, Vec<(String, String)>)>, EnvError> {
+        let (store, id) = (self.store.clone(), env_id.to_owned());
+        let sealed = blocking(move || store.sealed_services(&id)).await?;
+        sealed
+            .into_iter()
+            .map(|s| {
+                let plain = self
+                    .vault
+                    .open(&service_owner(env_id, &s.name), &s.nonce, &s.ciphertext)
+                    .map_err(|e| EnvError::Internal(format!("service {}: {e}", s.name)))?;
+                let vars = serde_json::from_slice(&plain)
+                    .map_err(|e| EnvError::Internal(format!("service {}: {e}", s.name)))?;
+                Ok((s.name, vars))
+            })
+            .collect()
+    }
+
+    /// The addresses found in the services' settings that look like the
+    /// environment's network, each with the connection already listing it.
+    pub async fn suggested_endpoints(
+        &self,
+        account: &AccountId,
+        env: &str,
+    ) -> Result<Vec<(Suggestion, Option<String>)>, EnvError> {
+        let detail = self.get(account, env).await?;
+        let services = self.settings_of(&detail.record.id).await?;
+        Ok(settings::suggest::suggest(&services)
+            .into_iter()
+            .map(|s| {
+                let listed = detail
+                    .connections
+                    .iter()
+                    .find(|c| {
+                        c.endpoints
+                            .iter()
+                            .any(|e| e.host == s.host && e.port == s.port)
+                    })
+                    .map(|c| c.record.name.clone());
+                (s, listed)
+            })
+            .collect())
+    }
+
+    /// What a box started in `env` takes at claim time: the addresses of every
+    /// connection (at most [`address::MAX_PER_BOX`]), and each service's
+    /// settings files.
+    pub async fn for_box(
+        &self,
+        account: &AccountId,
+        env: &str,
+    ) -> Result<BoxEnvironment, EnvError> {
+        let detail = self.get(account, env).await.map_err(|e| match e {
+            EnvError::NotFound(_) => EnvError::Invalid(format!(
+                "there is no environment {env:?} in this account: sandbox_environments (or GET \
+                 /v1/environments) lists them"
+            )),
+            other => other,
+        })?;
+        let mut addresses: Vec<Endpoint> = Vec::new();
+        for c in &detail.connections {
+            for e in &c.endpoints {
+                if !addresses.contains(e) {
+                    addresses.push(e.clone());
+                }
+            }
+        }
+        if addresses.len() > address::MAX_PER_BOX {
+            return Err(EnvError::Invalid(format!(
+                "environment {env:?} lists {} addresses across its connections: a box takes at most {}; \
+                 remove addresses the box does not need from its connections",
+                addresses.len(),
+                address::MAX_PER_BOX
+            )));
+        }
+        let services = self
+            .settings_of(&detail.record.id)
+            .await?
+            .into_iter()
+            .map(|(name, vars)| BoxService::new(name, vars))
+            .collect();
+        Ok(BoxEnvironment {
+            name: detail.record.name,
+            external_base_url: detail.record.external_base_url,
+            addresses,
+            services,
+        })
+    }
+}
+
+/// Largest `.env` upload, and most variables in one service.
+const MAX_DOTENV: usize = 512 * 1024;
+const MAX_KEYS: usize = 2000;
+
+/// The associated data binding a service's sealed settings to its row.
+fn service_owner(env_id: &str, service: &str) -> String {
+    format!("{env_id}\0service\0{service}")
+}
+
+/// Where a box's settings files live.
+pub const SETTINGS_DIR: &str = "/work/.sbx/env";
+
+/// What a box takes from its environment when it is claimed.
+#[derive(Debug, Clone)]
+pub struct BoxEnvironment {
+    pub name: String,
+    pub external_base_url: Option<String>,
+    pub addresses: Vec<Endpoint>,
+    pub services: Vec<BoxService>,
+}
+
+/// One service's settings as a box receives them.
+#[derive(Debug, Clone)]
+pub struct BoxService {
+    pub name: String,
+    pub vars: Vec<(String, String)>,
+}
+
+impl BoxService {
+    fn new(name: String, vars: Vec<(String, String)>) -> Self {
+        Self { name, vars }
+    }
+
+    /// `(path, contents)` of its `.env` and `.sh` files.
+    pub fn files(&self) -> [(String, String); 2] {
+        [
+            (
+                format!("{SETTINGS_DIR}/{}.env", self.name),
+                settings::files::env_file(&self.name, &self.vars),
+            ),
+            (
+                format!("{SETTINGS_DIR}/{}.sh", self.name),
+                settings::files::sh_file(&self.vars),
+            ),
+        ]
+    }
+
+    /// The settings worth pointing out (no secret values).
+    pub fn notable(&self) -> settings::Notable {
+        settings::notable::notable(&self.vars)
     }
 }
 

@@ -74,10 +74,7 @@ pub fn token_digest(token: &str) -> Vec<u8> {
 fn unique_violation(e: &diesel::result::Error) -> bool {
     matches!(
         e,
-        diesel::result::Error::DatabaseError(
-            diesel::result::DatabaseErrorKind::UniqueViolation,
-            _
-        )
+        diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::UniqueViolation, _)
     )
 }
 

@@ -5,14 +5,14 @@
 use crate::app::{self, AppState};
 use crate::banner;
 use crate::config::{Accel, Config};
-use crate::server_info::ServerInfo;
-use psbx_actors::environments::Environments;
 use crate::database::{Database, Opener};
 use crate::metrics::Metrics;
+use crate::server_info::ServerInfo;
 use crate::tls;
 use actix_web::HttpServer;
 use anyhow::Context;
 use psbx_actors::boxes::Boxes;
+use psbx_actors::environments::Environments;
 use psbx_actors::host::start_host;
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;

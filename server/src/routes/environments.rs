@@ -93,7 +93,8 @@ pub struct ServiceView {
 
 impl From<&ServiceRecord> for ServiceView {
     fn from(s: &ServiceRecord) -> Self {
-        let keys: Vec<String> = serde_json::from_value(s.variable_names.clone()).unwrap_or_default();
+        let keys: Vec<String> =
+            serde_json::from_value(s.variable_names.clone()).unwrap_or_default();
         Self {
             name: s.name.clone(),
             keys_count: keys.len(),
@@ -146,7 +147,11 @@ impl EnvironmentView {
             services: env.services.iter().map(ServiceView::from).collect(),
             connections,
             external_base_url: r.external_base_url.clone(),
-            aws_box_role_quick_create_url: info.aws_box_role_quick_create_url(&r.name, &subject, r.aws_region.as_deref()),
+            aws_box_role_quick_create_url: info.aws_box_role_quick_create_url(
+                &r.name,
+                &subject,
+                r.aws_region.as_deref(),
+            ),
             aws_subject: subject,
             aws_role_arn: r.aws_role_arn.clone(),
             aws_region: r.aws_region.clone(),
@@ -237,8 +242,14 @@ fn role_arn_ok(arn: &str) -> bool {
 fn region_ok(region: &str) -> bool {
     let parts: Vec<&str> = region.split('-').collect();
     parts.len() >= 3
-        && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
-        && parts.last().is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        && parts.iter().all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        })
+        && parts
+            .last()
+            .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 #[utoipa::path(tag = "environments", operation_id = "createEnvironment", request_body = CreateEnvironment,
@@ -351,7 +362,9 @@ pub async fn create_connection(
     env: web::Path<String>,
     body: web::Json<CreateConnection>,
 ) -> Result<HttpResponse, ApiError> {
-    let (connection, token) = envs.add_connection(&who.account_id, &env, &body.name).await?;
+    let (connection, token) = envs
+        .add_connection(&who.account_id, &env, &body.name)
+        .await?;
     Ok(HttpResponse::Created().json(with_token(&connection, &token, &info)))
 }
 
@@ -408,6 +421,106 @@ pub async fn delete_connection(
     let (env, id) = path.into_inner();
     envs.delete_connection(&who.account_id, &env, &id).await?;
     Ok(HttpResponse::NoContent().finish())
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutService {
+    /// The service's settings as `.env` text: `KEY=value` lines, comments,
+    /// `export ` prefixes, single- and double-quoted (multi-line) values.
+    pub dotenv: String,
+}
+
+#[utoipa::path(tag = "environments", operation_id = "putService", request_body = PutService,
+    security(("api_key" = [])),
+    params(("env" = String, Path, description = "The environment's name"), ("name" = String, Path, description = "The service's name")),
+    responses((status = 200, body = ServiceView), (status = 201, body = ServiceView),
+        (status = 400, description = "Malformed settings: the message names the line", body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody)))]
+#[put("/environments/{env}/services/{name}")]
+pub async fn put_service(
+    Auth(who): Auth,
+    envs: web::Data<Environments>,
+    path: web::Path<(String, String)>,
+    body: web::Json<PutService>,
+) -> Result<HttpResponse, ApiError> {
+    let (env, name) = path.into_inner();
+    let (new, record) = envs
+        .put_service(&who.account_id, &env, &name, &body.dotenv)
+        .await?;
+    let status = if new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(HttpResponse::build(status).json(ServiceView::from(&record)))
+}
+
+#[utoipa::path(tag = "environments", operation_id = "deleteService", security(("api_key" = [])),
+    params(("env" = String, Path, description = "The environment's name"), ("name" = String, Path, description = "The service's name")),
+    responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
+#[delete("/environments/{env}/services/{name}")]
+pub async fn delete_service(
+    Auth(who): Auth,
+    envs: web::Data<Environments>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (env, name) = path.into_inner();
+    envs.delete_service(&who.account_id, &env, &name).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SourceView {
+    pub service: String,
+    pub variable: String,
+}
+
+/// An address found in the settings.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SuggestedEndpoint {
+    pub host: String,
+    pub port: u16,
+    /// The services and variables it was found in.
+    pub sources: Vec<SourceView>,
+    /// The connection that already lists it, if one does.
+    pub listed_on: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SuggestedEndpoints {
+    pub endpoints: Vec<SuggestedEndpoint>,
+}
+
+#[utoipa::path(tag = "environments", operation_id = "suggestedEndpoints", security(("api_key" = [])),
+    params(("env" = String, Path, description = "The environment's name")),
+    responses((status = 200, body = SuggestedEndpoints), (status = 404, body = crate::error::ErrorBody)))]
+#[get("/environments/{env}/suggested-endpoints")]
+pub async fn suggested_endpoints(
+    Auth(who): Auth,
+    envs: web::Data<Environments>,
+    env: web::Path<String>,
+) -> Result<web::Json<SuggestedEndpoints>, ApiError> {
+    let found = envs.suggested_endpoints(&who.account_id, &env).await?;
+    Ok(web::Json(SuggestedEndpoints {
+        endpoints: found
+            .into_iter()
+            .map(|(s, listed_on)| SuggestedEndpoint {
+                host: s.host,
+                port: s.port,
+                sources: s
+                    .sources
+                    .into_iter()
+                    .map(|src| SourceView {
+                        service: src.service,
+                        variable: src.variable,
+                    })
+                    .collect(),
+                listed_on,
+            })
+            .collect(),
+    }))
 }
 
 #[cfg(test)]

@@ -38,6 +38,9 @@ pub fn v1(cfg: &mut ServiceConfig) {
         .service(environments::put_endpoints)
         .service(environments::rotate_token)
         .service(environments::delete_connection)
+        .service(environments::put_service)
+        .service(environments::delete_service)
+        .service(environments::suggested_endpoints)
         .service(secrets::list)
         .service(secrets::put)
         .service(secrets::remove);

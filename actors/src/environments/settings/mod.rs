@@ -5,10 +5,10 @@
 //! scanning helpers of `scan`). Spec: environments.txt, "Set it up" item 3,
 //! "Settings for services not on ECS" and "Use it from a box".
 
-pub mod scan;
 pub mod dotenv;
 pub mod files;
 pub mod notable;
+pub mod scan;
 pub mod suggest;
 
 pub use dotenv::{DotenvError, parse};
