@@ -14,5 +14,6 @@ pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod pack;
+pub mod request_span;
 pub mod routes;
 pub mod tls;

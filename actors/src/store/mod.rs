@@ -12,6 +12,7 @@ mod models;
 mod schema;
 mod secrets;
 mod servers;
+mod uploads;
 
 pub use accounts::{Account, Bootstrap};
 pub use api_keys::{ApiKey, KeyPage, NewApiKey, Principal};
@@ -19,6 +20,7 @@ pub use boxes::{BoxCursor, BoxRecord, Claim, NewBox, Transition};
 pub use hosts::HostRecord;
 pub use secrets::SealedRow;
 pub use servers::Server;
+pub use uploads::{UploadClaim, UploadTarget, UploadToken};
 
 use diesel::pg::PgConnection;
 use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};

@@ -86,7 +86,19 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    uploads (token_sha256) {
+        token_sha256 -> Bytea,
+        account_id -> Text,
+        box_id -> Text,
+        dest -> Text,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        used_at -> Nullable<Timestamptz>,
+    }
+}
+
 diesel::joinable!(api_keys -> accounts (account_id));
 diesel::allow_tables_to_appear_in_same_query!(
-    accounts, api_keys, servers, hosts, boxes, meta, secrets
+    accounts, api_keys, servers, hosts, boxes, meta, secrets, uploads
 );

@@ -87,7 +87,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             metrics,
             boxes: boxes.clone(),
             secrets,
-            mcp: crate::mcp::service(boxes.clone(), hosts, origins),
+            mcp: crate::mcp::service(boxes.clone(), store.clone(), url.clone(), hosts, origins),
         };
         // Our own signal handling, installed before we say we listen: a stop
         // signal arriving at any moment after that is a clean shutdown.

@@ -32,6 +32,7 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 pub struct PsbxMcp {
     tool_router: Arc<ToolRouter<PsbxMcp>>,
     boxes: Arc<Boxes>,
+    pub(super) sync: super::sync::SyncContext,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -121,8 +122,8 @@ fn unauthenticated() -> CallToolResult {
 
 #[tool_router]
 impl PsbxMcp {
-    pub fn new(boxes: Arc<Boxes>) -> Self {
-        let mut router = Self::tool_router();
+    pub fn new(boxes: Arc<Boxes>, sync: super::sync::SyncContext) -> Self {
+        let mut router = Self::tool_router() + Self::sync_router();
         for route in router.map.values_mut() {
             route.attr.input_schema = Arc::new(schema::flatten(&route.attr.input_schema));
             if let Some(out) = &route.attr.output_schema {
@@ -132,6 +133,7 @@ impl PsbxMcp {
         Self {
             tool_router: Arc::new(router),
             boxes,
+            sync,
         }
     }
 
