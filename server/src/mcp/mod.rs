@@ -17,7 +17,8 @@ use rmcp_actix_web::transport::{LocalSessionManager, StreamableHttpService};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use sync::{SyncContext, pack_command, shell_quote, upload_command};
+pub use schema::flatten as flatten_schema;
+pub use sync::{SyncContext, checked_dest, pack_command, shell_quote, upload_command};
 pub use tools::PsbxMcp;
 
 pub type McpService = StreamableHttpService<PsbxMcp, LocalSessionManager>;

@@ -85,7 +85,7 @@ pub fn upload_command(commit: Option<&str>, url: &str) -> String {
 }
 
 /// Checks a destination under /work: relative, no `..`, one line.
-fn checked_dest(dest: &str) -> Result<String, String> {
+pub fn checked_dest(dest: &str) -> Result<String, String> {
     let dest = sync_dest(dest.trim());
     if dest.split('/').any(|part| part == "..") || dest.chars().any(char::is_control) {
         return Err(format!(
