@@ -64,9 +64,9 @@ impl Store {
         let token = UploadToken(format!("{}{}", UploadToken::PREFIX, random_token(40)?));
         let expires_at = Utc::now() + ttl;
         let mut conn = self.conn()?;
-        diesel::delete(uploads::table.filter(
-            uploads::expires_at.lt(Utc::now() - chrono::Duration::days(1)),
-        ))
+        diesel::delete(
+            uploads::table.filter(uploads::expires_at.lt(Utc::now() - chrono::Duration::days(1))),
+        )
         .execute(&mut conn)?;
         diesel::insert_into(uploads::table)
             .values((

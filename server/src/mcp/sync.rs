@@ -113,8 +113,8 @@ impl PsbxMcp {
         Parameters(a): Parameters<SyncArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let Some(who) = on_request_extensions(&ctx.extensions)
-            .and_then(|e| e.get::<Principal>().cloned())
+        let Some(who) =
+            on_request_extensions(&ctx.extensions).and_then(|e| e.get::<Principal>().cloned())
         else {
             return Ok(failed(
                 "this request carries no account: send an API key as a bearer token",
@@ -267,7 +267,10 @@ mod tests {
         crate::pack::pack_work_tree(dir.path(), &mut packed).unwrap();
         assert_eq!(names(&packed), expected, "the same set as psbx sync");
 
-        sh(dir.path(), "git add -A && git commit -qm two && echo dirty > a.txt");
+        sh(
+            dir.path(),
+            "git add -A && git commit -qm two && echo dirty > a.txt",
+        );
         let tar = sh(dir.path(), &pack_command(Some("HEAD~1")));
         assert_eq!(
             names(&tar),

@@ -89,7 +89,9 @@ pub fn plan(
 ) -> anyhow::Result<Plan> {
     let url = url.trim_end_matches('/');
     if !(url.starts_with("http://") || url.starts_with("https://")) {
-        bail!("--url {url:?} is not an http(s) URL: give the psbx server's base URL, e.g. https://psbx.example.com");
+        bail!(
+            "--url {url:?} is not an http(s) URL: give the psbx server's base URL, e.g. https://psbx.example.com"
+        );
     }
     if transport == Transport::Stdio && auth == Auth::Oauth {
         bail!(
@@ -139,7 +141,9 @@ pub fn plan(
             json!({"httpUrl": mcp, "headers": {"Authorization": bearer}})
         }
         (Client::Gemini, Transport::Http, Auth::Oauth) => {
-            notes.push("Gemini CLI signs in to psbx when it first connects (/mcp auth psbx)".to_owned());
+            notes.push(
+                "Gemini CLI signs in to psbx when it first connects (/mcp auth psbx)".to_owned(),
+            );
             json!({"httpUrl": mcp})
         }
         (Client::Codex, Transport::Http, Auth::Key) => {
@@ -195,7 +199,8 @@ pub fn merge_json(existing: &str, name: &str, entry: &Value) -> anyhow::Result<S
     let mut doc: Value = if existing.trim().is_empty() {
         json!({})
     } else {
-        serde_json::from_str(existing).context("the file is not valid JSON; fix or move it first")?
+        serde_json::from_str(existing)
+            .context("the file is not valid JSON; fix or move it first")?
     };
     let Some(root) = doc.as_object_mut() else {
         bail!("the file's top level is not a JSON object; fix or move it first");
@@ -220,9 +225,7 @@ fn toml_value(value: &Value) -> toml_edit::Value {
             .as_i64()
             .map(toml_edit::Value::from)
             .unwrap_or_else(|| n.to_string().into()),
-        Value::Array(items) => {
-            toml_edit::Value::Array(items.iter().map(toml_value).collect())
-        }
+        Value::Array(items) => toml_edit::Value::Array(items.iter().map(toml_value).collect()),
         Value::Object(map) => {
             let mut table = toml_edit::InlineTable::new();
             for (k, v) in map {
@@ -250,13 +253,11 @@ pub fn merge_toml(existing: &str, name: &str, entry: &Value) -> anyhow::Result<S
     let mut doc: toml_edit::DocumentMut = existing
         .parse()
         .context("the file is not valid TOML; fix or move it first")?;
-    let servers = doc
-        .entry("mcp_servers")
-        .or_insert_with(|| {
-            let mut t = toml_edit::Table::new();
-            t.set_implicit(true);
-            toml_edit::Item::Table(t)
-        });
+    let servers = doc.entry("mcp_servers").or_insert_with(|| {
+        let mut t = toml_edit::Table::new();
+        t.set_implicit(true);
+        toml_edit::Item::Table(t)
+    });
     let Some(servers) = servers.as_table_mut() else {
         bail!("mcp_servers in the file is not a table; fix it first");
     };
@@ -310,9 +311,7 @@ pub fn write(client: Client, name: &str, plan: &Plan) -> anyhow::Result<String> 
 
 pub fn run(args: InstallArgs) -> anyhow::Result<()> {
     let url = args.url.filter(|u| !u.trim().is_empty()).ok_or_else(|| {
-        anyhow::anyhow!(
-            "no server URL: pass --url https://your-psbx-server (or set PSBX_URL)"
-        )
+        anyhow::anyhow!("no server URL: pass --url https://your-psbx-server (or set PSBX_URL)")
     })?;
     if args.name.trim().is_empty() || args.name.contains(['.', '"', '\n']) {
         bail!("--name {:?} must be a plain name such as psbx", args.name);
@@ -346,7 +345,15 @@ mod tests {
     const URL: &str = "https://psbx.example.com/";
 
     fn p(client: Client, transport: Transport, auth: Auth) -> Plan {
-        plan(client, transport, auth, URL, Path::new("/home/u"), Path::new("/repo")).unwrap()
+        plan(
+            client,
+            transport,
+            auth,
+            URL,
+            Path::new("/home/u"),
+            Path::new("/repo"),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -386,7 +393,12 @@ mod tests {
 
     #[test]
     fn oauth_entries_carry_no_credentials_and_say_how_to_sign_in() {
-        for client in [Client::Claude, Client::Codex, Client::Cursor, Client::Gemini] {
+        for client in [
+            Client::Claude,
+            Client::Codex,
+            Client::Cursor,
+            Client::Gemini,
+        ] {
             let plan = p(client, Transport::Http, Auth::Oauth);
             let text = plan.entry.to_string();
             assert!(!text.contains("PSBX_API_KEY"), "{client:?}: {text}");
@@ -395,16 +407,23 @@ mod tests {
             assert!(!plan.notes.is_empty());
         }
         let codex = p(Client::Codex, Transport::Http, Auth::Oauth);
-        assert!(codex.notes.iter().any(|n| n.contains("codex mcp login psbx")));
-        assert!(plan(
-            Client::Claude,
-            Transport::Stdio,
-            Auth::Oauth,
-            URL,
-            Path::new("/h"),
-            Path::new("/r")
-        )
-        .is_err());
+        assert!(
+            codex
+                .notes
+                .iter()
+                .any(|n| n.contains("codex mcp login psbx"))
+        );
+        assert!(
+            plan(
+                Client::Claude,
+                Transport::Stdio,
+                Auth::Oauth,
+                URL,
+                Path::new("/h"),
+                Path::new("/r")
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -449,7 +468,15 @@ mod tests {
         let cwd = tempfile::tempdir().unwrap();
         // JSON clients: another server and other settings stay.
         for client in [Client::Claude, Client::Cursor, Client::Gemini] {
-            let plan = plan(client, Transport::Http, Auth::Key, URL, home.path(), cwd.path()).unwrap();
+            let plan = plan(
+                client,
+                Transport::Http,
+                Auth::Key,
+                URL,
+                home.path(),
+                cwd.path(),
+            )
+            .unwrap();
             std::fs::create_dir_all(plan.path.parent().unwrap()).unwrap();
             std::fs::write(
                 &plan.path,
@@ -471,14 +498,28 @@ mod tests {
         }
         // A missing file is created, parent directories included.
         let fresh = tempfile::tempdir().unwrap();
-        let plan_fresh =
-            plan(Client::Gemini, Transport::Stdio, Auth::Key, URL, fresh.path(), cwd.path()).unwrap();
+        let plan_fresh = plan(
+            Client::Gemini,
+            Transport::Stdio,
+            Auth::Key,
+            URL,
+            fresh.path(),
+            cwd.path(),
+        )
+        .unwrap();
         write(Client::Gemini, "psbx", &plan_fresh).unwrap();
         assert!(plan_fresh.path.is_file());
 
         // Codex: TOML with comments and other tables kept.
-        let codex =
-            plan(Client::Codex, Transport::Http, Auth::Key, URL, home.path(), cwd.path()).unwrap();
+        let codex = plan(
+            Client::Codex,
+            Transport::Http,
+            Auth::Key,
+            URL,
+            home.path(),
+            cwd.path(),
+        )
+        .unwrap();
         std::fs::create_dir_all(codex.path.parent().unwrap()).unwrap();
         std::fs::write(
             &codex.path,
@@ -487,16 +528,28 @@ mod tests {
         .unwrap();
         write(Client::Codex, "psbx", &codex).unwrap();
         let text = std::fs::read_to_string(&codex.path).unwrap();
-        assert!(text.starts_with("# my settings\nmodel = \"o3\"\n"), "{text}");
-        assert!(text.contains("[mcp_servers.docs]\ncommand = \"docs-mcp\"\n"), "{text}");
+        assert!(
+            text.starts_with("# my settings\nmodel = \"o3\"\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("[mcp_servers.docs]\ncommand = \"docs-mcp\"\n"),
+            "{text}"
+        );
         assert!(text.contains("[mcp_servers.psbx]\nurl = \"https://psbx.example.com/mcp\"\nbearer_token_env_var = \"PSBX_API_KEY\"\n"), "{text}");
         let parsed: toml::Table = text.parse().unwrap();
-        assert_eq!(parsed["mcp_servers"]["docs"]["command"].as_str(), Some("docs-mcp"));
+        assert_eq!(
+            parsed["mcp_servers"]["docs"]["command"].as_str(),
+            Some("docs-mcp")
+        );
 
         // A file that is not what it should be is left alone, with a reason.
         std::fs::write(&codex.path, "this is = = not toml").unwrap();
         let err = write(Client::Codex, "psbx", &codex).unwrap_err();
         assert!(format!("{err:#}").contains("not valid TOML"), "{err:#}");
-        assert_eq!(std::fs::read_to_string(&codex.path).unwrap(), "this is = = not toml");
+        assert_eq!(
+            std::fs::read_to_string(&codex.path).unwrap(),
+            "this is = = not toml"
+        );
     }
 }

@@ -70,21 +70,27 @@ struct Proxy {
 
 impl Proxy {
     async fn sync(&self, arguments: Option<rmcp::model::JsonObject>) -> CallToolResult {
-        let args: LocalSyncArgs =
-            match serde_json::from_value(serde_json::Value::Object(arguments.unwrap_or_default())) {
-                Ok(args) => args,
-                Err(e) => {
-                    return failed(format!(
-                        "the arguments were refused ({e}): give id (box_...) and optionally dest, \
+        let args: LocalSyncArgs = match serde_json::from_value(serde_json::Value::Object(
+            arguments.unwrap_or_default(),
+        )) {
+            Ok(args) => args,
+            Err(e) => {
+                return failed(format!(
+                    "the arguments were refused ({e}): give id (box_...) and optionally dest, \
                          commit and path"
-                    ));
-                }
-            };
+                ));
+            }
+        };
         let dest = match checked_dest(args.dest.as_deref().unwrap_or_default()) {
             Ok(dest) => dest,
             Err(message) => return failed(message),
         };
-        let dir = match args.path.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
+        let dir = match args
+            .path
+            .as_deref()
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
             Some(path) => self.cwd.join(path),
             None => self.cwd.clone(),
         };

@@ -6,7 +6,7 @@
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam,
     ClientCapabilities, ClientConfig, ClientRequest, Implementation, ProgressNotificationParam,
-    ProgressToken, ServerResult, Tool,
+    ProgressToken, ResultType, ServerResult, Tool,
 };
 use rmcp::service::{
     NotificationContext, Peer, PeerRequestOptions, RequestContext, RunningService, ServiceError,
@@ -37,6 +37,7 @@ impl ClientHandler for Relay {
             .lock()
             .ok()
             .and_then(|r| r.get(&params.progress_token).cloned());
+        tracing::debug!(token = ?params.progress_token, routed = target.is_some(), "progress");
         if let Some((local, peer)) = target {
             let mut relayed = params;
             relayed.progress_token = local;
@@ -189,7 +190,9 @@ impl Remote {
                     .await;
                 Err(CallFailed::Cancelled)
             }
-            Some(Ok(ServerResult::CallToolResult(result))) => {
+            Some(Ok(ServerResult::CallToolResult(mut result))) => {
+                // Over 2025-11-25 results carry no resultType; 2026-07-28 clients need it.
+                result.result_type.get_or_insert(ResultType::COMPLETE);
                 Ok(CallToolResponse::Complete(result))
             }
             Some(Ok(ServerResult::InputRequiredResult(result))) => {
