@@ -187,3 +187,26 @@ fn stdio_client_syncs_a_repository_and_remote_sync_hands_out_one_time_upload_url
     assert!(log.contains("/v1/uploads/[redacted]"), "{log}");
     assert!(!log.contains(&token), "the server logged the upload token");
 }
+
+#[test]
+fn psbx_mcp_says_which_setting_is_missing() {
+    let run = |envs: &[(&str, &str)]| {
+        let mut command = Command::new(psbx_tests::binary("psbx"));
+        command
+            .arg("mcp")
+            .env_remove("PSBX_URL")
+            .env_remove("PSBX_API_KEY")
+            .stdin(std::process::Stdio::null());
+        for (k, v) in envs {
+            command.env(k, v);
+        }
+        let out = command.output().unwrap();
+        assert!(!out.status.success());
+        assert!(out.stdout.is_empty(), "stdout is the protocol");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(run(&[]).contains("PSBX_URL is not set"));
+    let no_key = run(&[("PSBX_URL", "http://127.0.0.1:1")]);
+    assert!(no_key.contains("PSBX_API_KEY is not set"), "{no_key}");
+    assert!(no_key.contains("psbx keys create"), "{no_key}");
+}
