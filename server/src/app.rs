@@ -50,6 +50,8 @@ pub fn build(
         .openapi(routes::docs::BaseDocument::openapi())
         .service(routes::health::health)
         .service(routes::docs::document)
+        .service(routes::uploads::upload_put)
+        .service(routes::uploads::upload_post)
         .service(
             scope("/v1")
                 .wrap(from_fn(require_api_key))
@@ -86,7 +88,7 @@ pub fn build(
         .route("/metrics", web::get().to(routes::metrics::scrape))
         .default_service(web::to(not_found))
         .wrap(from_fn(metrics::track))
-        .wrap(TracingLogger::default())
+        .wrap(TracingLogger::<crate::request_span::RedactedSpan>::new())
 }
 
 async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {

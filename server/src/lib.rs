@@ -14,6 +14,7 @@ pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod pack;
+pub mod request_span;
 pub mod routes;
 pub mod server_info;
 pub mod tls;

@@ -56,6 +56,8 @@ fn state(f: &Fixture) -> AppState {
         metrics: Arc::new(Metrics::new().unwrap()),
         mcp: psbx_server::mcp::service(
             boxes.clone(),
+            f.store.clone(),
+            "http://localhost:8080".into(),
             vec!["localhost".into()],
             vec!["http://localhost:8080".into()],
         ),
@@ -576,4 +578,36 @@ fn a_different_master_key_is_refused() {
         .err()
         .unwrap();
     assert!(err.to_string().contains("master key"), "{err}");
+}
+
+#[actix_rt::test]
+async fn upload_urls_need_no_key_but_a_known_token() {
+    let f = fixture();
+    let app = service!(f);
+    for (method, token) in [
+        (actix_web::http::Method::PUT, "psbxup_nosuchtoken"),
+        (actix_web::http::Method::POST, "psbxup_nosuchtoken"),
+        (actix_web::http::Method::PUT, "not-even-shaped-right"),
+    ] {
+        let res = test::call_service(
+            &app,
+            TestRequest::default()
+                .method(method.clone())
+                .uri(&format!("/v1/uploads/{token}"))
+                .insert_header((header::CONTENT_TYPE, "application/x-tar"))
+                .set_payload(vec![0u8; 1024])
+                .to_request(),
+        )
+        .await;
+        assert_eq!(res.status(), StatusCode::NOT_FOUND, "{method} {token}");
+        let body: Value = test::read_body_json(res).await;
+        assert_eq!(error_code(&body), "upload_not_found", "{body}");
+        assert!(
+            body["error"]["hint"]
+                .as_str()
+                .unwrap()
+                .contains("sandbox_sync"),
+            "{body}"
+        );
+    }
 }

@@ -13,6 +13,7 @@ mod models;
 mod schema;
 mod secrets;
 mod servers;
+mod uploads;
 
 pub use accounts::{Account, Bootstrap};
 pub use api_keys::{ApiKey, KeyPage, NewApiKey, Principal};
@@ -24,6 +25,7 @@ pub use environments::{
 pub use hosts::HostRecord;
 pub use secrets::SealedRow;
 pub use servers::Server;
+pub use uploads::{UploadClaim, UploadTarget, UploadToken};
 
 use diesel::pg::PgConnection;
 use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};

@@ -124,6 +124,18 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    uploads (token_sha256) {
+        token_sha256 -> Bytea,
+        account_id -> Text,
+        box_id -> Text,
+        dest -> Text,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        used_at -> Nullable<Timestamptz>,
+    }
+}
+
 diesel::joinable!(api_keys -> accounts (account_id));
 diesel::joinable!(connections -> environments (environment_id));
 diesel::joinable!(environment_services -> environments (environment_id));
@@ -137,5 +149,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     secrets,
     environments,
     connections,
-    environment_services
+    environment_services,
+    uploads
 );

@@ -2,6 +2,7 @@
 
 pub mod boxes;
 pub mod keys;
+pub mod mcp;
 pub mod serve;
 pub mod sync;
 
@@ -46,6 +47,9 @@ pub enum Command {
     Keys(keys::KeysCommand),
     /// Send a git working tree (or one commit) into a box.
     Sync(sync::SyncArgs),
+    /// MCP on stdio for AI clients (forwarding to a psbx server), or `install`
+    /// to configure a client.
+    Mcp(mcp::McpArgs),
     /// Operators' view of boxes.
     #[command(subcommand)]
     Boxes(boxes::BoxesCommand),
@@ -101,6 +105,11 @@ pub fn main() -> anyhow::Result<()> {
         Command::Sync(args) => {
             crate::logging::init("warn", config.log_format);
             sync::run(args)
+        }
+        Command::Mcp(args) => {
+            // Stdout carries the protocol: logs go to stderr only.
+            crate::logging::init("warn", config.log_format);
+            mcp::run(args)
         }
         Command::Boxes(command) => {
             crate::logging::init("warn", config.log_format);

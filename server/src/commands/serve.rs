@@ -90,7 +90,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             boxes: boxes.clone(),
             environments: Environments::new(store.clone(), secrets.vault()),
             secrets,
-            mcp: crate::mcp::service(boxes.clone(), hosts, origins),
+            mcp: crate::mcp::service(boxes.clone(), store.clone(), url.clone(), hosts, origins),
             info: ServerInfo {
                 public_url: url.clone(),
                 connector_image: config.connector_image.clone(),

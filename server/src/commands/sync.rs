@@ -5,7 +5,7 @@
 use crate::pack;
 use anyhow::{Context, bail};
 use std::io::{Seek, SeekFrom};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
 pub struct SyncArgs {
@@ -30,9 +30,46 @@ pub struct SyncArgs {
 }
 
 pub fn run(args: SyncArgs) -> anyhow::Result<()> {
-    let top = pack::work_tree(&args.dir)?;
+    let done = send(
+        &args.url,
+        &args.key,
+        &args.r#box,
+        &args.dest,
+        &args.dir,
+        args.commit.as_deref(),
+    )?;
+    println!(
+        "synced {} files ({} bytes) from {} into /work/{}",
+        done.files,
+        done.bytes,
+        done.top.display(),
+        args.dest
+    );
+    Ok(())
+}
+
+/// What a sync sent.
+#[derive(Debug)]
+pub struct Sent {
+    pub files: u64,
+    pub bytes: u64,
+    /// The top of the work tree it was sent from.
+    pub top: PathBuf,
+}
+
+/// Packs the work tree `dir` is in (or one commit of it) and sends it into
+/// the box under `/work/<dest>` through the psbx server at `url`. Blocking.
+pub fn send(
+    url: &str,
+    key: &str,
+    box_id: &str,
+    dest: &str,
+    dir: &Path,
+    commit: Option<&str>,
+) -> anyhow::Result<Sent> {
+    let top = pack::work_tree(dir)?;
     let mut tar = tempfile::tempfile().context("making a temporary file")?;
-    match &args.commit {
+    match commit {
         Some(rev) => pack::pack_commit(&top, rev, &mut tar)?,
         None => {
             pack::pack_work_tree(&top, &mut tar)?;
@@ -40,17 +77,13 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
     }
     let size = tar.seek(SeekFrom::End(0))?;
     tar.seek(SeekFrom::Start(0))?;
-    let url = format!(
-        "{}/v1/boxes/{}/sync",
-        args.url.trim_end_matches('/'),
-        args.r#box
-    );
+    let url = format!("{}/v1/boxes/{}/sync", url.trim_end_matches('/'), box_id);
     let response = reqwest::blocking::Client::builder()
         .timeout(None)
         .build()?
         .post(url)
-        .query(&[("dest", &args.dest)])
-        .bearer_auth(&args.key)
+        .query(&[("dest", dest)])
+        .bearer_auth(key)
         .header("content-type", "application/x-tar")
         .body(reqwest::blocking::Body::sized(tar, size))
         .send()
@@ -59,14 +92,15 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
     let body: serde_json::Value = response.json().unwrap_or_default();
     if !status.is_success() {
         let message = body["error"]["message"].as_str().unwrap_or("no details");
-        bail!("the server refused the sync ({status}): {message}");
+        let hint = body["error"]["hint"]
+            .as_str()
+            .map(|h| format!(" ({h})"))
+            .unwrap_or_default();
+        bail!("the server refused the sync ({status}): {message}{hint}");
     }
-    println!(
-        "synced {} files ({} bytes) from {} into /work/{}",
-        body["files"],
-        body["bytes"],
-        top.display(),
-        args.dest
-    );
-    Ok(())
+    Ok(Sent {
+        files: body["files"].as_u64().unwrap_or_default(),
+        bytes: body["bytes"].as_u64().unwrap_or_default(),
+        top,
+    })
 }

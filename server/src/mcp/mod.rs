@@ -9,23 +9,38 @@
 
 mod exec;
 mod schema;
+mod sync;
 mod tools;
 
 use psbx_actors::boxes::Boxes;
-use psbx_actors::store::Principal;
+use psbx_actors::store::{Principal, Store};
 use rmcp_actix_web::transport::{LocalSessionManager, StreamableHttpService};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use schema::flatten as flatten_schema;
+pub use sync::{SyncContext, checked_dest, pack_command, shell_quote, upload_command};
 pub use tools::PsbxMcp;
 
 pub type McpService = StreamableHttpService<PsbxMcp, LocalSessionManager>;
 
 /// Builds the service once, for every worker to share. `origins` are the
 /// allowed `Origin` values (scheme://host:port), `hosts` the allowed `Host`
-/// names; neither may be empty (empty would turn the check off).
-pub fn service(boxes: Arc<Boxes>, hosts: Vec<String>, origins: Vec<String>) -> McpService {
-    let server = PsbxMcp::new(boxes);
+/// names; neither may be empty (empty would turn the check off). `public_url`
+/// is the server's base URL as clients reach it (for `sandbox_sync`'s upload URLs).
+pub fn service(
+    boxes: Arc<Boxes>,
+    store: Store,
+    public_url: String,
+    hosts: Vec<String>,
+    origins: Vec<String>,
+) -> McpService {
+    let sync = SyncContext {
+        boxes: boxes.clone(),
+        store,
+        public_url,
+    };
+    let server = PsbxMcp::new(boxes, sync);
     StreamableHttpService::builder()
         .service_factory(Arc::new(move || Ok(server.clone())))
         .session_manager(Arc::new(LocalSessionManager::default()))

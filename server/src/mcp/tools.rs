@@ -25,6 +25,7 @@ use std::sync::Arc;
 pub struct PsbxMcp {
     tool_router: Arc<ToolRouter<PsbxMcp>>,
     boxes: Arc<Boxes>,
+    pub(super) sync: super::sync::SyncContext,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -142,8 +143,8 @@ fn unauthenticated() -> CallToolResult {
 
 #[tool_router]
 impl PsbxMcp {
-    pub fn new(boxes: Arc<Boxes>) -> Self {
-        let mut router = Self::tool_router();
+    pub fn new(boxes: Arc<Boxes>, sync: super::sync::SyncContext) -> Self {
+        let mut router = Self::tool_router() + Self::sync_router();
         for route in router.map.values_mut() {
             route.attr.input_schema = Arc::new(schema::flatten(&route.attr.input_schema));
             if let Some(out) = &route.attr.output_schema {
@@ -153,6 +154,7 @@ impl PsbxMcp {
         Self {
             tool_router: Arc::new(router),
             boxes,
+            sync,
         }
     }
 

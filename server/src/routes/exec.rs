@@ -14,6 +14,7 @@ use psbx_actors::duration;
 use psbx_actors::error::BoxError;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
+use psbx_actors::ids::AccountId;
 use psbx_wire::boxd::{ExecRequest, Process, SyncDone, SyncRequest};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -355,7 +356,7 @@ pub struct SyncQuery {
     params(("id" = String, Path), SyncQuery),
     request_body(content = String, content_type = "application/x-tar", description = "A tar stream"),
     security(("api_key" = [])),
-    responses((status = 200, description = "Unpacked"), (status = 400, body = crate::error::ErrorBody))
+    responses((status = 200, description = "Unpacked", body = Synced), (status = 400, body = crate::error::ErrorBody))
 )]
 #[post("/boxes/{id}/sync")]
 pub async fn sync(
@@ -364,16 +365,44 @@ pub async fn sync(
     id: web::Path<String>,
     query: web::Query<SyncQuery>,
     _req: HttpRequest,
-    mut payload: web::Payload,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let dest = query.dest.clone().unwrap_or_default();
-    let dest = dest
-        .trim_start_matches("/work")
+    let dest = sync_dest(query.dest.as_deref().unwrap_or_default());
+    let done = unpack(&boxes, &who.account_id, &id, &dest, payload).await?;
+    Ok(HttpResponse::Ok().json(done))
+}
+
+/// Where under `/work` a sync unpacks: `dest` without a leading `/work` or `/`.
+pub fn sync_dest(dest: &str) -> String {
+    dest.trim_start_matches("/work")
         .trim_start_matches('/')
-        .to_owned();
-    let mut stream = boxes.open_service(&who.account_id, &id, "sync").await?;
+        .to_owned()
+}
+
+/// What a sync answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Synced {
+    /// Files unpacked.
+    pub files: u64,
+    /// Bytes of file content unpacked.
+    pub bytes: u64,
+}
+
+/// Streams a tar upload into a box's `sync` service, unpacked under
+/// `/work/<dest>`; the REST sync route and the one-time upload URLs share it.
+pub async fn unpack(
+    boxes: &Boxes,
+    account: &AccountId,
+    id: &str,
+    dest: &str,
+    mut payload: web::Payload,
+) -> Result<Synced, ApiError> {
+    let mut stream = boxes.open_service(account, id, "sync").await?;
     let broke = |e: std::io::Error| ApiError::internal(format!("the sync stream broke: {e}"));
-    let mut head = serde_json::to_vec(&SyncRequest { dest }).map_err(ApiError::internal)?;
+    let mut head = serde_json::to_vec(&SyncRequest {
+        dest: dest.to_owned(),
+    })
+    .map_err(ApiError::internal)?;
     head.push(b'\n');
     stream.write_all(&head).await.map_err(broke)?;
     while let Some(chunk) = payload.next().await {
@@ -393,7 +422,10 @@ pub async fn sync(
         .map_err(broke)?;
     let done: SyncDone = serde_json::from_slice(&answer).map_err(ApiError::internal)?;
     if done.ok {
-        Ok(HttpResponse::Ok().json(serde_json::json!({"files": done.files, "bytes": done.bytes})))
+        Ok(Synced {
+            files: done.files,
+            bytes: done.bytes,
+        })
     } else {
         Err(ApiError::bad_request(
             "sync_refused",

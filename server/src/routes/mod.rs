@@ -1,5 +1,6 @@
-//! The route table. Open routes (health, the OpenAPI document, metrics) are
-//! registered by `app.rs` ahead of the `/v1` scope; every route listed in [`v1`]
+//! The route table. Open routes (health, the OpenAPI document, metrics, the
+//! one-time upload URLs whose token is their credential) are registered by
+//! `app.rs` ahead of the `/v1` scope; every route listed in [`v1`]
 //! sits behind the API key middleware.
 
 pub mod api_keys;
@@ -11,6 +12,7 @@ pub mod health;
 pub mod metrics;
 pub mod paging;
 pub mod secrets;
+pub mod uploads;
 
 use utoipa_actix_web::service_config::ServiceConfig;
 

@@ -1,0 +1,64 @@
+//! The root span of every request, as tracing-actix-web's default one but with
+//! credentials kept out of it: the token of a one-time upload URL
+//! (`/v1/uploads/<token>`) is the whole credential of that URL, so the logged
+//! path carries `[redacted]` in its place.
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::{Error, HttpMessage};
+use std::borrow::Cow;
+use tracing::Span;
+use tracing::field::Empty;
+use tracing_actix_web::{DefaultRootSpanBuilder, RequestId, RootSpanBuilder};
+
+/// Paths whose last segment is a credential.
+const SECRET_SEGMENT_UNDER: &[&str] = &["/v1/uploads/"];
+
+/// The path as it may be logged.
+pub fn loggable_path(path: &str) -> Cow<'_, str> {
+    for prefix in SECRET_SEGMENT_UNDER {
+        if path.starts_with(prefix) && path.len() > prefix.len() {
+            return Cow::Owned(format!("{prefix}[redacted]"));
+        }
+    }
+    Cow::Borrowed(path)
+}
+
+pub struct RedactedSpan;
+
+impl RootSpanBuilder for RedactedSpan {
+    fn on_request_start(request: &ServiceRequest) -> Span {
+        let route = request.match_pattern().unwrap_or_else(|| "default".into());
+        let request_id = request.extensions().get::<RequestId>().copied();
+        tracing::info_span!(
+            "HTTP request",
+            http.method = %request.method(),
+            http.route = %route,
+            http.target = %loggable_path(request.path()),
+            request_id = request_id.map(tracing::field::display),
+            http.status_code = Empty,
+            otel.status_code = Empty,
+            exception.message = Empty,
+            exception.details = Empty,
+        )
+    }
+
+    fn on_request_end<B: MessageBody>(span: Span, outcome: &Result<ServiceResponse<B>, Error>) {
+        DefaultRootSpanBuilder::on_request_end(span, outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upload_tokens_never_reach_the_log() {
+        assert_eq!(
+            loggable_path("/v1/uploads/psbxup_abc"),
+            "/v1/uploads/[redacted]"
+        );
+        assert_eq!(loggable_path("/v1/boxes/box_1"), "/v1/boxes/box_1");
+        assert_eq!(loggable_path("/v1/uploads/"), "/v1/uploads/");
+    }
+}

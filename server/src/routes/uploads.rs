@@ -1,0 +1,106 @@
+//! `PUT|POST /v1/uploads/{token}`: a one-time upload URL, as the MCP tool
+//! `sandbox_sync` hands out, for a tar stream unpacked into a box exactly like
+//! `POST /v1/boxes/{id}/sync`. The token in the path is the credential (single
+//! use, short-lived, bound to an account, a box and a destination), so these
+//! routes sit outside the API key middleware. The token never reaches the log
+//! (see `request_span`).
+
+use super::exec::{Synced, unpack};
+use crate::error::{ApiError, blocking};
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, post, put, web};
+use psbx_actors::boxes::Boxes;
+use psbx_actors::store::{Store, UploadClaim};
+
+const AGAIN: &str = "call the MCP tool sandbox_sync again for a fresh upload URL \
+                     (each URL takes one upload within 15 minutes)";
+
+async fn receive(
+    store: web::Data<Store>,
+    boxes: web::Data<Boxes>,
+    token: String,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let store = store.into_inner();
+    let claim = blocking(move || store.claim_upload(&token)).await?;
+    let target = match claim {
+        UploadClaim::Ready(target) => target,
+        UploadClaim::Unknown => {
+            return Err(ApiError::not_found(
+                "upload_not_found",
+                "this upload URL is not known to this server",
+            )
+            .hint(AGAIN));
+        }
+        UploadClaim::Used => {
+            return Err(ApiError::new(
+                StatusCode::GONE,
+                "upload_used",
+                "this upload URL was already used: each one takes exactly one upload",
+            )
+            .hint(AGAIN));
+        }
+        UploadClaim::Expired => {
+            return Err(ApiError::new(
+                StatusCode::GONE,
+                "upload_expired",
+                "this upload URL has expired",
+            )
+            .hint(AGAIN));
+        }
+    };
+    let done: Synced = unpack(
+        &boxes,
+        &target.account_id,
+        &target.box_id,
+        &target.dest,
+        payload,
+    )
+    .await?;
+    tracing::info!(box_id = %target.box_id, files = done.files, bytes = done.bytes, "upload unpacked");
+    Ok(HttpResponse::Ok().json(done))
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "uploadPut",
+    params(("token" = String, Path, description = "The one-time token sandbox_sync returned")),
+    request_body(content = String, content_type = "application/x-tar", description = "A tar stream"),
+    responses(
+        (status = 200, description = "Unpacked", body = Synced),
+        (status = 400, body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown token", body = crate::error::ErrorBody),
+        (status = 410, description = "Used or expired token", body = crate::error::ErrorBody),
+    )
+)]
+#[put("/v1/uploads/{token}")]
+pub async fn upload_put(
+    store: web::Data<Store>,
+    boxes: web::Data<Boxes>,
+    token: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    receive(store, boxes, token.into_inner(), payload).await
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "uploadPost",
+    params(("token" = String, Path, description = "The one-time token sandbox_sync returned")),
+    request_body(content = String, content_type = "application/x-tar", description = "A tar stream"),
+    responses(
+        (status = 200, description = "Unpacked", body = Synced),
+        (status = 400, body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown token", body = crate::error::ErrorBody),
+        (status = 410, description = "Used or expired token", body = crate::error::ErrorBody),
+    )
+)]
+#[post("/v1/uploads/{token}")]
+pub async fn upload_post(
+    store: web::Data<Store>,
+    boxes: web::Data<Boxes>,
+    token: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    receive(store, boxes, token.into_inner(), payload).await
+}
