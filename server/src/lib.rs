@@ -12,6 +12,7 @@ pub mod embedded_pg;
 pub mod error;
 pub mod logging;
 pub mod mcp;
+pub mod oauth;
 pub mod metrics;
 pub mod pack;
 pub mod routes;

@@ -59,6 +59,10 @@ fn state(f: &Fixture) -> AppState {
         ),
         boxes,
         secrets: Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap(),
+        oauth: Arc::new(psbx_server::oauth::OAuth::new(
+            "http://localhost:8080",
+            false,
+        )),
     }
 }
 

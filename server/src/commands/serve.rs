@@ -88,6 +88,10 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             boxes: boxes.clone(),
             secrets,
             mcp: crate::mcp::service(boxes.clone(), hosts, origins),
+            oauth: Arc::new(crate::oauth::OAuth::new(
+                &url,
+                config.oauth.loopback_client_metadata,
+            )),
         };
         // Our own signal handling, installed before we say we listen: a stop
         // signal arriving at any moment after that is a clean shutdown.
