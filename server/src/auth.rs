@@ -9,12 +9,12 @@
 //! on `/v1`: their audience is `/mcp`.
 
 use crate::error::{ApiError, blocking};
+use crate::oauth::OAuth;
 use actix_web::body::MessageBody;
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{AUTHORIZATION, HeaderMap};
 use actix_web::middleware::Next;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, ResponseError, web};
-use crate::oauth::OAuth;
 use psbx_actors::store::{OAUTH_TOKEN_PREFIX, Principal, Store};
 use std::future::{Ready, ready};
 

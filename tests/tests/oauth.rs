@@ -302,12 +302,19 @@ fn python_sdk_signs_in_with_a_password_calls_a_tool_and_refreshes() {
         position("GET /.well-known/oauth-protected-resource/mcp")
             < position("GET /.well-known/oauth-authorization-server")
     );
-    assert!(position("GET /.well-known/oauth-authorization-server") < position("POST /oauth/register"));
+    assert!(
+        position("GET /.well-known/oauth-authorization-server") < position("POST /oauth/register")
+    );
     assert!(position("POST /oauth/register") < position("POST /oauth/token"));
     assert_eq!(seen["page_asks_password"], true, "{seen}");
     assert_eq!(seen["iss"], s.server.url.as_str());
     assert_eq!(seen["redirected_to"], REDIRECT);
-    assert!(seen["authorization_url"].as_str().unwrap().contains("resource="));
+    assert!(
+        seen["authorization_url"]
+            .as_str()
+            .unwrap()
+            .contains("resource=")
+    );
     assert!(
         seen["tools"]
             .as_array()
@@ -344,10 +351,18 @@ fn python_sdk_signs_in_with_a_password_calls_a_tool_and_refreshes() {
     // Reusing the rotated refresh token fails and revokes the whole family.
     let client_id = seen["client_id"].as_str().unwrap();
     let (status, body) = s.refresh(client_id, first_refresh);
-    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_grant")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{body}"
+    );
     assert_eq!(s.mcp(access).status().as_u16(), 401);
     let (status, body) = s.refresh(client_id, refresh);
-    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_grant")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{body}"
+    );
     // No secret reached the log.
     let (clean, log) = s.server.stop();
     assert!(clean, "{log}");
@@ -385,14 +400,20 @@ fn discovery_documents_and_the_401_point_to_each_other() {
         .send()
         .unwrap();
     assert_eq!(res.status().as_u16(), 401);
-    let challenge = res.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    let challenge = res.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     let metadata_url = s.url("/.well-known/oauth-protected-resource/mcp");
     assert!(
         challenge.starts_with("Bearer ")
             && challenge.contains(&format!("resource_metadata=\"{metadata_url}\"")),
         "{challenge}"
     );
-    assert_eq!(res.json::<Value>().unwrap()["error"]["code"], "unauthorized");
+    assert_eq!(
+        res.json::<Value>().unwrap()["error"]["code"],
+        "unauthorized"
+    );
     let bad = s.mcp("psbx_at_notatoken");
     assert_eq!(bad.status().as_u16(), 401);
     assert!(
@@ -436,7 +457,10 @@ fn registration_and_the_authorize_page_refuse_what_they_must() {
     let body: Value = res.json().unwrap();
     assert_eq!(body["error"], "invalid_redirect_uri");
     let why = body["error_description"].as_str().unwrap();
-    assert!(why.contains("http://evil.example/callback") && why.contains("localhost"), "{why}");
+    assert!(
+        why.contains("http://evil.example/callback") && why.contains("localhost"),
+        "{why}"
+    );
     assert_eq!(s.register("myapp://cb").status().as_u16(), 400);
     assert_eq!(s.register("https://app.example/cb").status().as_u16(), 201);
 
@@ -495,15 +519,32 @@ fn registration_and_the_authorize_page_refuse_what_they_must() {
     form.push(("account".into(), "default".into()));
     form.push(("password".into(), PASSWORD.into()));
     form.push(("decision".into(), "approve".into()));
-    let forged = s.http.post(s.url("/oauth/authorize")).form(&form).send().unwrap();
+    let forged = s
+        .http
+        .post(s.url("/oauth/authorize"))
+        .form(&form)
+        .send()
+        .unwrap();
     assert_eq!(forged.status().as_u16(), 403);
     assert!(forged.headers().get("location").is_none());
     // Deny goes back with access_denied.
     let page = base(&[]);
-    let cookie = page.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let cookie = page.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
     let mut form = hidden_fields(&page.text().unwrap());
     form.push(("decision".into(), "deny".into()));
-    let denied = s.http.post(s.url("/oauth/authorize")).header("cookie", cookie).form(&form).send().unwrap();
+    let denied = s
+        .http
+        .post(s.url("/oauth/authorize"))
+        .header("cookie", cookie)
+        .form(&form)
+        .send()
+        .unwrap();
     assert_eq!(redirect_params(&denied)["error"], "access_denied");
 }
 
@@ -521,8 +562,16 @@ fn tokens_are_refused_when_reused_expired_revoked_or_for_another_resource() {
     let access = first["access_token"].as_str().unwrap();
     assert_eq!(s.mcp(access).status().as_u16(), 200);
     let (status, again) = s.exchange(&client_id, &code);
-    assert_eq!((status, again["error"].as_str()), (400, Some("invalid_grant")), "{again}");
-    assert_eq!(s.mcp(access).status().as_u16(), 401, "the reused code's tokens still work");
+    assert_eq!(
+        (status, again["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{again}"
+    );
+    assert_eq!(
+        s.mcp(access).status().as_u16(),
+        401,
+        "the reused code's tokens still work"
+    );
 
     // PKCE: a wrong verifier, another client, another redirect URI.
     let code = s.code(&client_id);
@@ -533,11 +582,19 @@ fn tokens_are_refused_when_reused_expired_revoked_or_for_another_resource() {
         ("redirect_uri", REDIRECT),
         ("code_verifier", &"x".repeat(43)),
     ]);
-    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_grant")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{body}"
+    );
     let other_client = s.client_id();
     let code = s.code(&client_id);
     let (status, body) = s.exchange(&other_client, &code);
-    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_grant")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{body}"
+    );
 
     // A token stored for another resource is refused on /mcp.
     let (_, access, _) = s.tokens();
@@ -549,8 +606,9 @@ fn tokens_are_refused_when_reused_expired_revoked_or_for_another_resource() {
     let (client_id, access, refresh) = s.tokens();
     assert_eq!(s.mcp(&access).status().as_u16(), 200);
     assert!(
-        s.sql("UPDATE oauth_tokens SET expires_at = now() - interval '1 second' WHERE kind = 'access'")
-            > 0
+        s.sql(
+            "UPDATE oauth_tokens SET expires_at = now() - interval '1 second' WHERE kind = 'access'"
+        ) > 0
     );
     assert_eq!(s.mcp(&access).status().as_u16(), 401);
     let (status, body) = s.refresh(&client_id, &refresh);
@@ -573,8 +631,16 @@ fn tokens_are_refused_when_reused_expired_revoked_or_for_another_resource() {
     assert_eq!(s.revoke(&refresh), 200);
     assert_eq!(s.mcp(&access).status().as_u16(), 401);
     let (status, body) = s.refresh(&client_id, &refresh);
-    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_grant")), "{body}");
-    assert_eq!(s.revoke("psbx_at_unknown"), 200, "RFC 7009: unknown tokens are fine");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{body}"
+    );
+    assert_eq!(
+        s.revoke("psbx_at_unknown"),
+        200,
+        "RFC 7009: unknown tokens are fine"
+    );
 
     // Tokens are stored as their SHA-256.
     let mut conn = PgConnection::establish(s.db.url()).unwrap();
@@ -632,7 +698,12 @@ fn client_metadata_documents_are_fetched_and_checked() {
     let code = s.code(&good);
     let (status, body) = s.exchange(&good, &code);
     assert_eq!(status, 200, "{body}");
-    assert_eq!(s.mcp(body["access_token"].as_str().unwrap()).status().as_u16(), 200);
+    assert_eq!(
+        s.mcp(body["access_token"].as_str().unwrap())
+            .status()
+            .as_u16(),
+        200
+    );
 
     let impostor = serve_document(|_| {
         json!({"client_id": "https://other.example/client.json", "redirect_uris": [REDIRECT]})

@@ -17,15 +17,15 @@ mod sign_in;
 
 pub use accounts::{Account, Bootstrap};
 pub use api_keys::{ApiKey, Credential, KeyPage, NewApiKey, Principal};
+pub use boxes::{BoxCursor, BoxRecord, Claim, NewBox, Transition};
+pub use hosts::HostRecord;
 pub use oauth::{
     ACCESS_TOKEN_TTL, CODE_TTL, CodeExchange, IssuedTokens, NewCode, OAuthClient, Refused,
     TOKEN_PREFIX as OAUTH_TOKEN_PREFIX,
 };
-pub use sign_in::{LOGIN_LINK_TTL, MIN_PASSWORD_LEN, SESSION_TTL};
-pub use boxes::{BoxCursor, BoxRecord, Claim, NewBox, Transition};
-pub use hosts::HostRecord;
 pub use secrets::SealedRow;
 pub use servers::Server;
+pub use sign_in::{LOGIN_LINK_TTL, MIN_PASSWORD_LEN, SESSION_TTL};
 
 use diesel::pg::PgConnection;
 use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};

@@ -1,7 +1,9 @@
 //! Rows as diesel reads and writes them. These are the database layer only:
 //! the rest of the code gets the domain types built from them in the query modules.
 
-use super::schema::{accounts, api_keys, oauth_clients, oauth_codes, oauth_grants, oauth_tokens, servers};
+use super::schema::{
+    accounts, api_keys, oauth_clients, oauth_codes, oauth_grants, oauth_tokens, servers,
+};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 

@@ -99,7 +99,9 @@ impl Store {
             .set(accounts::password_hash.eq(Some(hash)))
             .execute(&mut self.conn()?)?;
         if changed == 0 {
-            return Err(StoreError::Invalid(format!("there is no account {account}")));
+            return Err(StoreError::Invalid(format!(
+                "there is no account {account}"
+            )));
         }
         Ok(())
     }
@@ -121,7 +123,10 @@ impl Store {
             .load(&mut conn)?;
         Ok(candidates
             .into_iter()
-            .find(|(_, hash)| hash.as_deref().is_some_and(|h| password_matches(h, password)))
+            .find(|(_, hash)| {
+                hash.as_deref()
+                    .is_some_and(|h| password_matches(h, password))
+            })
             .map(|(row, _)| row.into()))
     }
 

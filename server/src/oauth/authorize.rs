@@ -265,7 +265,10 @@ pub async fn show(
     };
     let account = session_account(&store, &req).await;
     let back_here = URL_SAFE_NO_PAD.encode(format!("/oauth/authorize?{}", req.query_string()));
-    let mut answer = page::respond(StatusCode::OK, form(&checked, &csrf, account.as_ref(), None));
+    let mut answer = page::respond(
+        StatusCode::OK,
+        form(&checked, &csrf, account.as_ref(), None),
+    );
     for cookie in [
         cookies::set(cookies::CSRF, &csrf, PAGE_TTL_SECS, oauth.secure_cookies),
         cookies::set(
@@ -285,8 +288,7 @@ pub async fn show(
 /// Compares two secrets in time independent of where they differ.
 fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len()
-        && a
-            .bytes()
+        && a.bytes()
             .zip(b.bytes())
             .fold(0u8, |acc, (x, y)| acc | (x ^ y))
             == 0

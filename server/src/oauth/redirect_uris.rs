@@ -80,7 +80,10 @@ mod tests {
         for (bad, why) in [
             ("http://evil.example/cb", "only accepted for localhost"),
             ("http://127.0.0.2/cb", "only accepted for localhost"),
-            ("http://localhost.evil.example/cb", "only accepted for localhost"),
+            (
+                "http://localhost.evil.example/cb",
+                "only accepted for localhost",
+            ),
             ("myapp://callback", "uses the scheme \"myapp\""),
             ("javascript:alert(1)", "uses the scheme"),
             ("https://app.example.com/cb#frag", "fragment"),
@@ -92,8 +95,6 @@ mod tests {
             assert!(err.contains(bad), "{bad}: the error names the URI: {err}");
         }
         assert!(check_all(&[]).is_err());
-        assert!(
-            check_all(&["http://localhost/cb".into(), "http://x.example/cb".into()]).is_err()
-        );
+        assert!(check_all(&["http://localhost/cb".into(), "http://x.example/cb".into()]).is_err());
     }
 }

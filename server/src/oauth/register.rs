@@ -31,8 +31,7 @@ const GRANT_TYPES: [&str; 2] = ["authorization_code", "refresh_token"];
 
 fn check(meta: &Metadata) -> Result<(Vec<String>, Option<String>), OAuthError> {
     let uris = meta.redirect_uris.clone().unwrap_or_default();
-    redirect_uris::check_all(&uris)
-        .map_err(|e| OAuthError::new("invalid_redirect_uri", e))?;
+    redirect_uris::check_all(&uris).map_err(|e| OAuthError::new("invalid_redirect_uri", e))?;
     if let Some(bad) = meta
         .grant_types
         .iter()
@@ -41,7 +40,9 @@ fn check(meta: &Metadata) -> Result<(Vec<String>, Option<String>), OAuthError> {
     {
         return Err(OAuthError::new(
             "invalid_client_metadata",
-            format!("grant type {bad:?} is not supported: use authorization_code and refresh_token"),
+            format!(
+                "grant type {bad:?} is not supported: use authorization_code and refresh_token"
+            ),
         ));
     }
     if let Some(bad) = meta.response_types.iter().flatten().find(|r| *r != "code") {
