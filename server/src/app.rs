@@ -5,6 +5,7 @@
 use crate::auth::{require_api_key, require_mcp_credential};
 use crate::error::ApiError;
 use crate::metrics::{self, Metrics};
+use crate::request_span::RedactingRootSpan;
 use crate::routes::{self, docs::ApiDocument};
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
@@ -82,7 +83,7 @@ pub fn build(
         .route("/metrics", web::get().to(routes::metrics::scrape))
         .default_service(web::to(not_found))
         .wrap(from_fn(metrics::track))
-        .wrap(TracingLogger::default())
+        .wrap(TracingLogger::<RedactingRootSpan>::new())
 }
 
 async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {

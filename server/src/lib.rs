@@ -15,5 +15,6 @@ pub mod mcp;
 pub mod metrics;
 pub mod oauth;
 pub mod pack;
+pub mod request_span;
 pub mod routes;
 pub mod tls;

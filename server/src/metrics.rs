@@ -86,7 +86,7 @@ pub async fn track(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let metrics = req.app_data::<web::Data<Metrics>>().cloned();
     let method = req.method().to_string();
-    let path = req.path().to_owned();
+    let path = crate::request_span::loggable_path(req.path());
     let started = Instant::now();
     let result = next.call(req).await;
     let elapsed = started.elapsed();

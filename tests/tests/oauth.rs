@@ -387,6 +387,10 @@ fn a_login_link_signs_the_browser_in_and_the_page_approves_without_a_password() 
     let again = s.http.get(s.url(path)).send().unwrap();
     assert_eq!(again.status().as_u16(), 404);
     assert!(again.headers().get("set-cookie").is_none());
+    let token = path.trim_start_matches("/oauth/login/");
+    let (clean, log) = s.server.stop();
+    assert!(clean, "{log}");
+    assert!(!log.contains(token), "the sign-in link is in the log:\n{log}");
 }
 
 #[test]
