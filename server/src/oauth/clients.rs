@@ -4,9 +4,12 @@
 //! redirects), its `client_id` must equal the URL, its redirect URIs follow the
 //! same rules as registered ones, and it is cached for five minutes.
 //!
-//! `http://` document URLs on a loopback host are accepted only when the
-//! configuration says so (`oauth.loopback_client_metadata`, off by default):
-//! that is for tests and local development.
+//! Documents are not fetched from IP literals of loopback, private or
+//! link-local addresses (host names are not resolved first: a name pointing
+//! inside the network is not caught). `http://` document URLs on a loopback
+//! host are accepted only when the configuration says so
+//! (`oauth.loopback_client_metadata`, off by default): that is for tests and
+//! local development.
 
 use super::OAuth;
 use super::redirect_uris;
@@ -80,6 +83,28 @@ pub fn check_document_url(client_id: &str, loopback: bool) -> Result<Url, String
     let is_loopback = matches!(url.host(), Some(Host::Domain("localhost")))
         || matches!(url.host(), Some(Host::Ipv4(ip)) if ip.is_loopback())
         || matches!(url.host(), Some(Host::Ipv6(ip)) if ip.is_loopback());
+    let internal_ip = match url.host() {
+        Some(Host::Ipv4(ip)) => {
+            ip.is_loopback()
+                || ip.is_private()
+                || ip.is_link_local()
+                || ip.is_unspecified()
+                || ip.is_broadcast()
+        }
+        Some(Host::Ipv6(ip)) => {
+            ip.is_loopback()
+                || ip.is_unspecified()
+                || ip.is_unique_local()
+                || ip.is_unicast_link_local()
+        }
+        _ => false,
+    };
+    if internal_ip && !(loopback && is_loopback) {
+        return Err(format!(
+            "client_id {client_id:?}: psbx does not fetch client metadata documents from \
+             loopback or private addresses"
+        ));
+    }
     match url.scheme() {
         "https" => {}
         "http" if loopback && is_loopback => {}
@@ -227,6 +252,16 @@ mod tests {
         assert!(check_document_url("http://127.0.0.1:9/c.json", false).is_err());
         assert!(check_document_url("http://127.0.0.1:9/c.json", true).is_ok());
         assert!(check_document_url("http://app.example.com/c.json", true).is_err());
+        for internal in [
+            "https://127.0.0.1/c.json",
+            "https://10.1.2.3/c.json",
+            "https://192.168.0.1/c.json",
+            "https://169.254.169.254/latest",
+            "https://[::1]/c.json",
+            "https://[fd00::1]/c.json",
+        ] {
+            assert!(check_document_url(internal, false).is_err(), "{internal}");
+        }
     }
 
     #[test]
