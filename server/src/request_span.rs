@@ -24,10 +24,7 @@ pub struct RedactingRootSpan;
 
 impl RootSpanBuilder for RedactingRootSpan {
     fn on_request_start(request: &ServiceRequest) -> Span {
-        match SECRET_PATHS
-            .iter()
-            .find(|p| request.path().starts_with(*p))
-        {
+        match SECRET_PATHS.iter().find(|p| request.path().starts_with(*p)) {
             // The default span records the whole target: this one does not.
             Some(prefix) => {
                 let route = request.match_pattern().unwrap_or_default();
@@ -59,7 +56,10 @@ mod tests {
 
     #[test]
     fn sign_in_links_lose_their_token() {
-        assert_eq!(loggable_path("/oauth/login/abc123"), "/oauth/login/[redacted]");
+        assert_eq!(
+            loggable_path("/oauth/login/abc123"),
+            "/oauth/login/[redacted]"
+        );
         assert_eq!(loggable_path("/v1/boxes"), "/v1/boxes");
     }
 }

@@ -387,10 +387,28 @@ fn a_login_link_signs_the_browser_in_and_the_page_approves_without_a_password() 
     let again = s.http.get(s.url(path)).send().unwrap();
     assert_eq!(again.status().as_u16(), 404);
     assert!(again.headers().get("set-cookie").is_none());
+    // An expired link does not work either.
+    let (_, out, _) = s.psbx(&["login-link", "--account", "default"], None);
+    let expired = out.trim()[out.trim().find("/oauth/login/").unwrap()..].to_owned();
+    s.sql("UPDATE login_links SET expires_at = now() - interval '1 second'");
+    assert_eq!(
+        s.http
+            .get(s.url(&expired))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16(),
+        404
+    );
+    let (ok, _, err) = s.psbx(&["login-link", "--account", "nobody"], None);
+    assert!(!ok && err.contains("no account named"), "{err}");
     let token = path.trim_start_matches("/oauth/login/");
     let (clean, log) = s.server.stop();
     assert!(clean, "{log}");
-    assert!(!log.contains(token), "the sign-in link is in the log:\n{log}");
+    assert!(
+        !log.contains(token),
+        "the sign-in link is in the log:\n{log}"
+    );
 }
 
 #[test]
@@ -597,6 +615,22 @@ fn tokens_are_refused_when_reused_expired_revoked_or_for_another_resource() {
     assert_eq!(
         (status, body["error"].as_str()),
         (400, Some("invalid_grant")),
+        "{body}"
+    );
+    // An expired code (codes last ten minutes).
+    let code = s.code(&client_id);
+    s.sql("UPDATE oauth_codes SET expires_at = now() - interval '1 second' WHERE used_at IS NULL");
+    let (status, body) = s.exchange(&client_id, &code);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{body}"
+    );
+    assert!(
+        body["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("expired"),
         "{body}"
     );
 
