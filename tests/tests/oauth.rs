@@ -679,6 +679,20 @@ fn tokens_are_refused_when_reused_expired_revoked_or_for_another_resource() {
         200,
         "RFC 7009: unknown tokens are fine"
     );
+    // Malformed requests get RFC 6749 errors too.
+    let res = s
+        .http
+        .post(s.url("/oauth/token"))
+        .json(&json!({"grant_type": "refresh_token"}))
+        .send()
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 400);
+    assert_eq!(res.json::<Value>().unwrap()["error"], "invalid_request");
+    let (status, body) = s.token(&[("grant_type", "password"), ("client_id", &client_id)]);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("unsupported_grant_type"))
+    );
 
     // Tokens are stored as their SHA-256.
     let mut conn = PgConnection::establish(s.db.url()).unwrap();

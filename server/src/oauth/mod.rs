@@ -68,6 +68,17 @@ impl OAuth {
     }
 }
 
+/// Bodies the token and revocation endpoints cannot read are refused in RFC
+/// 6749's shape.
+fn form_errors() -> web::FormConfig {
+    web::FormConfig::default().error_handler(|err, _| {
+        errors::OAuthError::invalid_request(format!(
+            "send the parameters form-encoded (application/x-www-form-urlencoded): {err}"
+        ))
+        .into()
+    })
+}
+
 /// The OAuth routes (none of them needs a credential).
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route(
@@ -85,8 +96,16 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .route("/oauth/register", web::post().to(register::register))
     .route("/oauth/authorize", web::get().to(authorize::show))
     .route("/oauth/authorize", web::post().to(authorize::decide))
-    .route("/oauth/token", web::post().to(token::token))
-    .route("/oauth/revoke", web::post().to(revoke::revoke))
+    .service(
+        web::resource("/oauth/token")
+            .app_data(form_errors())
+            .route(web::post().to(token::token)),
+    )
+    .service(
+        web::resource("/oauth/revoke")
+            .app_data(form_errors())
+            .route(web::post().to(revoke::revoke)),
+    )
     .route("/oauth/login/{token}", web::get().to(login::open_link))
     .route("/oauth/signed-in", web::get().to(login::signed_in));
 }
