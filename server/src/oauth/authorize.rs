@@ -329,6 +329,11 @@ pub async fn decide(
     }
     let csrf = decision.csrf.unwrap_or_default();
     let password = decision.password.unwrap_or_default();
+    let error = if password.is_empty() {
+        "Sign in with the account's name and password."
+    } else {
+        "The account name or password is wrong."
+    };
     let account = if password.is_empty() {
         session_account(&store, &req).await
     } else {
@@ -340,7 +345,6 @@ pub async fn decide(
         }
     };
     let Some(account) = account else {
-        let error = "The account name or password is wrong.";
         return page::respond(
             StatusCode::UNAUTHORIZED,
             form(&checked, &csrf, None, Some(error)),
