@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use psbx_actors::ids::ApiKeyId;
-use psbx_actors::store::{PoolOptions, Store, StoreError};
+use psbx_actors::store::{Credential, PoolOptions, Store, StoreError};
 use psbx_tests::TestDatabase;
 
 fn store(db: &TestDatabase) -> Store {
@@ -40,7 +40,7 @@ fn first_start_creates_one_account_and_key_and_never_again() {
         .authenticate(first.key.secret.expose())
         .unwrap()
         .unwrap();
-    assert_eq!(who.key_id, first.key.key.id);
+    assert_eq!(who.credential, Credential::ApiKey(first.key.key.id.clone()));
 }
 
 #[test]
@@ -97,7 +97,7 @@ fn keys_authenticate_until_revoked_and_stay_in_their_account() {
 
     let who = store.authenticate(extra.secret.expose()).unwrap().unwrap();
     assert_eq!(who.account_id, account);
-    assert_eq!(who.key_id, extra.key.id);
+    assert_eq!(who.credential, Credential::ApiKey(extra.key.id.clone()));
     assert!(store.authenticate("psbx_wrong").unwrap().is_none());
     assert!(store.authenticate("").unwrap().is_none());
     assert!(store.authenticate("Bearer x").unwrap().is_none());

@@ -2,7 +2,7 @@
 //! the open routes, the authenticated `/v1` scope, JSON error handling, and the
 //! OpenAPI document collected from the routes by utoipa-actix-web.
 
-use crate::auth::require_api_key;
+use crate::auth::{require_api_key, require_mcp_credential};
 use crate::error::ApiError;
 use crate::metrics::{self, Metrics};
 use crate::routes::{self, docs::ApiDocument};
@@ -31,6 +31,8 @@ pub struct AppState {
     pub mcp: crate::mcp::McpService,
     pub environments: Environments,
     pub info: ServerInfo,
+    /// The OAuth authorization server's settings and caches.
+    pub oauth: Arc<crate::oauth::OAuth>,
 }
 
 /// The whole application, as the server runs it and as the HTTP tests call it.
@@ -63,9 +65,11 @@ pub fn build(
             .mcp
             .clone()
             .scope_with_path("/mcp")
-            .wrap(from_fn(require_api_key)),
+            .wrap(from_fn(require_mcp_credential)),
     )
+    .configure(crate::oauth::routes)
     .app_data(web::Data::new(ApiDocument(document)))
+        .app_data(web::Data::from(state.oauth))
         .app_data(web::Data::new(state.store))
         .app_data(web::Data::from(state.metrics))
         .app_data(web::Data::from(state.boxes))

@@ -55,6 +55,17 @@ pub struct Config {
     pub tls: TlsConfig,
     pub postgres: EmbeddedPostgresConfig,
     pub boxes: BoxesConfig,
+    pub oauth: OAuthConfig,
+}
+
+/// OAuth sign-in for MCP clients.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// Also accept client ID metadata documents at `http://` URLs on a loopback
+    /// host (localhost, 127.0.0.1, [::1]). For tests and local development only:
+    /// real clients publish their documents over https.
+    pub loopback_client_metadata: bool,
 }
 
 /// Boxes: the image, sizes, timers, the pool and the host's limits.
@@ -233,6 +244,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             postgres: EmbeddedPostgresConfig::default(),
             boxes: BoxesConfig::default(),
+            oauth: OAuthConfig::default(),
         }
     }
 }

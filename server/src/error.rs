@@ -34,6 +34,8 @@ pub struct ApiError {
     detail: ErrorDetail,
     /// For 401: whether a credential was presented (and refused).
     bad_credential: bool,
+    /// For 401: the protected resource metadata URL (RFC 9728) to point to.
+    resource_metadata: Option<String>,
 }
 
 impl ApiError {
@@ -50,7 +52,15 @@ impl ApiError {
                 hint: None,
             },
             bad_credential: false,
+            resource_metadata: None,
         }
+    }
+
+    /// Points a 401's `WWW-Authenticate` challenge at the protected resource
+    /// metadata (RFC 9728 §5.1), where OAuth clients discover how to sign in.
+    pub fn with_resource_metadata(mut self, url: String) -> Self {
+        self.resource_metadata = Some(url);
+        self
     }
 
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
@@ -137,15 +147,16 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status);
         if self.status == StatusCode::UNAUTHORIZED {
-            let challenge = if self.bad_credential {
-                r#"Bearer realm="psbx", error="invalid_token""#
-            } else {
-                r#"Bearer realm="psbx""#
-            };
-            response.insert_header((
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(challenge),
-            ));
+            let mut challenge = r#"Bearer realm="psbx""#.to_owned();
+            if let Some(url) = &self.resource_metadata {
+                challenge.push_str(&format!(r#", resource_metadata="{url}""#));
+            }
+            if self.bad_credential {
+                challenge.push_str(r#", error="invalid_token""#);
+            }
+            if let Ok(value) = HeaderValue::from_str(&challenge) {
+                response.insert_header((header::WWW_AUTHENTICATE, value));
+            }
         }
         response.json(ErrorBody {
             error: ErrorDetail {

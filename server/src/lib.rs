@@ -13,6 +13,7 @@ pub mod error;
 pub mod logging;
 pub mod mcp;
 pub mod metrics;
+pub mod oauth;
 pub mod pack;
 pub mod request_span;
 pub mod routes;

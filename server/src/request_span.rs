@@ -1,7 +1,8 @@
 //! The root span of every request, as tracing-actix-web's default one but with
 //! credentials kept out of it: the token of a one-time upload URL
-//! (`/v1/uploads/<token>`) is the whole credential of that URL, so the logged
-//! path carries `[redacted]` in its place.
+//! (`/v1/uploads/<token>`) or sign-in link (`/oauth/login/<token>`) is the
+//! whole credential of that URL, so the logged path (here and in the request
+//! log line, [`loggable_path`]) carries `[redacted]` in its place.
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -12,7 +13,7 @@ use tracing::field::Empty;
 use tracing_actix_web::{DefaultRootSpanBuilder, RequestId, RootSpanBuilder};
 
 /// Paths whose last segment is a credential.
-const SECRET_SEGMENT_UNDER: &[&str] = &["/v1/uploads/"];
+const SECRET_SEGMENT_UNDER: &[&str] = &["/v1/uploads/", "/oauth/login/"];
 
 /// The path as it may be logged.
 pub fn loggable_path(path: &str) -> Cow<'_, str> {
@@ -60,5 +61,9 @@ mod tests {
         );
         assert_eq!(loggable_path("/v1/boxes/box_1"), "/v1/boxes/box_1");
         assert_eq!(loggable_path("/v1/uploads/"), "/v1/uploads/");
+        assert_eq!(
+            loggable_path("/oauth/login/abc123"),
+            "/oauth/login/[redacted]"
+        );
     }
 }

@@ -69,6 +69,10 @@ fn state(f: &Fixture) -> AppState {
             connector_image: "psbx-connector:test".into(),
             aws_box_role_template_url: None,
         },
+        oauth: Arc::new(psbx_server::oauth::OAuth::new(
+            "http://localhost:8080",
+            false,
+        )),
     }
 }
 

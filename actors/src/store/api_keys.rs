@@ -42,11 +42,20 @@ pub struct NewApiKey {
     pub secret: ApiKeySecret,
 }
 
-/// Who a request acts for, once its key is recognised.
+/// Who a request acts for, once its credential is recognised.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     pub account_id: AccountId,
-    pub key_id: ApiKeyId,
+    pub credential: Credential,
+}
+
+/// What a request authenticated with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// An API key (`psbx_...`).
+    ApiKey(ApiKeyId),
+    /// An OAuth access token issued under this grant to this client.
+    OAuth { grant_id: String, client_id: String },
 }
 
 /// One page of keys, oldest first; `next` is where the following page starts.
@@ -163,7 +172,9 @@ impl Store {
     /// Recognises a presented key: its account and key id, or `None` for a key that
     /// is unknown or revoked. Records the use (at most once a minute per key).
     pub fn authenticate(&self, presented: &str) -> Result<Option<Principal>, StoreError> {
-        if !presented.starts_with(ApiKeySecret::PREFIX) {
+        if !presented.starts_with(ApiKeySecret::PREFIX)
+            || presented.starts_with(super::oauth::TOKEN_PREFIX)
+        {
             return Ok(None);
         }
         let hash = digest(presented);
@@ -187,7 +198,7 @@ impl Store {
         }
         Ok(Some(Principal {
             account_id: AccountId::from_db(account_id),
-            key_id: ApiKeyId::from_db(id),
+            credential: Credential::ApiKey(ApiKeyId::from_db(id)),
         }))
     }
 }

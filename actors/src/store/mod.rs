@@ -10,21 +10,28 @@ mod boxes;
 mod environments;
 mod hosts;
 mod models;
+mod oauth;
 mod schema;
 mod secrets;
 mod servers;
+mod sign_in;
 mod uploads;
 
 pub use accounts::{Account, Bootstrap};
-pub use api_keys::{ApiKey, KeyPage, NewApiKey, Principal};
+pub use api_keys::{ApiKey, Credential, KeyPage, NewApiKey, Principal};
 pub use boxes::{BoxCursor, BoxRecord, Claim, NewBox, Transition};
 pub use environments::{
     ConnectionRecord, EnvironmentChange, EnvironmentRecord, SealedService, ServiceRecord,
     token_digest,
 };
 pub use hosts::HostRecord;
+pub use oauth::{
+    ACCESS_TOKEN_TTL, CODE_TTL, CodeExchange, IssuedTokens, NewCode, OAuthClient, Refused,
+    TOKEN_PREFIX as OAUTH_TOKEN_PREFIX,
+};
 pub use secrets::SealedRow;
 pub use servers::Server;
+pub use sign_in::{LOGIN_LINK_TTL, MIN_PASSWORD_LEN, SESSION_TTL};
 pub use uploads::{UploadClaim, UploadTarget, UploadToken};
 
 use diesel::pg::PgConnection;

@@ -6,6 +6,7 @@ diesel::table! {
         id -> Text,
         name -> Text,
         created_at -> Timestamptz,
+        password_hash -> Nullable<Text>,
     }
 }
 
@@ -87,6 +88,74 @@ diesel::table! {
 }
 
 diesel::table! {
+    login_links (token_sha256) {
+        token_sha256 -> Bytea,
+        account_id -> Text,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        used_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    web_sessions (token_sha256) {
+        token_sha256 -> Bytea,
+        account_id -> Text,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    oauth_clients (id) {
+        id -> Text,
+        name -> Nullable<Text>,
+        redirect_uris -> Array<Text>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    oauth_grants (id) {
+        id -> Text,
+        account_id -> Text,
+        client_id -> Text,
+        resource -> Text,
+        scope -> Text,
+        created_at -> Timestamptz,
+        revoked_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    oauth_codes (code_sha256) {
+        code_sha256 -> Bytea,
+        account_id -> Text,
+        client_id -> Text,
+        redirect_uri -> Text,
+        code_challenge -> Text,
+        resource -> Text,
+        scope -> Text,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        used_at -> Nullable<Timestamptz>,
+        grant_id -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    oauth_tokens (token_sha256) {
+        token_sha256 -> Bytea,
+        grant_id -> Text,
+        kind -> Text,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        used_at -> Nullable<Timestamptz>,
+        revoked_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
     environments (id) {
         id -> Text,
         account_id -> Text,
@@ -139,6 +208,8 @@ diesel::table! {
 diesel::joinable!(api_keys -> accounts (account_id));
 diesel::joinable!(connections -> environments (environment_id));
 diesel::joinable!(environment_services -> environments (environment_id));
+diesel::joinable!(oauth_tokens -> oauth_grants (grant_id));
+diesel::joinable!(web_sessions -> accounts (account_id));
 diesel::allow_tables_to_appear_in_same_query!(
     accounts,
     api_keys,
@@ -147,6 +218,12 @@ diesel::allow_tables_to_appear_in_same_query!(
     boxes,
     meta,
     secrets,
+    login_links,
+    web_sessions,
+    oauth_clients,
+    oauth_grants,
+    oauth_codes,
+    oauth_tokens,
     environments,
     connections,
     environment_services,

@@ -1,5 +1,6 @@
 //! The `psbx` command line: one module per command group.
 
+pub mod account;
 pub mod boxes;
 pub mod keys;
 pub mod mcp;
@@ -45,6 +46,11 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Manage how a person signs in to an account (for MCP clients' OAuth).
+    #[command(subcommand)]
+    Account(account::AccountCommand),
+    /// Print a one-time link that signs a browser in to an account (15 minutes).
+    LoginLink(account::LoginLinkArgs),
     /// Send a git working tree (or one commit) into a box.
     Sync(sync::SyncArgs),
     /// MCP on stdio for AI clients (forwarding to a psbx server), or `install`
@@ -101,6 +107,14 @@ pub fn main() -> anyhow::Result<()> {
         Command::Keys(command) => {
             crate::logging::init("warn", config.log_format);
             keys::run(&config, command)
+        }
+        Command::Account(command) => {
+            crate::logging::init("warn", config.log_format);
+            account::run(&config, command)
+        }
+        Command::LoginLink(args) => {
+            crate::logging::init("warn", config.log_format);
+            account::login_link(&config, args)
         }
         Command::Sync(args) => {
             crate::logging::init("warn", config.log_format);

@@ -96,6 +96,10 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 connector_image: config.connector_image.clone(),
                 aws_box_role_template_url: config.aws_box_role_template_url.clone(),
             },
+            oauth: Arc::new(crate::oauth::OAuth::new(
+                &url,
+                config.oauth.loopback_client_metadata,
+            )),
         };
         // Our own signal handling, installed before we say we listen: a stop
         // signal arriving at any moment after that is a clean shutdown.

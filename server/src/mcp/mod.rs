@@ -4,8 +4,9 @@
 //! 2026-07-28 session-free with `server/discover`); operation is stateless, so
 //! a client keeping a stale session id after a restart is not stranded. Origin
 //! and Host headers are validated against the configured public host names.
-//! Callers authenticate with an API key as a bearer token (the same middleware
-//! as `/v1`); the principal reaches the tools through the request extensions.
+//! Callers authenticate with an API key or an OAuth access token as a bearer
+//! token ([`crate::auth::require_mcp_credential`]); the principal reaches the
+//! tools through the request extensions.
 
 mod exec;
 mod schema;

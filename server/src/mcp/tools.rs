@@ -138,7 +138,9 @@ fn box_result(result: Result<BoxSnapshot, BoxError>) -> CallToolResult {
 }
 
 fn unauthenticated() -> CallToolResult {
-    failed("this request carries no account: send an API key as a bearer token")
+    failed(
+        "this request carries no account: sign in with OAuth, or send an API key as a bearer token",
+    )
 }
 
 #[tool_router]

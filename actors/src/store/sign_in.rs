@@ -1,0 +1,213 @@
+//! How a person signs in to an account in a browser (for the OAuth authorize
+//! page): a password (argon2id, set with `psbx account set-password`), or a
+//! one-time sign-in link (`psbx login-link`) that opens a browser session.
+//! Links and sessions are random tokens stored as their SHA-256 only.
+
+use super::models::AccountRow;
+use super::schema::{accounts, login_links, web_sessions};
+use super::{Account, Store, StoreError};
+use crate::ids::{AccountId, random_token};
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::{Argon2, password_hash};
+use chrono::{Duration, Utc};
+use diesel::prelude::*;
+use sha2::{Digest, Sha256};
+use std::sync::OnceLock;
+
+/// How long a sign-in link works.
+pub const LOGIN_LINK_TTL: Duration = Duration::minutes(15);
+/// How long a browser stays signed in.
+pub const SESSION_TTL: Duration = Duration::hours(12);
+/// Shortest and longest password accepted.
+pub const MIN_PASSWORD_LEN: usize = 8;
+pub const MAX_PASSWORD_LEN: usize = 1024;
+
+pub(super) fn digest(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+fn hash_password(password: &str) -> Result<String, StoreError> {
+    let mut salt = [0u8; 16];
+    getrandom::fill(&mut salt)?;
+    let salt = SaltString::encode_b64(&salt).map_err(password_error)?;
+    Ok(Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map_err(password_error)?
+        .to_string())
+}
+
+fn password_error(e: password_hash::Error) -> StoreError {
+    StoreError::Invalid(format!("cannot hash the password: {e}"))
+}
+
+fn password_matches(hash: &str, password: &str) -> bool {
+    PasswordHash::new(hash).is_ok_and(|parsed| {
+        Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok()
+    })
+}
+
+/// A hash no password is checked against for real, made once.
+fn decoy_hash() -> &'static str {
+    static DECOY: OnceLock<String> = OnceLock::new();
+    DECOY.get_or_init(|| hash_password("psbx decoy password").unwrap_or_default())
+}
+
+impl Store {
+    /// The accounts a person may mean by `name_or_id`: the account with that id,
+    /// or every account with that name.
+    pub fn accounts_named(&self, name_or_id: &str) -> Result<Vec<Account>, StoreError> {
+        let mut conn = self.conn()?;
+        if let Ok(id) = AccountId::parse(name_or_id) {
+            let found = accounts::table
+                .find(id.as_str())
+                .select(AccountRow::as_select())
+                .first(&mut conn)
+                .optional()?;
+            if let Some(row) = found {
+                return Ok(vec![row.into()]);
+            }
+        }
+        Ok(accounts::table
+            .filter(accounts::name.eq(name_or_id))
+            .order((accounts::created_at, accounts::id))
+            .select(AccountRow::as_select())
+            .load(&mut conn)?
+            .into_iter()
+            .map(Account::from)
+            .collect())
+    }
+
+    /// The one account, when there is exactly one.
+    pub fn only_account(&self) -> Result<Option<Account>, StoreError> {
+        let rows: Vec<AccountRow> = accounts::table
+            .select(AccountRow::as_select())
+            .limit(2)
+            .load(&mut self.conn()?)?;
+        Ok(match <[AccountRow; 1]>::try_from(rows) {
+            Ok([row]) => Some(row.into()),
+            Err(_) => None,
+        })
+    }
+
+    /// Sets (or replaces) the account's password; only its argon2id hash is kept.
+    pub fn set_password(&self, account: &AccountId, password: &str) -> Result<(), StoreError> {
+        let length = password.chars().count();
+        if !(MIN_PASSWORD_LEN..=MAX_PASSWORD_LEN).contains(&length) {
+            return Err(StoreError::Invalid(format!(
+                "a password must have {MIN_PASSWORD_LEN} to {MAX_PASSWORD_LEN} characters"
+            )));
+        }
+        let hash = hash_password(password)?;
+        let changed = diesel::update(accounts::table.find(account.as_str()))
+            .set(accounts::password_hash.eq(Some(hash)))
+            .execute(&mut self.conn()?)?;
+        if changed == 0 {
+            return Err(StoreError::Invalid(format!(
+                "there is no account {account}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The account `name_or_id` names whose password is `password`, if any.
+    pub fn check_password(
+        &self,
+        name_or_id: &str,
+        password: &str,
+    ) -> Result<Option<Account>, StoreError> {
+        let mut conn = self.conn()?;
+        let candidates: Vec<(AccountRow, Option<String>)> = accounts::table
+            .filter(
+                accounts::name
+                    .eq(name_or_id)
+                    .or(accounts::id.eq(name_or_id)),
+            )
+            .select((AccountRow::as_select(), accounts::password_hash))
+            .load(&mut conn)?;
+        if candidates.iter().all(|(_, hash)| hash.is_none()) {
+            // As slow as a real check: the answer's timing does not tell which
+            // account names exist or have a password.
+            let _ = password_matches(decoy_hash(), password);
+            return Ok(None);
+        }
+        Ok(candidates
+            .into_iter()
+            .find(|(_, hash)| {
+                hash.as_deref()
+                    .is_some_and(|h| password_matches(h, password))
+            })
+            .map(|(row, _)| row.into()))
+    }
+
+    /// A one-time sign-in link's token for the account (shown once, stored hashed).
+    pub fn create_login_link(&self, account: &AccountId) -> Result<String, StoreError> {
+        let token = random_token(40)?;
+        diesel::insert_into(login_links::table)
+            .values((
+                login_links::token_sha256.eq(&digest(&token)[..]),
+                login_links::account_id.eq(account.as_str()),
+                login_links::expires_at.eq(Utc::now() + LOGIN_LINK_TTL),
+            ))
+            .execute(&mut self.conn()?)?;
+        Ok(token)
+    }
+
+    /// Uses a sign-in link (once, before it expires): opens a browser session for
+    /// its account and returns the session's token. `None` for a link that is
+    /// unknown, used or expired.
+    pub fn use_login_link(&self, token: &str) -> Result<Option<(AccountId, String)>, StoreError> {
+        let mut conn = self.conn()?;
+        conn.transaction(|conn| {
+            let account: Option<String> = diesel::update(
+                login_links::table
+                    .filter(login_links::token_sha256.eq(&digest(token)[..]))
+                    .filter(login_links::used_at.is_null())
+                    .filter(login_links::expires_at.gt(diesel::dsl::now)),
+            )
+            .set(login_links::used_at.eq(diesel::dsl::now))
+            .returning(login_links::account_id)
+            .get_result(conn)
+            .optional()?;
+            let Some(account) = account else {
+                return Ok(None);
+            };
+            let session = random_token(40)?;
+            diesel::insert_into(web_sessions::table)
+                .values((
+                    web_sessions::token_sha256.eq(&digest(&session)[..]),
+                    web_sessions::account_id.eq(&account),
+                    web_sessions::expires_at.eq(Utc::now() + SESSION_TTL),
+                ))
+                .execute(conn)?;
+            Ok(Some((AccountId::from_db(account), session)))
+        })
+    }
+
+    /// The account a browser session is signed in to, while it lasts.
+    pub fn session_account(&self, token: &str) -> Result<Option<Account>, StoreError> {
+        Ok(web_sessions::table
+            .inner_join(accounts::table)
+            .filter(web_sessions::token_sha256.eq(&digest(token)[..]))
+            .filter(web_sessions::expires_at.gt(diesel::dsl::now))
+            .select(AccountRow::as_select())
+            .first(&mut self.conn()?)
+            .optional()?
+            .map(Account::from))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_hash_with_argon2id_and_verify() {
+        let hash = hash_password("correct horse").unwrap();
+        assert!(hash.starts_with("$argon2id$"), "{hash}");
+        assert!(password_matches(&hash, "correct horse"));
+        assert!(!password_matches(&hash, "correct horsf"));
+        assert!(!password_matches("not a hash", "correct horse"));
+    }
+}

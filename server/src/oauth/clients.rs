@@ -1,0 +1,296 @@
+//! Who a `client_id` is. Either a client registered with `POST /oauth/register`
+//! (kept in the database), or an `https://` URL naming a client ID metadata
+//! document: the JSON document is fetched (5 s timeout, 64 KiB at most, no
+//! redirects), its `client_id` must equal the URL, its redirect URIs follow the
+//! same rules as registered ones, and it is cached for five minutes.
+//!
+//! Documents are not fetched from IP literals of loopback, private or
+//! link-local addresses (host names are not resolved first: a name pointing
+//! inside the network is not caught). `http://` document URLs on a loopback
+//! host are accepted only when the configuration says so
+//! (`oauth.loopback_client_metadata`, off by default): that is for tests and
+//! local development.
+
+use super::OAuth;
+use super::redirect_uris;
+use crate::error::{ApiError, blocking};
+use psbx_actors::store::Store;
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use url::{Host, Url};
+
+/// How long a fetched document is trusted.
+const CACHE_TTL: Duration = Duration::from_secs(300);
+/// Documents kept at most (the cache is emptied when full).
+const CACHE_MAX: usize = 256;
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+const MAX_DOCUMENT: usize = 64 * 1024;
+
+/// A client as the authorization flow sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Client {
+    pub id: String,
+    pub name: Option<String>,
+    pub redirect_uris: Vec<String>,
+}
+
+/// Why a `client_id` could not be resolved.
+#[derive(Debug)]
+pub enum ClientError {
+    /// Unknown, or a document that is missing or not acceptable: the message
+    /// says which, for the person on the page or the client's developer.
+    Invalid(String),
+    Internal(ApiError),
+}
+
+/// Client ID metadata documents fetched recently.
+#[derive(Default)]
+pub struct DocumentCache {
+    entries: Mutex<HashMap<String, (Instant, Client)>>,
+}
+
+impl DocumentCache {
+    fn get(&self, url: &str) -> Option<Client> {
+        let entries = self.entries.lock().ok()?;
+        entries
+            .get(url)
+            .filter(|(at, _)| at.elapsed() < CACHE_TTL)
+            .map(|(_, client)| client.clone())
+    }
+
+    fn put(&self, client: Client) {
+        if let Ok(mut entries) = self.entries.lock() {
+            if entries.len() >= CACHE_MAX {
+                entries.clear();
+            }
+            entries.insert(client.id.clone(), (Instant::now(), client));
+        }
+    }
+}
+
+/// Whether `client_id` names a metadata document (a URL) rather than a registered client.
+pub fn is_document_url(client_id: &str) -> bool {
+    client_id.starts_with("https://") || client_id.starts_with("http://")
+}
+
+/// Checks a document URL: https with a path, no fragment or credentials; or,
+/// when `loopback` allows it, http to a loopback host.
+pub fn check_document_url(client_id: &str, loopback: bool) -> Result<Url, String> {
+    let url = Url::parse(client_id)
+        .map_err(|e| format!("client_id {client_id:?} is not a valid URL: {e}"))?;
+    let is_loopback = matches!(url.host(), Some(Host::Domain("localhost")))
+        || matches!(url.host(), Some(Host::Ipv4(ip)) if ip.is_loopback())
+        || matches!(url.host(), Some(Host::Ipv6(ip)) if ip.is_loopback());
+    let internal_ip = match url.host() {
+        Some(Host::Ipv4(ip)) => {
+            ip.is_loopback()
+                || ip.is_private()
+                || ip.is_link_local()
+                || ip.is_unspecified()
+                || ip.is_broadcast()
+        }
+        Some(Host::Ipv6(ip)) => {
+            ip.is_loopback()
+                || ip.is_unspecified()
+                || ip.is_unique_local()
+                || ip.is_unicast_link_local()
+        }
+        _ => false,
+    };
+    if internal_ip && !(loopback && is_loopback) {
+        return Err(format!(
+            "client_id {client_id:?}: psbx does not fetch client metadata documents from \
+             loopback or private addresses"
+        ));
+    }
+    match url.scheme() {
+        "https" => {}
+        "http" if loopback && is_loopback => {}
+        _ => {
+            return Err(format!(
+                "client_id {client_id:?}: a client ID metadata document must be served over https://"
+            ));
+        }
+    }
+    if url.fragment().is_some() || !url.username().is_empty() || url.password().is_some() {
+        return Err(format!(
+            "client_id {client_id:?}: a document URL has no fragment and no credentials"
+        ));
+    }
+    if url.path() == "/" || url.path().is_empty() {
+        return Err(format!(
+            "client_id {client_id:?}: a document URL needs a path (e.g. /oauth/client.json)"
+        ));
+    }
+    Ok(url)
+}
+
+#[derive(Deserialize)]
+struct Document {
+    client_id: String,
+    #[serde(default)]
+    client_name: Option<String>,
+    redirect_uris: Vec<String>,
+    #[serde(default)]
+    token_endpoint_auth_method: Option<String>,
+}
+
+/// Reads a fetched document: valid JSON naming itself, with acceptable redirect URIs.
+pub fn parse_document(url: &str, body: &[u8]) -> Result<Client, String> {
+    let doc: Document = serde_json::from_slice(body)
+        .map_err(|e| format!("the client metadata document at {url} is not valid: {e}"))?;
+    if doc.client_id != url {
+        return Err(format!(
+            "the client metadata document at {url} names another client_id ({:?}); it must \
+             be the document's own URL",
+            doc.client_id
+        ));
+    }
+    if let Some(method) = doc
+        .token_endpoint_auth_method
+        .as_deref()
+        .filter(|m| *m != "none")
+    {
+        return Err(format!(
+            "the client metadata document at {url} asks for token_endpoint_auth_method \
+             {method:?}; psbx only serves public clients (\"none\")"
+        ));
+    }
+    redirect_uris::check_all(&doc.redirect_uris)
+        .map_err(|e| format!("the client metadata document at {url}: {e}"))?;
+    Ok(Client {
+        id: doc.client_id,
+        name: doc
+            .client_name
+            .map(|n| n.chars().filter(|c| !c.is_control()).take(200).collect()),
+        redirect_uris: doc.redirect_uris,
+    })
+}
+
+async fn fetch_document(url: Url) -> Result<Client, String> {
+    let failed = |e: &dyn std::fmt::Display| {
+        format!("the client metadata document at {url} could not be fetched: {e}")
+    };
+    let http = reqwest::Client::builder()
+        .timeout(FETCH_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| failed(&e))?;
+    let mut response = http
+        .get(url.clone())
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .map_err(|e| failed(&e))?;
+    if !response.status().is_success() {
+        return Err(failed(&format!("HTTP {}", response.status())));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| failed(&e))? {
+        if body.len() + chunk.len() > MAX_DOCUMENT {
+            return Err(failed(&format!("it is larger than {MAX_DOCUMENT} bytes")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    parse_document(url.as_str(), &body)
+}
+
+impl OAuth {
+    /// Resolves a `client_id`.
+    pub async fn client(&self, store: &Store, client_id: &str) -> Result<Client, ClientError> {
+        if client_id.is_empty() {
+            return Err(ClientError::Invalid("client_id is missing".to_owned()));
+        }
+        if is_document_url(client_id) {
+            let url = check_document_url(client_id, self.loopback_documents)
+                .map_err(ClientError::Invalid)?;
+            if url.as_str() != client_id {
+                return Err(ClientError::Invalid(format!(
+                    "client_id {client_id:?} is not in normal form (expected {url})"
+                )));
+            }
+            if let Some(client) = self.documents.get(client_id) {
+                return Ok(client);
+            }
+            let client = fetch_document(url).await.map_err(ClientError::Invalid)?;
+            self.documents.put(client.clone());
+            return Ok(client);
+        }
+        let store = store.clone();
+        let id = client_id.to_owned();
+        let found = blocking(move || store.oauth_client(&id))
+            .await
+            .map_err(ClientError::Internal)?;
+        found
+            .map(|c| Client {
+                id: c.id,
+                name: c.name,
+                redirect_uris: c.redirect_uris,
+            })
+            .ok_or_else(|| {
+                ClientError::Invalid(format!(
+                    "client_id {client_id:?} is not registered with this server"
+                ))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URL: &str = "https://app.example.com/oauth/client.json";
+
+    #[test]
+    fn document_urls_must_be_https_with_a_path() {
+        assert!(check_document_url(URL, false).is_ok());
+        assert!(check_document_url("https://app.example.com/", false).is_err());
+        assert!(check_document_url("https://app.example.com/c#x", false).is_err());
+        assert!(check_document_url("http://app.example.com/c.json", false).is_err());
+        assert!(check_document_url("http://127.0.0.1:9/c.json", false).is_err());
+        assert!(check_document_url("http://127.0.0.1:9/c.json", true).is_ok());
+        assert!(check_document_url("http://app.example.com/c.json", true).is_err());
+        for internal in [
+            "https://127.0.0.1/c.json",
+            "https://10.1.2.3/c.json",
+            "https://192.168.0.1/c.json",
+            "https://169.254.169.254/latest",
+            "https://[::1]/c.json",
+            "https://[fd00::1]/c.json",
+        ] {
+            assert!(check_document_url(internal, false).is_err(), "{internal}");
+        }
+    }
+
+    #[test]
+    fn documents_must_name_themselves_and_redirect_safely() {
+        let ok = format!(
+            r#"{{"client_id":"{URL}","client_name":"App","redirect_uris":["http://localhost:3000/cb"]}}"#
+        );
+        let client = parse_document(URL, ok.as_bytes()).unwrap();
+        assert_eq!(client.name.as_deref(), Some("App"));
+        assert_eq!(client.redirect_uris, vec!["http://localhost:3000/cb"]);
+
+        let other = r#"{"client_id":"https://evil.example/c.json","redirect_uris":["http://localhost/cb"]}"#;
+        assert!(
+            parse_document(URL, other.as_bytes())
+                .unwrap_err()
+                .contains("another client_id")
+        );
+        let bad_redirect =
+            format!(r#"{{"client_id":"{URL}","redirect_uris":["http://evil.example/cb"]}}"#);
+        assert!(
+            parse_document(URL, bad_redirect.as_bytes())
+                .unwrap_err()
+                .contains("only accepted for localhost")
+        );
+        let secret = format!(
+            r#"{{"client_id":"{URL}","redirect_uris":["http://localhost/cb"],"token_endpoint_auth_method":"private_key_jwt"}}"#
+        );
+        assert!(parse_document(URL, secret.as_bytes()).is_err());
+        assert!(parse_document(URL, b"not json").is_err());
+        assert!(parse_document(URL, br#"{"client_id":"x"}"#).is_err());
+    }
+}

@@ -1,0 +1,95 @@
+//! `POST /oauth/register`: dynamic client registration (RFC 7591), which
+//! Claude Code, Codex and most MCP clients use. Every client is public
+//! (`token_endpoint_auth_method` "none", PKCE protects its codes); a request
+//! for another method is answered with "none", as §3.2.1 allows. Redirect URIs
+//! are checked by [`super::redirect_uris`]: a refused one is an
+//! `invalid_redirect_uri` error that says which and why.
+
+use super::errors::OAuthError;
+use super::redirect_uris;
+use crate::error::blocking;
+use actix_web::http::header::{CACHE_CONTROL, HeaderValue};
+use actix_web::{HttpResponse, web};
+use psbx_actors::store::Store;
+use serde::Deserialize;
+use serde_json::json;
+
+/// The client metadata psbx reads; other fields are accepted and ignored.
+#[derive(Deserialize)]
+struct Metadata {
+    #[serde(default)]
+    redirect_uris: Option<Vec<String>>,
+    #[serde(default)]
+    client_name: Option<String>,
+    #[serde(default)]
+    grant_types: Option<Vec<String>>,
+    #[serde(default)]
+    response_types: Option<Vec<String>>,
+}
+
+const GRANT_TYPES: [&str; 2] = ["authorization_code", "refresh_token"];
+
+fn check(meta: &Metadata) -> Result<(Vec<String>, Option<String>), OAuthError> {
+    let uris = meta.redirect_uris.clone().unwrap_or_default();
+    redirect_uris::check_all(&uris).map_err(|e| OAuthError::new("invalid_redirect_uri", e))?;
+    if let Some(bad) = meta
+        .grant_types
+        .iter()
+        .flatten()
+        .find(|g| !GRANT_TYPES.contains(&g.as_str()))
+    {
+        return Err(OAuthError::new(
+            "invalid_client_metadata",
+            format!(
+                "grant type {bad:?} is not supported: use authorization_code and refresh_token"
+            ),
+        ));
+    }
+    if let Some(bad) = meta.response_types.iter().flatten().find(|r| *r != "code") {
+        return Err(OAuthError::new(
+            "invalid_client_metadata",
+            format!("response type {bad:?} is not supported: use code"),
+        ));
+    }
+    let name = match meta.client_name.as_deref().map(str::trim) {
+        Some(n) if n.chars().count() > 200 || n.chars().any(char::is_control) => {
+            return Err(OAuthError::new(
+                "invalid_client_metadata",
+                "client_name must be one line of at most 200 characters",
+            ));
+        }
+        Some("") | None => None,
+        Some(n) => Some(n.to_owned()),
+    };
+    Ok((uris, name))
+}
+
+pub async fn register(
+    store: web::Data<Store>,
+    body: web::Bytes,
+) -> Result<HttpResponse, OAuthError> {
+    let meta: Metadata = serde_json::from_slice(&body).map_err(|e| {
+        OAuthError::new(
+            "invalid_client_metadata",
+            format!("the body must be a JSON object of client metadata (RFC 7591): {e}"),
+        )
+    })?;
+    let (uris, name) = check(&meta)?;
+    let store = store.get_ref().clone();
+    let client = blocking(move || store.register_oauth_client(name.as_deref(), &uris)).await?;
+    tracing::info!(client_id = %client.id, name = ?client.name, "registered an OAuth client");
+    let mut body = json!({
+        "client_id": client.id,
+        "client_id_issued_at": client.created_at.timestamp(),
+        "redirect_uris": client.redirect_uris,
+        "grant_types": GRANT_TYPES,
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+    });
+    if let Some(name) = client.name {
+        body["client_name"] = name.into();
+    }
+    Ok(HttpResponse::Created()
+        .insert_header((CACHE_CONTROL, HeaderValue::from_static("no-store")))
+        .json(body))
+}
