@@ -6,6 +6,8 @@ use crate::box_::link::{LinkError, LinkHandle};
 use crate::box_::state::BoxState;
 use crate::box_::{BoxSnapshot, ExecChannel, Forget, Keep, Status, Stop, Touch};
 use crate::duration;
+use crate::environments::claim::{Claim, seal_mask};
+use crate::environments::{EnvError, Environments};
 use crate::error::{BoxError, blocking};
 use crate::exec::bounded::Bounded;
 use crate::exec::mask::{MaskStream, Masker};
@@ -49,6 +51,7 @@ pub struct Boxes {
     settings: BoxSettings,
     host: Result<HostStart, String>,
     secrets: Option<Secrets>,
+    environments: Option<Environments>,
 }
 
 impl Boxes {
@@ -65,7 +68,41 @@ impl Boxes {
             settings,
             host,
             secrets,
+            environments: None,
         }
+    }
+
+    /// Boxes may be started in the account's environments.
+    pub fn with_environments(mut self, environments: Environments) -> Self {
+        self.environments = Some(environments);
+        self
+    }
+
+    /// What a box started in environment `name` takes with it; the summary
+    /// and the sealed mask values go into its spec.
+    async fn claim(
+        &self,
+        account: &AccountId,
+        name: &str,
+        spec: &mut serde_json::Value,
+    ) -> Result<Claim, BoxError> {
+        let (Some(envs), Some(secrets)) = (&self.environments, &self.secrets) else {
+            return Err(BoxError::Invalid("this server has no environments".into()));
+        };
+        let env = envs.for_box(account, name).await.map_err(|e| match e {
+            EnvError::Invalid(m) | EnvError::NotFound(m) | EnvError::Conflict(m) => {
+                BoxError::Invalid(m)
+            }
+            EnvError::Internal(m) => BoxError::Internal(m),
+        })?;
+        let claim = Claim::new(env);
+        spec["claimed"] =
+            serde_json::to_value(&claim.summary).map_err(|e| BoxError::Internal(e.to_string()))?;
+        if !claim.mask.is_empty() {
+            spec["environmentMask"] = seal_mask(&secrets.vault(), account.as_str(), &claim.mask)
+                .ok_or_else(|| BoxError::Internal("cannot seal the environment's mask".into()))?;
+        }
+        Ok(claim)
     }
 
     fn host(&self) -> Result<&HostStart, BoxError> {
@@ -123,6 +160,12 @@ impl Boxes {
             })?,
             (None, false) => return Err(BoxError::Invalid("this server keeps no secrets".into())),
         };
+        let mut spec = req.spec;
+        let claim = match spec["environment"].as_str().map(str::to_owned) {
+            Some(name) => Some(self.claim(&account, &name, &mut spec).await?),
+            None => None,
+        };
+        let (files, mask) = claim.map(|c| (c.files, c.mask)).unwrap_or_default();
         let host = self.host()?;
         let made = host
             .supervisor
@@ -132,8 +175,10 @@ impl Boxes {
                 goal,
                 size,
                 keep_secs,
-                spec: req.spec,
+                spec,
                 env,
+                files,
+                mask,
             })
             .await
             .map_err(|e| BoxError::Internal(format!("the host supervisor is gone: {e}")))??;

@@ -115,12 +115,15 @@ async fn handle(incoming: Incoming, state: Arc<Boxd>) {
                 .map_err(|e| e.to_string())
                 .and_then(|b| parse::<Configure>(&b))
             {
-                Ok(configure) => {
-                    if let Ok(mut env) = state.env.write() {
-                        *env = configure.env;
+                Ok(configure) => match write_files(&state.work, &configure.files) {
+                    Ok(()) => {
+                        if let Ok(mut env) = state.env.write() {
+                            *env = configure.env;
+                        }
+                        Done::ok()
                     }
-                    Done::ok()
-                }
+                    Err(e) => Done::failed(e),
+                },
                 Err(e) => Done::failed(e),
             };
             answer_json(stream, &done).await;
@@ -146,6 +149,40 @@ async fn handle(incoming: Incoming, state: Arc<Boxd>) {
         "sync" => sync(incoming.accept(), &state).await,
         _ => incoming.refuse(404, &format!("boxd has no service {target:?}")),
     }
+}
+
+/// Writes the files of a claim under `<work>/.sbx/` (the server names them
+/// `/work/.sbx/...`), mode 0600; any other path is refused.
+fn write_files(work: &std::path::Path, files: &[proto::ConfigFile]) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    for file in files {
+        let relative = file
+            .path
+            .strip_prefix("/work/.sbx/")
+            .filter(|r| {
+                !r.is_empty()
+                    && std::path::Path::new(r)
+                        .components()
+                        .all(|c| matches!(c, std::path::Component::Normal(_)))
+            })
+            .ok_or_else(|| format!("{:?} is not a file under /work/.sbx/", file.path))?;
+        let path = work.join(".sbx").join(relative);
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&path)?;
+            out.write_all(file.contents.as_bytes())
+        };
+        write().map_err(|e| format!("cannot write {}: {e}", file.path))?;
+    }
+    Ok(())
 }
 
 fn process_list(state: &Boxd) -> Vec<proto::Process> {

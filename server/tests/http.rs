@@ -51,24 +51,27 @@ fn state(f: &Fixture) -> AppState {
         Err("no libvirt host in the HTTP tests".to_owned()),
         None,
     ));
+    let environments = Environments::new(f.store.clone(), Arc::new(Vault::from_key(&[9u8; 32])));
+    let info = ServerInfo {
+        public_url: "http://localhost:8080".into(),
+        connector_image: "psbx-connector:test".into(),
+        aws_box_role_template_url: None,
+    };
     AppState {
         store: f.store.clone(),
         metrics: Arc::new(Metrics::new().unwrap()),
         mcp: psbx_server::mcp::service(
             boxes.clone(),
             f.store.clone(),
-            "http://localhost:8080".into(),
+            environments.clone(),
+            info.clone(),
             vec!["localhost".into()],
             vec!["http://localhost:8080".into()],
         ),
         boxes,
-        environments: Environments::new(f.store.clone(), Arc::new(Vault::from_key(&[9u8; 32]))),
+        environments,
         secrets: Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap(),
-        info: ServerInfo {
-            public_url: "http://localhost:8080".into(),
-            connector_image: "psbx-connector:test".into(),
-            aws_box_role_template_url: None,
-        },
+        info,
         oauth: Arc::new(psbx_server::oauth::OAuth::new(
             "http://localhost:8080",
             false,

@@ -31,6 +31,17 @@ pub struct BoxInfo {
 #[serde(rename_all = "camelCase")]
 pub struct Configure {
     pub env: Vec<(String, String)>,
+    /// Files written at claim (the environment's settings files), under
+    /// `/work/.sbx/`, readable by their owner only.
+    #[serde(default)]
+    pub files: Vec<ConfigFile>,
+}
+
+/// A file boxd writes: a path under `/work/.sbx/` and its contents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigFile {
+    pub path: String,
+    pub contents: String,
 }
 
 /// A request that succeeded, or why it did not.

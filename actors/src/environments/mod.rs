@@ -5,6 +5,7 @@
 //! only). Another account's environment is "not found", never "forbidden".
 
 pub mod address;
+pub mod claim;
 pub mod settings;
 
 use crate::error::{BoxError, blocking};
@@ -14,6 +15,7 @@ use crate::store::{
     ConnectionRecord, EnvironmentChange, EnvironmentRecord, ServiceRecord, Store, StoreError,
 };
 use address::{Endpoint, RawEndpoint};
+use claim::ClaimedConnection;
 use settings::Suggestion;
 use std::sync::Arc;
 
@@ -387,19 +389,28 @@ impl Environments {
             )),
             other => other,
         })?;
-        let mut addresses: Vec<Endpoint> = Vec::new();
+        // Connections come by name: an address listed twice goes through the
+        // one whose name sorts first.
+        let mut seen: Vec<&Endpoint> = Vec::new();
+        let mut connections = Vec::new();
         for c in &detail.connections {
+            let mut addresses = Vec::new();
             for e in &c.endpoints {
-                if !addresses.contains(e) {
+                if !seen.contains(&e) {
+                    seen.push(e);
                     addresses.push(e.clone());
                 }
             }
+            connections.push(ClaimedConnection {
+                name: c.record.name.clone(),
+                addresses,
+            });
         }
-        if addresses.len() > address::MAX_PER_BOX {
+        if seen.len() > address::MAX_PER_BOX {
             return Err(EnvError::Invalid(format!(
                 "environment {env:?} lists {} addresses across its connections: a box takes at most {}; \
                  remove addresses the box does not need from its connections",
-                addresses.len(),
+                seen.len(),
                 address::MAX_PER_BOX
             )));
         }
@@ -412,7 +423,7 @@ impl Environments {
         Ok(BoxEnvironment {
             name: detail.record.name,
             external_base_url: detail.record.external_base_url,
-            addresses,
+            connections,
             services,
         })
     }
@@ -435,7 +446,7 @@ pub const SETTINGS_DIR: &str = "/work/.sbx/env";
 pub struct BoxEnvironment {
     pub name: String,
     pub external_base_url: Option<String>,
-    pub addresses: Vec<Endpoint>,
+    pub connections: Vec<ClaimedConnection>,
     pub services: Vec<BoxService>,
 }
 

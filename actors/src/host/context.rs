@@ -127,7 +127,14 @@ impl HostContext {
                 values.append(&mut v);
             }
         }
-        Arc::new(Masker::new(values.iter().map(|(_, v)| v.as_str())))
+        let settings =
+            crate::environments::claim::open_mask(&secrets.vault(), account.as_str(), &record.spec);
+        Arc::new(Masker::new(
+            values
+                .iter()
+                .map(|(_, v)| v.as_str())
+                .chain(settings.iter().map(String::as_str)),
+        ))
     }
 
     /// Promises `unit` to box `id`, or says why the host cannot.

@@ -12,7 +12,7 @@ use crate::ids::{AccountId, BoxId};
 use crate::store::{BoxRecord, Claim, NewBox, Transition};
 use actix::prelude::*;
 use psbx_wire::boxd::BoxInfo;
-use psbx_wire::boxd::{Configure, Done};
+use psbx_wire::boxd::{ConfigFile, Configure, Done};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,10 @@ pub struct CreateBox {
     pub spec: serde_json::Value,
     /// The secrets' values, pushed to boxd once the box is up.
     pub env: Vec<(String, String)>,
+    /// Files boxd writes at claim (an environment's settings files).
+    pub files: Vec<ConfigFile>,
+    /// Further values to mask in output (an environment's secret-looking settings).
+    pub mask: Vec<String>,
 }
 
 /// Top the pool up to its configured level.
@@ -220,11 +224,15 @@ impl Handler<CreateBox> for HostSupervisor {
             ctx.notify(Refill);
         }
         let hctx = self.ctx.clone();
-        let env = std::mem::take(&mut msg.env);
+        let configure_with = Configure {
+            env: std::mem::take(&mut msg.env),
+            files: std::mem::take(&mut msg.files),
+        };
+        let mask = std::mem::take(&mut msg.mask);
         Box::pin(
             async move {
                 let booted = make(hctx.clone(), pooled, msg).await?;
-                configure(&hctx, booted, env).await
+                configure(&hctx, booted, configure_with, mask).await
             }
             .into_actor(self)
             .map(|result, act, _| {
@@ -285,18 +293,26 @@ async fn make(
     cold(hctx, new).await
 }
 
-/// Pushes the account data (the secrets) to boxd; a box that cannot take it
-/// is removed. Returns the mask of those secrets.
+/// Pushes the account data (the secrets, the environment's files) to boxd; a
+/// box that cannot take it is removed. Returns the mask of the secrets and of
+/// the further `mask` values.
 async fn configure(
     hctx: &Arc<HostContext>,
     booted: Booted,
-    env: Vec<(String, String)>,
+    configure: Configure,
+    mask: Vec<String>,
 ) -> Result<(Booted, Arc<Masker>), BoxError> {
-    let masker = Arc::new(Masker::new(env.iter().map(|(_, v)| v.as_str())));
+    let masker = Arc::new(Masker::new(
+        configure
+            .env
+            .iter()
+            .map(|(_, v)| v.as_str())
+            .chain(mask.iter().map(String::as_str)),
+    ));
     let answer: Result<Done, _> = booted
         .1
         .handle()
-        .request("configure", &Configure { env }, CONFIGURE)
+        .request("configure", &configure, CONFIGURE)
         .await;
     let failure = match answer {
         Ok(done) if done.ok => return Ok((booted, masker)),

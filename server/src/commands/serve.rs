@@ -77,25 +77,32 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         } else {
             Err("boxes are disabled in this server's configuration (boxes.enabled)".to_owned())
         };
-        let boxes = Arc::new(Boxes::new(
-            store.clone(),
-            box_settings,
-            host,
-            Some(secrets.clone()),
-        ));
+        let environments = Environments::new(store.clone(), secrets.vault());
+        let boxes = Arc::new(
+            Boxes::new(store.clone(), box_settings, host, Some(secrets.clone()))
+                .with_environments(environments.clone()),
+        );
         let (hosts, origins) = mcp_hosts(&url);
+        let info = ServerInfo {
+            public_url: url.clone(),
+            connector_image: config.connector_image.clone(),
+            aws_box_role_template_url: config.aws_box_role_template_url.clone(),
+        };
         let state = AppState {
             store: store.clone(),
             metrics,
             boxes: boxes.clone(),
-            environments: Environments::new(store.clone(), secrets.vault()),
+            environments: environments.clone(),
             secrets,
-            mcp: crate::mcp::service(boxes.clone(), store.clone(), url.clone(), hosts, origins),
-            info: ServerInfo {
-                public_url: url.clone(),
-                connector_image: config.connector_image.clone(),
-                aws_box_role_template_url: config.aws_box_role_template_url.clone(),
-            },
+            mcp: crate::mcp::service(
+                boxes.clone(),
+                store.clone(),
+                environments.clone(),
+                info.clone(),
+                hosts,
+                origins,
+            ),
+            info,
             oauth: Arc::new(crate::oauth::OAuth::new(
                 &url,
                 config.oauth.loopback_client_metadata,

@@ -13,7 +13,9 @@ mod schema;
 mod sync;
 mod tools;
 
+use crate::server_info::ServerInfo;
 use psbx_actors::boxes::Boxes;
+use psbx_actors::environments::Environments;
 use psbx_actors::store::{Principal, Store};
 use rmcp_actix_web::transport::{LocalSessionManager, StreamableHttpService};
 use std::sync::Arc;
@@ -27,21 +29,23 @@ pub type McpService = StreamableHttpService<PsbxMcp, LocalSessionManager>;
 
 /// Builds the service once, for every worker to share. `origins` are the
 /// allowed `Origin` values (scheme://host:port), `hosts` the allowed `Host`
-/// names; neither may be empty (empty would turn the check off). `public_url`
-/// is the server's base URL as clients reach it (for `sandbox_sync`'s upload URLs).
+/// names; neither may be empty (empty would turn the check off). `info`
+/// has the server's base URL as clients reach it (for `sandbox_sync`'s upload
+/// URLs) and what environment reads show.
 pub fn service(
     boxes: Arc<Boxes>,
     store: Store,
-    public_url: String,
+    environments: Environments,
+    info: ServerInfo,
     hosts: Vec<String>,
     origins: Vec<String>,
 ) -> McpService {
     let sync = SyncContext {
         boxes: boxes.clone(),
         store,
-        public_url,
+        public_url: info.public_url.clone(),
     };
-    let server = PsbxMcp::new(boxes, sync);
+    let server = PsbxMcp::new(boxes, sync, environments, info);
     StreamableHttpService::builder()
         .service_factory(Arc::new(move || Ok(server.clone())))
         .session_manager(Arc::new(LocalSessionManager::default()))

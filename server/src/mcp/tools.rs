@@ -5,9 +5,12 @@
 use super::exec::{self, ExecArgs};
 use super::schema;
 use crate::routes::boxes::{BoxView, ServiceSpec, start_spec};
+use crate::routes::environments::{EnvironmentList, EnvironmentView};
+use crate::server_info::ServerInfo;
 use psbx_actors::box_::BoxSnapshot;
 use psbx_actors::box_::state::BoxState;
 use psbx_actors::boxes::{Boxes, CreateRequest};
+use psbx_actors::environments::Environments;
 use psbx_actors::error::BoxError;
 use psbx_actors::store::Principal;
 use psbx_wire::boxd::Process;
@@ -26,6 +29,8 @@ pub struct PsbxMcp {
     tool_router: Arc<ToolRouter<PsbxMcp>>,
     boxes: Arc<Boxes>,
     pub(super) sync: super::sync::SyncContext,
+    environments: Environments,
+    info: ServerInfo,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -145,7 +150,12 @@ fn unauthenticated() -> CallToolResult {
 
 #[tool_router]
 impl PsbxMcp {
-    pub fn new(boxes: Arc<Boxes>, sync: super::sync::SyncContext) -> Self {
+    pub fn new(
+        boxes: Arc<Boxes>,
+        sync: super::sync::SyncContext,
+        environments: Environments,
+        info: ServerInfo,
+    ) -> Self {
         let mut router = Self::tool_router() + Self::sync_router();
         for route in router.map.values_mut() {
             route.attr.input_schema = Arc::new(schema::flatten(&route.attr.input_schema));
@@ -157,7 +167,55 @@ impl PsbxMcp {
             tool_router: Arc::new(router),
             boxes,
             sync,
+            environments,
+            info,
         }
+    }
+
+    #[tool(
+        description = "List this account's environments (read-only): per environment which \
+                       addresses boxes can reach (reachable), whether a connector is online \
+                       (connectorOnline), each connection's online, sessions, lastSeenAt, \
+                       connectorVersion and the addresses it carries, and each service's \
+                       variable names. Creating and changing environments is REST (/v1/environments)."
+    )]
+    async fn sandbox_environments(
+        &self,
+        Parameters(_): Parameters<NoArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let Some(who) = account(&ctx) else {
+            return Ok(unauthenticated());
+        };
+        Ok(match self.environments.list(&who.account_id).await {
+            Ok(all) => {
+                let list = EnvironmentList {
+                    environments: all
+                        .iter()
+                        .map(|e| EnvironmentView::new(e, &self.info))
+                        .collect(),
+                };
+                let summary = list
+                    .environments
+                    .iter()
+                    .map(|e| {
+                        let online = e.connections.iter().filter(|c| c.online).count();
+                        format!(
+                            "{}: {online} of {} connections online",
+                            e.name,
+                            e.connections.len()
+                        )
+                    })
+                    .collect::<Vec<_>>();
+                let summary = if summary.is_empty() {
+                    "no environments: create one with POST /v1/environments".to_owned()
+                } else {
+                    summary.join("; ")
+                };
+                structured(summary, &list)
+            }
+            Err(e) => failed(format!("{e}. Retry in a moment.")),
+        })
     }
 
     #[tool(

@@ -8,6 +8,9 @@ use chrono::{DateTime, Utc};
 use psbx_actors::box_::BoxSnapshot;
 use psbx_actors::boxes::{Boxes, CreateRequest};
 use psbx_actors::duration;
+use psbx_actors::environments::address::Endpoint;
+use psbx_actors::environments::claim::{Claimed, ServiceFiles};
+use psbx_actors::environments::settings::Notable;
 use psbx_actors::ids::BoxId;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -109,13 +112,126 @@ pub struct BoxView {
     pub expires_at: Option<DateTime<Utc>>,
     pub stopped_at: Option<DateTime<Utc>>,
     pub health: BoxHealth,
+    /// The environment the box was started in, as it took it at claim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<BoxEnvironmentView>,
+}
+
+/// A box's environment: what it can reach through which connection, and its
+/// services' settings files.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoxEnvironmentView {
+    pub name: String,
+    /// The addresses the box can reach now (through online connections).
+    #[schema(value_type = Vec<Object>)]
+    pub reachable: Vec<Endpoint>,
+    /// Whether any connection has a connector online.
+    pub connector_online: bool,
+    pub connections: Vec<BoxConnectionView>,
+    /// What to do about offline connections, when there are any.
+    pub next: Option<String>,
+    pub external_base_url: Option<String>,
+    pub services: Vec<BoxServiceView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoxConnectionView {
+    pub name: String,
+    pub online: bool,
+    pub sessions: u32,
+    pub last_seen_at: Option<DateTime<Utc>>,
+    pub connector_version: Option<String>,
+    pub rtt_ms: Option<f64>,
+    /// The addresses that go through it.
+    #[schema(value_type = Vec<Object>)]
+    pub reachable: Vec<Endpoint>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoxServiceView {
+    pub name: String,
+    pub keys_count: usize,
+    /// `env`: docker `--env-file` format; `sh`: `export KEY='VALUE'` lines to source.
+    #[schema(value_type = Object)]
+    pub files: ServiceFiles,
+    /// Connection, mode and permission settings worth knowing about.
+    #[schema(value_type = Object)]
+    pub notable: Notable,
+}
+
+impl From<Claimed> for BoxEnvironmentView {
+    fn from(c: Claimed) -> Self {
+        // Connector sessions arrive with the connector: until then none is online.
+        let connections: Vec<BoxConnectionView> = c
+            .connections
+            .into_iter()
+            .map(|conn| BoxConnectionView {
+                name: conn.name,
+                online: false,
+                sessions: 0,
+                last_seen_at: None,
+                connector_version: None,
+                rtt_ms: None,
+                reachable: conn.addresses,
+            })
+            .collect();
+        let offline: Vec<String> = connections
+            .iter()
+            .filter(|c| !c.online && !c.reachable.is_empty())
+            .map(|c| {
+                let addresses: Vec<String> = c.reachable.iter().map(ToString::to_string).collect();
+                format!(
+                    "the connector \"{}\" is offline ({})",
+                    c.name,
+                    addresses.join(", ")
+                )
+            })
+            .collect();
+        let next = (!offline.is_empty()).then(|| {
+            format!(
+                "{}: run its runCommand (POST /v1/environments/{}/connections/{{id}}/token gives a new one) \
+                 on a machine in that network",
+                offline.join("; "),
+                c.name
+            )
+        });
+        Self {
+            reachable: connections
+                .iter()
+                .filter(|c| c.online)
+                .flat_map(|c| c.reachable.iter().cloned())
+                .collect(),
+            connector_online: connections.iter().any(|c| c.online),
+            name: c.name,
+            connections,
+            next,
+            external_base_url: c.external_base_url,
+            services: c
+                .services
+                .into_iter()
+                .map(|s| BoxServiceView {
+                    name: s.name,
+                    keys_count: s.keys_count,
+                    files: s.files,
+                    notable: s.notable,
+                })
+                .collect(),
+        }
+    }
 }
 
 impl From<BoxSnapshot> for BoxView {
     fn from(s: BoxSnapshot) -> Self {
         let r = s.record;
         let over = r.state.is_terminal();
+        let environment = serde_json::from_value::<Claimed>(r.spec["claimed"].clone())
+            .ok()
+            .map(BoxEnvironmentView::from);
         Self {
+            environment,
             id: r.id.to_string(),
             name: r.name,
             goal: r.goal,

@@ -13,5 +13,5 @@ pub mod suggest;
 
 pub use dotenv::{DotenvError, parse};
 pub use files::{env_file, sh_file};
-pub use notable::{Notable, NotableValue, notable};
+pub use notable::{Notable, NotableValue, notable, secret_values};
 pub use suggest::{Source, Suggestion, suggest};

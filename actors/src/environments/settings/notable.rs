@@ -34,7 +34,7 @@ use super::scan;
 pub const MAX_MODE_VALUE: usize = 100;
 
 /// The three lists, as `sandbox_start` and `sandbox_status` show them.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Notable {
     pub connection: Vec<String>,
@@ -43,7 +43,7 @@ pub struct Notable {
 }
 
 /// A mode setting with dev's value.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NotableValue {
     pub name: String,
@@ -145,8 +145,35 @@ fn is_permission(upper: &str) -> bool {
         || upper.split('_').any(|part| PARTS.contains(&part))
 }
 
-/// Whether a setting's value may be a secret and must not be shown.
-fn looks_secret(upper: &str, value: &str) -> bool {
+/// The secret-looking parts of settings, to be masked in what reaches a
+/// caller as secrets are: a URL's password, and the whole value of a setting
+/// that looks secret by its name or its value.
+pub fn secret_values(vars: &[(String, String)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, value) in vars {
+        let passwords: Vec<String> = scan::urls(value)
+            .iter()
+            .filter_map(|url| {
+                value[url.span.clone()]
+                    .split_once("://")
+                    .and_then(|(_, auth)| auth.rsplit_once('@'))
+                    .and_then(|(userinfo, _)| userinfo.split_once(':'))
+                    .map(|(_, password)| password.to_owned())
+            })
+            .filter(|p| !p.is_empty())
+            .collect();
+        let upper = name.to_ascii_uppercase();
+        if secret_name(&upper) || (passwords.is_empty() && looks_secret(&upper, value)) {
+            out.push(value.clone());
+        } else {
+            out.extend(passwords);
+        }
+    }
+    out
+}
+
+/// Whether a setting's name says it holds a secret.
+fn secret_name(upper: &str) -> bool {
     const SECRET_NAMES: &[&str] = &[
         "SECRET",
         "PASSWORD",
@@ -155,11 +182,15 @@ fn looks_secret(upper: &str, value: &str) -> bool {
         "CREDENTIAL",
         "PRIVATE",
     ];
-    if SECRET_NAMES.iter().any(|s| upper.contains(s))
+    SECRET_NAMES.iter().any(|s| upper.contains(s))
         || upper
             .split('_')
             .any(|p| p == "KEY" || p == "KEYS" || p == "PWD")
-    {
+}
+
+/// Whether a setting's value may be a secret and must not be shown.
+fn looks_secret(upper: &str, value: &str) -> bool {
+    if secret_name(upper) {
         return true;
     }
     if value.contains("-----BEGIN") {
@@ -395,6 +426,28 @@ mod tests {
         ] {
             assert!(!permission(name), "{name}");
         }
+    }
+
+    #[test]
+    fn secret_values_are_what_gets_masked() {
+        let got = secret_values(&vars(&[
+            ("DATABASE_URL", "postgres://app:s3cretpass@db.internal/app"),
+            ("STRIPE_API_KEY", "sk_test_abcdefgh"),
+            (
+                "SIGNING",
+                "-----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----",
+            ),
+            ("STAGE", "dev"),
+            ("DB_HOST", "db.internal"),
+        ]));
+        assert_eq!(
+            got,
+            [
+                "s3cretpass",
+                "sk_test_abcdefgh",
+                "-----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----"
+            ]
+        );
     }
 
     #[test]

@@ -1,0 +1,141 @@
+//! What a box started in an environment takes with it, and what is kept of
+//! that with the box: the files boxd writes (each service's `.env` and `.sh`),
+//! the values to mask in output (secret-looking settings), and a summary
+//! stored in the box's spec under `claimed` — names, counts, file paths,
+//! addresses per connection, notable settings; never a secret value. The mask
+//! values are kept sealed beside it, so a server restart masks what the box
+//! actually received.
+
+use super::settings::{Notable, secret_values};
+use super::{BoxEnvironment, Endpoint};
+use crate::secrets::vault::Vault;
+use psbx_wire::boxd::ConfigFile;
+use serde::{Deserialize, Serialize};
+
+/// The summary of a claim, as stored in the box's spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Claimed {
+    pub name: String,
+    pub external_base_url: Option<String>,
+    pub connections: Vec<ClaimedConnection>,
+    pub services: Vec<ClaimedService>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedConnection {
+    pub name: String,
+    /// The addresses that go through it (an address on two connections goes
+    /// through the one whose name sorts first).
+    pub addresses: Vec<Endpoint>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedService {
+    pub name: String,
+    pub keys_count: usize,
+    pub files: ServiceFiles,
+    pub notable: Notable,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceFiles {
+    pub env: String,
+    pub sh: String,
+}
+
+/// Everything a box start needs from its environment.
+pub struct Claim {
+    pub summary: Claimed,
+    pub files: Vec<ConfigFile>,
+    pub mask: Vec<String>,
+}
+
+impl Claim {
+    pub fn new(env: BoxEnvironment) -> Self {
+        let mut files = Vec::new();
+        let mut mask = Vec::new();
+        let mut services = Vec::new();
+        for service in &env.services {
+            let [(env_path, env_text), (sh_path, sh_text)] = service.files();
+            files.push(ConfigFile {
+                path: env_path.clone(),
+                contents: env_text,
+            });
+            files.push(ConfigFile {
+                path: sh_path.clone(),
+                contents: sh_text,
+            });
+            mask.extend(secret_values(&service.vars));
+            services.push(ClaimedService {
+                name: service.name.clone(),
+                keys_count: service.vars.len(),
+                files: ServiceFiles {
+                    env: env_path,
+                    sh: sh_path,
+                },
+                notable: service.notable(),
+            });
+        }
+        Self {
+            summary: Claimed {
+                name: env.name,
+                external_base_url: env.external_base_url,
+                connections: env.connections,
+                services,
+            },
+            files,
+            mask,
+        }
+    }
+}
+
+/// The associated data of a box's sealed mask values.
+fn mask_owner(account: &str) -> String {
+    format!("{account}\0environment-mask")
+}
+
+/// Seals the mask values for the box's spec (`environmentMask`).
+pub fn seal_mask(vault: &Vault, account: &str, mask: &[String]) -> Option<serde_json::Value> {
+    let plain = serde_json::to_vec(mask).ok()?;
+    let sealed = vault.seal(&mask_owner(account), &plain).ok()?;
+    Some(serde_json::json!({
+        "nonce": crate::secrets::hex(&sealed.nonce),
+        "ciphertext": crate::secrets::hex(&sealed.ciphertext),
+    }))
+}
+
+/// The mask values kept in a box's spec, if any (and readable).
+pub fn open_mask(vault: &Vault, account: &str, spec: &serde_json::Value) -> Vec<String> {
+    let sealed = &spec["environmentMask"];
+    let (Some(nonce), Some(ciphertext)) = (
+        sealed["nonce"].as_str().and_then(crate::secrets::unhex),
+        sealed["ciphertext"]
+            .as_str()
+            .and_then(crate::secrets::unhex),
+    ) else {
+        return Vec::new();
+    };
+    vault
+        .open(&mask_owner(account), &nonce, &ciphertext)
+        .ok()
+        .and_then(|plain| serde_json::from_slice(&plain).ok())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mask_survives_a_round_trip_and_only_for_its_account() {
+        let vault = Vault::from_key(&[7u8; 32]);
+        let sealed = seal_mask(&vault, "acct_a", &["s3cretpass".into()]).unwrap();
+        let spec = serde_json::json!({ "environmentMask": sealed });
+        assert_eq!(open_mask(&vault, "acct_a", &spec), ["s3cretpass"]);
+        assert!(open_mask(&vault, "acct_b", &spec).is_empty());
+        assert!(open_mask(&vault, "acct_a", &serde_json::json!({})).is_empty());
+    }
+}
