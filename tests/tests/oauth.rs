@@ -255,19 +255,9 @@ fn redirect_params(res: &Response) -> std::collections::HashMap<String, String> 
         .collect()
 }
 
-fn python() -> PathBuf {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    assert!(
-        venv.is_file(),
-        "{} is missing: run scripts/setup (it makes the venv with the mcp package)",
-        venv.display()
-    );
-    venv
-}
-
 fn run_python_client(s: &Setup, args: &[&str]) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp/oauth_client.py");
-    let out = Command::new(python())
+    let out = Command::new(psbx_tests::python::python())
         .arg(&script)
         .arg(s.url("/mcp"))
         .args(args)

@@ -7,17 +7,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The project's Python venv, made by scripts/setup.
-fn python() -> PathBuf {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    assert!(
-        venv.is_file(),
-        "{} is missing: run scripts/setup (it makes the venv with the mcp package)",
-        venv.display()
-    );
-    venv
-}
-
 fn git(dir: &Path, script: &str) {
     let ok = Command::new("sh")
         .arg("-c")
@@ -44,7 +33,7 @@ fn stdio_client_syncs_a_repository_and_remote_sync_hands_out_one_time_upload_url
          && echo new > untracked.txt && echo SECRET=1 > .env",
     );
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp/stdio_client.py");
-    let out = Command::new(python())
+    let out = Command::new(psbx_tests::python::python())
         .arg(&script)
         .arg(psbx_tests::binary("psbx"))
         .arg(s.url())
@@ -99,7 +88,7 @@ fn stdio_client_syncs_a_repository_and_remote_sync_hands_out_one_time_upload_url
     );
     assert_eq!(seen["exec"]["exitCode"], 0, "{seen}");
     assert_eq!(
-        seen["exec"]["stdout"]["text"], ".gitignore\ntracked.txt\nuntracked.txt\ntracked\nnew\n",
+        seen["exec"]["output"]["text"], ".gitignore\ntracked.txt\nuntracked.txt\ntracked\nnew\n",
         "tracked and new files arrive; ignored and deleted ones do not: {seen}"
     );
     // Progress is relayed when the server sends some; /mcp's sandbox_exec sent
@@ -149,7 +138,7 @@ fn stdio_client_syncs_a_repository_and_remote_sync_hands_out_one_time_upload_url
     let answered: Value = serde_json::from_str(seen["command_stdout"].as_str().unwrap()).unwrap();
     assert_eq!(answered["files"], 3, "{seen}");
     assert_eq!(
-        seen["remote_exec"]["stdout"]["text"],
+        seen["remote_exec"]["output"]["text"],
         ".gitignore\ntracked.txt\nuntracked.txt\ntracked\nnew\n",
         "{seen}"
     );
