@@ -42,6 +42,7 @@ async def main():
                 {"id": box["id"], "cmd": "uname -a"},
                 progress_callback=on_progress,
             )
+            environments = await client.call_tool("sandbox_environments", {})
             unknown = await client.call_tool("sandbox_status", {"id": "box_doesnotexist"})
             stopped = await client.call_tool("sandbox_stop", {"id": box["id"]})
             print(json.dumps({
@@ -51,6 +52,8 @@ async def main():
                 "started_error": started.is_error,
                 "exec": ran.structured_content,
                 "exec_text": text_of(ran),
+                "environments": environments.structured_content,
+                "environments_text": text_of(environments),
                 "unknown_error": unknown.is_error,
                 "unknown_text": text_of(unknown),
                 "stopped": stopped.structured_content,

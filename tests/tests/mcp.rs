@@ -15,6 +15,8 @@ fn python_sdk_clients_start_a_box_run_a_command_and_stop_it_on_both_revisions() 
     for mode in ["legacy", "2026-07-28"] {
         let seen = run_client(&s, mode);
         for tool in [
+            "sandbox_environments",
+            "sandbox_sync",
             "sandbox_exec",
             "sandbox_list",
             "sandbox_start",
@@ -39,6 +41,14 @@ fn python_sdk_clients_start_a_box_run_a_command_and_stop_it_on_both_revisions() 
                 .as_str()
                 .unwrap()
                 .starts_with("Linux box "),
+            "{seen}"
+        );
+        assert_eq!(seen["environments"]["environments"], serde_json::json!([]), "{seen}");
+        assert!(
+            seen["environments_text"]
+                .as_str()
+                .unwrap()
+                .contains("POST /v1/environments"),
             "{seen}"
         );
         assert_eq!(seen["unknown_error"], true, "{seen}");
