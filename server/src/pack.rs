@@ -124,34 +124,7 @@ pub fn pack_commit(top: &Path, rev: &str, mut out: impl Write) -> Result<(), Pac
 mod tests {
     use super::*;
 
-    fn sh(dir: &Path, script: &str) {
-        let ok = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .current_dir(dir)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.com")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.com")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "{script}");
-    }
-
-    fn names(tar_bytes: &[u8]) -> Vec<String> {
-        let mut archive = tar::Archive::new(tar_bytes);
-        let mut names: Vec<String> = archive
-            .entries()
-            .unwrap()
-            .map(|e| e.unwrap())
-            .filter(|e| !e.header().entry_type().is_pax_global_extensions())
-            .map(|e| e.path().unwrap().display().to_string())
-            .filter(|n| !n.ends_with('/'))
-            .collect();
-        names.sort();
-        names
-    }
+    use psbx_tests::git::{sh, tar_names as names};
 
     #[test]
     fn sends_tracked_and_new_unignored_files_but_not_ignored_ones() {

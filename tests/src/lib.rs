@@ -7,6 +7,7 @@
 //!   `psbx serve` child that is stopped when dropped.
 //! * [`vm`] — a server running real (TCG) boxes from the test image, with a
 //!   guard that removes their libvirt domains whatever happens.
+//! * [`git`] — repositories made by a shell script, and the names in a tar stream.
 //! * [`python`] — the Python MCP clients under `tests/mcp/`, run with the venv.
 //!
 //! A missing prerequisite panics with a message that says what is missing and
@@ -14,6 +15,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod database;
+pub mod git;
 mod process;
 pub mod python;
 pub mod vm;

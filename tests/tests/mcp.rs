@@ -43,7 +43,11 @@ fn python_sdk_clients_start_a_box_run_a_command_and_stop_it_on_both_revisions() 
                 .starts_with("Linux box "),
             "{seen}"
         );
-        assert_eq!(seen["environments"]["environments"], serde_json::json!([]), "{seen}");
+        assert_eq!(
+            seen["environments"]["environments"],
+            serde_json::json!([]),
+            "{seen}"
+        );
         assert!(
             seen["environments_text"]
                 .as_str()

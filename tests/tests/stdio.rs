@@ -4,22 +4,11 @@
 
 use psbx_tests::vm::BoxServer;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn git(dir: &Path, script: &str) {
-    let ok = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "{script}");
+fn git(dir: &std::path::Path, script: &str) {
+    psbx_tests::git::sh(dir, script);
 }
 
 #[test]

@@ -157,18 +157,7 @@ fn exec_masks_secrets_kills_on_timeout_keeps_background_work_and_bounds_output()
 }
 
 fn git(dir: &std::path::Path, script: &str) {
-    let ok = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "{script}");
+    psbx_tests::git::sh(dir, script);
 }
 
 #[test]

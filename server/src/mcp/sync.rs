@@ -206,41 +206,8 @@ impl PsbxMcp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
-    use std::process::Command;
 
-    fn sh(dir: &Path, script: &str) -> Vec<u8> {
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .current_dir(dir)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.com")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.com")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    }
-
-    fn names(tar_bytes: &[u8]) -> Vec<String> {
-        let mut archive = tar::Archive::new(tar_bytes);
-        let mut names: Vec<String> = archive
-            .entries()
-            .unwrap()
-            .map(|e| e.unwrap())
-            .filter(|e| !e.header().entry_type().is_pax_global_extensions())
-            .map(|e| e.path().unwrap().display().to_string())
-            .filter(|n| !n.ends_with('/'))
-            .collect();
-        names.sort();
-        names
-    }
+    use psbx_tests::git::{sh, tar_names as names};
 
     #[test]
     fn the_shell_pipeline_packs_what_psbx_sync_packs() {
