@@ -53,6 +53,7 @@ pub fn build(
         .service(routes::health::health)
         .service(routes::docs::document)
         .service(routes::uploads::upload_put)
+        .service(routes::connect::connect)
         .service(routes::uploads::upload_post)
         .service(
             scope("/v1")

@@ -51,7 +51,11 @@ fn state(f: &Fixture) -> AppState {
         Err("no libvirt host in the HTTP tests".to_owned()),
         None,
     ));
-    let environments = Environments::new(f.store.clone(), Arc::new(Vault::from_key(&[9u8; 32])));
+    let environments = Environments::new(
+        f.store.clone(),
+        Arc::new(Vault::from_key(&[9u8; 32])),
+        Default::default(),
+    );
     let info = ServerInfo {
         public_url: "http://localhost:8080".into(),
         connector_image: "psbx-connector:test".into(),

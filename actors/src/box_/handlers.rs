@@ -1,7 +1,7 @@
 //! The messages a BoxActor answers: `Status` (thaws first when asked),
 //! `Keep`, `Stop`, and its own timers' `Freeze` and `Expire`.
 
-use super::link::{BoxdLink, LinkHandle};
+use super::link::LinkHandle;
 use super::state::BoxState;
 use super::{BoxActor, BoxSnapshot, PING_TIMEOUT};
 use crate::error::{BoxError, blocking};
@@ -81,7 +81,7 @@ impl BoxActor {
                 let h = hctx.clone();
                 blocking(move || h.host.start(&name)).await?;
                 let restored_ms = started.elapsed().as_millis() as u64;
-                let link = BoxdLink::open(hctx.socket(&record.id));
+                let link = hctx.link_of(&record);
                 let hello = link
                     .handle()
                     .hello(hctx.settings.boot_timeout)

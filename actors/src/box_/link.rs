@@ -7,7 +7,7 @@
 use psbx_wire::Hello;
 use psbx_wire::boxd::BoxInfo;
 use psbx_wire::control::Health;
-use psbx_wire::mux::{Config, Role, Session, Stream};
+use psbx_wire::mux::{Config, Incoming, Role, Session, Stream};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::path::PathBuf;
@@ -34,6 +34,10 @@ struct Up {
     session: Session,
     info: BoxInfo,
 }
+
+/// What the server does with a stream boxd opens (a box's connection to an
+/// environment address).
+pub type StreamHandler = std::sync::Arc<dyn Fn(Incoming) + Send + Sync>;
 
 /// A live link to one box's boxd; dropping it ends the task.
 pub struct BoxdLink {
@@ -68,9 +72,10 @@ fn config() -> Config {
 impl BoxdLink {
     /// Starts connecting to `socket` (it may not exist yet: the domain is
     /// still starting).
-    pub fn open(socket: PathBuf) -> Self {
+    /// Streams boxd opens go to `streams` (refused without one).
+    pub fn open(socket: PathBuf, streams: Option<StreamHandler>) -> Self {
         let (tx, up) = watch::channel(None);
-        let task = tokio::spawn(run(socket, tx));
+        let task = tokio::spawn(run(socket, tx, streams));
         Self {
             handle: LinkHandle { up },
             task,
@@ -94,7 +99,7 @@ impl Drop for BoxdLink {
     }
 }
 
-async fn run(socket: PathBuf, up: watch::Sender<Option<Up>>) {
+async fn run(socket: PathBuf, up: watch::Sender<Option<Up>>, streams: Option<StreamHandler>) {
     loop {
         let Ok(stream) = UnixStream::connect(&socket).await else {
             tokio::time::sleep(RECONNECT).await;
@@ -126,7 +131,9 @@ async fn run(socket: PathBuf, up: watch::Sender<Option<Up>>) {
                     session: session.clone(),
                     info,
                 }));
+                let acceptor = tokio::spawn(accept_streams(session.clone(), streams.clone()));
                 let _ = session.closed().await;
+                acceptor.abort();
                 up.send_replace(None);
             }
             Ok(Err(e)) => {
@@ -139,6 +146,16 @@ async fn run(socket: PathBuf, up: watch::Sender<Option<Up>>) {
             }
         }
         tokio::time::sleep(RECONNECT).await;
+    }
+}
+
+/// Hands every stream boxd opens to the handler, or refuses it.
+async fn accept_streams(session: Session, streams: Option<StreamHandler>) {
+    while let Some(incoming) = session.accept().await {
+        match &streams {
+            Some(handler) => handler(incoming),
+            None => incoming.refuse(403, "this box was not started in an environment"),
+        }
     }
 }
 

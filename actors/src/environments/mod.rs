@@ -8,6 +8,7 @@ pub mod address;
 pub mod claim;
 pub mod settings;
 
+use crate::connectors::{ConnectionStatus, Hub};
 use crate::error::{BoxError, blocking};
 use crate::ids::{AccountId, ConnectionId, ConnectorToken, EnvironmentId};
 use crate::secrets::vault::Vault;
@@ -56,18 +57,23 @@ pub struct Environment {
     pub services: Vec<ServiceRecord>,
 }
 
-/// A connection with its checked address list.
+/// A connection with its checked address list and how its connectors are.
 #[derive(Debug, Clone)]
 pub struct Connection {
     pub record: ConnectionRecord,
     pub endpoints: Vec<Endpoint>,
+    pub status: ConnectionStatus,
 }
 
 impl From<ConnectionRecord> for Connection {
     fn from(record: ConnectionRecord) -> Self {
         // Only lists that passed `address::check_list` are ever stored.
         let endpoints = serde_json::from_value(record.endpoints.clone()).unwrap_or_default();
-        Self { record, endpoints }
+        Self {
+            record,
+            endpoints,
+            status: ConnectionStatus::default(),
+        }
     }
 }
 
@@ -97,11 +103,37 @@ pub fn check_name(what: &str, name: &str) -> Result<(), EnvError> {
 pub struct Environments {
     store: Store,
     vault: Arc<Vault>,
+    hub: Hub,
 }
 
 impl Environments {
-    pub fn new(store: Store, vault: Arc<Vault>) -> Self {
-        Self { store, vault }
+    /// `hub` holds this replica's connector sessions: reads show their status,
+    /// and rotations, deletions and address changes act on them at once.
+    pub fn new(store: Store, vault: Arc<Vault>, hub: Hub) -> Self {
+        Self { store, vault, hub }
+    }
+
+    /// This replica's connector sessions.
+    pub fn hub(&self) -> &Hub {
+        &self.hub
+    }
+
+    fn connection(&self, record: ConnectionRecord) -> Connection {
+        let mut c = Connection::from(record);
+        c.status = self.hub.status(&c.record.id);
+        c
+    }
+
+    /// Closes the box streams of `env` whose address no connection lists now.
+    async fn streams_follow_addresses(&self, env_id: &str) -> Result<(), EnvError> {
+        let (store, id) = (self.store.clone(), env_id.to_owned());
+        let connections = blocking(move || store.connections(&id)).await?;
+        let listed: Vec<Endpoint> = connections
+            .into_iter()
+            .flat_map(|c| Connection::from(c).endpoints)
+            .collect();
+        self.hub.unlisted(env_id, &listed);
+        Ok(())
     }
 
     async fn record(&self, account: &AccountId, name: &str) -> Result<EnvironmentRecord, EnvError> {
@@ -142,7 +174,10 @@ impl Environments {
                 .await?;
         Ok(Environment {
             record,
-            connections: connections.into_iter().map(Connection::from).collect(),
+            connections: connections
+                .into_iter()
+                .map(|c| self.connection(c))
+                .collect(),
             services,
         })
     }
@@ -171,12 +206,16 @@ impl Environments {
     }
 
     pub async fn delete(&self, account: &AccountId, name: &str) -> Result<(), EnvError> {
+        let detail = self.get(account, name).await?;
         let (store, a, n) = (self.store.clone(), account.clone(), name.to_owned());
-        if blocking(move || store.delete_environment(&a, &n)).await? {
-            Ok(())
-        } else {
-            Err(not_found(name))
+        if !blocking(move || store.delete_environment(&a, &n)).await? {
+            return Err(not_found(name));
         }
+        for c in &detail.connections {
+            self.hub.kick(&c.record.id);
+        }
+        self.hub.unlisted(&detail.record.id, &[]);
+        Ok(())
     }
 
     /// Adds a connection; its token is in the answer and nowhere else.
@@ -212,11 +251,12 @@ impl Environments {
         let checked = address::check_list(endpoints).map_err(EnvError::Invalid)?;
         let json = serde_json::to_value(&checked).map_err(|e| EnvError::Internal(e.to_string()))?;
         let record = self.record(account, env).await?;
-        let (store, i) = (self.store.clone(), id.to_owned());
-        let updated = blocking(move || store.set_connection_endpoints(&record.id, &i, &json))
+        let (store, i, env_id) = (self.store.clone(), id.to_owned(), record.id.clone());
+        let updated = blocking(move || store.set_connection_endpoints(&env_id, &i, &json))
             .await?
             .ok_or_else(|| connection_not_found(env, id))?;
-        Ok(Connection::from(updated))
+        self.streams_follow_addresses(&record.id).await?;
+        Ok(self.connection(updated))
     }
 
     /// A new token for a connection: the old one stops working at once.
@@ -232,7 +272,8 @@ impl Environments {
         let updated = blocking(move || store.rotate_connection_token(&record.id, &i, t.expose()))
             .await?
             .ok_or_else(|| connection_not_found(env, id))?;
-        Ok((Connection::from(updated), token))
+        self.hub.kick(id);
+        Ok((self.connection(updated), token))
     }
 
     pub async fn delete_connection(
@@ -242,12 +283,12 @@ impl Environments {
         id: &str,
     ) -> Result<(), EnvError> {
         let record = self.record(account, env).await?;
-        let (store, i) = (self.store.clone(), id.to_owned());
-        if blocking(move || store.delete_connection(&record.id, &i)).await? {
-            Ok(())
-        } else {
-            Err(connection_not_found(env, id))
+        let (store, i, env_id) = (self.store.clone(), id.to_owned(), record.id.clone());
+        if !blocking(move || store.delete_connection(&env_id, &i)).await? {
+            return Err(connection_not_found(env, id));
         }
+        self.hub.kick(id);
+        self.streams_follow_addresses(&record.id).await
     }
 
     /// The connection a connector token belongs to, if any (the connector

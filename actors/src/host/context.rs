@@ -3,9 +3,12 @@
 //! ledger and the registry of live box actors.
 
 use crate::box_::BoxActor;
+use crate::box_::link::BoxdLink;
+use crate::connectors::Router;
+use crate::connectors::route::BoxRoute;
 use crate::error::BoxError;
 use crate::exec::mask::Masker;
-use crate::ids::BoxId;
+use crate::ids::{AccountId, BoxId};
 use crate::image::Image;
 use crate::secrets::Secrets;
 use crate::settings::{BoxSettings, Unit};
@@ -26,6 +29,8 @@ pub struct HostContext {
     pub installation: String,
     /// The account secrets, to rebuild a box's mask after a restart.
     pub secrets: Option<Secrets>,
+    /// Where boxes' streams to environment addresses go.
+    pub router: Option<Router>,
     capacity: Mutex<Capacity>,
     registry: Mutex<HashMap<BoxId, Addr<BoxActor>>>,
 }
@@ -54,6 +59,7 @@ impl HostContext {
         settings: BoxSettings,
         facts: HostFacts,
         secrets: Option<Secrets>,
+        router: Option<Router>,
     ) -> Arc<Self> {
         let capacity = Capacity {
             cpus_limit: f64::from(facts.cpus) * settings.cpu_overcommit,
@@ -68,6 +74,7 @@ impl HostContext {
             server_id: facts.server_id,
             installation: facts.installation,
             secrets,
+            router,
             capacity: Mutex::new(capacity),
             registry: Mutex::new(HashMap::new()),
         })
@@ -111,6 +118,30 @@ impl HostContext {
             nic: self.settings.network.then_some(Nic::User),
             owner: self.installation.clone(),
         }
+    }
+
+    /// The link to a box's boxd, its streams routed for the account that
+    /// holds it (none while pooled) and the environment its spec names.
+    pub fn link(
+        &self,
+        id: &BoxId,
+        account: Option<&AccountId>,
+        spec: &serde_json::Value,
+    ) -> BoxdLink {
+        let streams = match (&self.router, account) {
+            (Some(router), Some(account)) => Some(router.handler(BoxRoute {
+                box_id: id.clone(),
+                account: account.clone(),
+                environment: spec["environment"].as_str().map(str::to_owned),
+            })),
+            _ => None,
+        };
+        BoxdLink::open(self.socket(id), streams)
+    }
+
+    /// [`HostContext::link`] for a box as stored.
+    pub fn link_of(&self, record: &BoxRecord) -> BoxdLink {
+        self.link(&record.id, record.account_id.as_ref(), &record.spec)
     }
 
     /// The mask of a box's secrets, from the names it was started with (the

@@ -67,7 +67,7 @@ async fn boot(hctx: &Arc<HostContext>, record: BoxRecord) -> Result<Booted, BoxE
     } else {
         record
     };
-    let link = BoxdLink::open(hctx.socket(&record.id));
+    let link = hctx.link_of(&record);
     let hello = link
         .handle()
         .hello(hctx.settings.boot_timeout)
@@ -152,7 +152,7 @@ async fn claim(
     let result = async {
         let (h, name) = (hctx.clone(), HostContext::domain_name(&record.id));
         blocking(move || h.host.resume(&name)).await?;
-        let link = BoxdLink::open(hctx.socket(&record.id));
+        let link = hctx.link(&record.id, Some(&claim.account_id), &claim.spec);
         let hello = link
             .handle()
             .hello(RESUME_HELLO)

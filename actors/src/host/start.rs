@@ -5,8 +5,8 @@ use super::HostSupervisor;
 use super::context::{HostContext, HostFacts};
 use super::reconcile::{self, Adopt};
 use crate::box_::BoxActor;
-use crate::box_::link::BoxdLink;
 use crate::box_::state::BoxState;
+use crate::connectors::Router;
 use crate::error::{BoxError, blocking};
 use crate::secrets::Secrets;
 use crate::settings::BoxSettings;
@@ -34,6 +34,7 @@ pub async fn start_host(
     accel: AccelChoice,
     server_id: String,
     secrets: Option<Secrets>,
+    router: Option<Router>,
 ) -> Result<HostStart, BoxError> {
     let probe_settings = settings.clone();
     let (host, resources, accel) = blocking(move || {
@@ -61,7 +62,7 @@ pub async fn start_host(
         cpus: resources.cpus,
         memory_mib: resources.memory_mib,
     };
-    let ctx = HostContext::new(host, store, settings, facts, secrets);
+    let ctx = HostContext::new(host, store, settings, facts, secrets, router);
     let rctx = ctx.clone();
     let adopt = blocking(move || reconcile::reconcile(&rctx)).await?;
     for box_ in adopt {
@@ -88,7 +89,7 @@ async fn adopt_box(ctx: &Arc<HostContext>, adopt: Adopt) {
             record,
             from_frozen,
         } => {
-            let link = BoxdLink::open(ctx.socket(&record.id));
+            let link = ctx.link_of(&record);
             let result = async {
                 let hello = link
                     .handle()

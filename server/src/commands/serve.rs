@@ -12,6 +12,7 @@ use crate::tls;
 use actix_web::HttpServer;
 use anyhow::Context;
 use psbx_actors::boxes::Boxes;
+use psbx_actors::connectors::{Hub, Router};
 use psbx_actors::environments::Environments;
 use psbx_actors::host::start_host;
 use psbx_actors::secrets::Secrets;
@@ -56,6 +57,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let secrets = Secrets::new(store.clone(), vault)?;
 
     let result = actix_web::rt::System::new().block_on(async {
+        let hub = Hub::default();
         let host = if config.boxes.enabled {
             start_host(
                 store.clone(),
@@ -68,6 +70,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 },
                 server.id.to_string(),
                 Some(secrets.clone()),
+                Some(Router::new(hub.clone(), store.clone())),
             )
             .await
             .map_err(|e| {
@@ -77,7 +80,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         } else {
             Err("boxes are disabled in this server's configuration (boxes.enabled)".to_owned())
         };
-        let environments = Environments::new(store.clone(), secrets.vault());
+        let environments = Environments::new(store.clone(), secrets.vault(), hub);
         let boxes = Arc::new(
             Boxes::new(store.clone(), box_settings, host, Some(secrets.clone()))
                 .with_environments(environments.clone()),

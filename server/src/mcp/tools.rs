@@ -132,10 +132,10 @@ pub(super) fn box_failed(e: BoxError) -> CallToolResult {
 }
 
 /// A box read, started or stopped, as a tool result.
-fn box_result(result: Result<BoxSnapshot, BoxError>) -> CallToolResult {
+async fn box_result(result: Result<BoxSnapshot, BoxError>, envs: &Environments) -> CallToolResult {
     match result {
         Ok(snapshot) => {
-            let view = BoxView::from(snapshot);
+            let view = BoxView::live(snapshot, envs).await;
             structured(format!("box {} is {}", view.id, view.state), &view)
         }
         Err(e) => box_failed(e),
@@ -240,7 +240,11 @@ impl PsbxMcp {
                 a.environment,
             ),
         };
-        Ok(box_result(self.boxes.create(who.account_id, request).await))
+        Ok(box_result(
+            self.boxes.create(who.account_id, request).await,
+            &self.environments,
+        )
+        .await)
     }
 
     #[tool(
@@ -260,7 +264,7 @@ impl PsbxMcp {
             Err(e) => return Ok(box_failed(e)),
         };
         let running = snapshot.record.state == BoxState::Running;
-        let view = BoxView::from(snapshot);
+        let view = BoxView::live(snapshot, &self.environments).await;
         let processes = if running {
             match self.boxes.processes(&who.account_id, &a.id).await {
                 Ok(list) => list.into_iter().map(ProcessView::from).collect(),
@@ -287,7 +291,11 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
-        Ok(box_result(self.boxes.stop(&who.account_id, &a.id).await))
+        Ok(box_result(
+            self.boxes.stop(&who.account_id, &a.id).await,
+            &self.environments,
+        )
+        .await)
     }
 
     #[tool(description = "List this account's boxes, newest first.")]

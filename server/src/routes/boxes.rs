@@ -7,12 +7,15 @@ use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::{DateTime, Utc};
 use psbx_actors::box_::BoxSnapshot;
 use psbx_actors::boxes::{Boxes, CreateRequest};
+use psbx_actors::connectors::ConnectionStatus;
 use psbx_actors::duration;
+use psbx_actors::environments::Environments;
 use psbx_actors::environments::address::Endpoint;
 use psbx_actors::environments::claim::{Claimed, ServiceFiles};
 use psbx_actors::environments::settings::Notable;
 use psbx_actors::ids::BoxId;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use utoipa::ToSchema;
 
 /// A service the box runs, as the caller describes it (used by later features).
@@ -162,20 +165,24 @@ pub struct BoxServiceView {
     pub notable: Notable,
 }
 
-impl From<Claimed> for BoxEnvironmentView {
-    fn from(c: Claimed) -> Self {
-        // Connector sessions arrive with the connector: until then none is online.
+impl BoxEnvironmentView {
+    /// The claim, with the connections' status now (by connection name;
+    /// unknown ones are offline).
+    fn new(c: Claimed, status: &HashMap<String, ConnectionStatus>) -> Self {
         let connections: Vec<BoxConnectionView> = c
             .connections
             .into_iter()
-            .map(|conn| BoxConnectionView {
-                name: conn.name,
-                online: false,
-                sessions: 0,
-                last_seen_at: None,
-                connector_version: None,
-                rtt_ms: None,
-                reachable: conn.addresses,
+            .map(|conn| {
+                let now = status.get(&conn.name).cloned().unwrap_or_default();
+                BoxConnectionView {
+                    name: conn.name,
+                    online: now.online,
+                    sessions: now.sessions,
+                    last_seen_at: now.last_seen_at,
+                    connector_version: now.connector_version,
+                    rtt_ms: now.rtt_ms,
+                    reachable: conn.addresses,
+                }
             })
             .collect();
         let offline: Vec<String> = connections
@@ -223,13 +230,38 @@ impl From<Claimed> for BoxEnvironmentView {
     }
 }
 
+impl BoxView {
+    /// The box, its environment's connections read again now.
+    pub async fn live(snapshot: BoxSnapshot, envs: &Environments) -> Self {
+        let claimed =
+            serde_json::from_value::<Claimed>(snapshot.record.spec["claimed"].clone()).ok();
+        let account = snapshot.record.account_id.clone();
+        let mut view = Self::from(snapshot);
+        if let (Some(claimed), Some(account)) = (claimed, account) {
+            // A deleted environment leaves its connections offline.
+            let status: HashMap<String, ConnectionStatus> = envs
+                .get(&account, &claimed.name)
+                .await
+                .map(|env| {
+                    env.connections
+                        .into_iter()
+                        .map(|c| (c.record.name, c.status))
+                        .collect()
+                })
+                .unwrap_or_default();
+            view.environment = Some(BoxEnvironmentView::new(claimed, &status));
+        }
+        view
+    }
+}
+
 impl From<BoxSnapshot> for BoxView {
     fn from(s: BoxSnapshot) -> Self {
         let r = s.record;
         let over = r.state.is_terminal();
         let environment = serde_json::from_value::<Claimed>(r.spec["claimed"].clone())
             .ok()
-            .map(BoxEnvironmentView::from);
+            .map(|c| BoxEnvironmentView::new(c, &HashMap::new()));
         Self {
             environment,
             id: r.id.to_string(),
@@ -288,6 +320,7 @@ pub struct BoxList {
 pub async fn start(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
+    envs: web::Data<Environments>,
     body: web::Json<StartBox>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
@@ -300,7 +333,7 @@ pub async fn start(
         spec,
     };
     let snapshot = boxes.create(who.account_id, request).await?;
-    Ok(HttpResponse::Created().json(BoxView::from(snapshot)))
+    Ok(HttpResponse::Created().json(BoxView::live(snapshot, &envs).await))
 }
 
 #[utoipa::path(
@@ -339,11 +372,11 @@ pub async fn list(
 pub async fn get(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
+    envs: web::Data<Environments>,
     id: web::Path<String>,
 ) -> Result<web::Json<BoxView>, ApiError> {
-    Ok(web::Json(
-        boxes.get(&who.account_id, &id, true).await?.into(),
-    ))
+    let snapshot = boxes.get(&who.account_id, &id, true).await?;
+    Ok(web::Json(BoxView::live(snapshot, &envs).await))
 }
 
 #[utoipa::path(

@@ -67,12 +67,11 @@ impl From<&Connection> for ConnectionView {
             id: c.record.id.clone(),
             name: c.record.name.clone(),
             endpoints: c.endpoints.iter().map(EndpointView::from).collect(),
-            // Connector sessions arrive with the connector.
-            online: false,
-            sessions: 0,
-            last_seen_at: None,
-            connector_version: None,
-            rtt_ms: None,
+            online: c.status.online,
+            sessions: c.status.sessions,
+            last_seen_at: c.status.last_seen_at,
+            connector_version: c.status.connector_version.clone(),
+            rtt_ms: c.status.rtt_ms,
             created_at: c.record.created_at,
             token_rotated_at: c.record.token_rotated_at,
         }

@@ -5,6 +5,7 @@
 
 pub mod api_keys;
 pub mod boxes;
+pub mod connect;
 pub mod docs;
 pub mod environments;
 pub mod exec;

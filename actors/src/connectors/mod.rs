@@ -1,0 +1,261 @@
+//! The connector sessions this replica holds, by connection, and the path of
+//! a box's stream to the user's network (environments.txt, "How a box
+//! reaches an address"; DESIGN.md §3, §5, §8).
+//!
+//! [`Hub`] keeps, per connection, the wire sessions of every connector copy
+//! connected here, and the box streams open through each environment address.
+//! It is shared state behind a mutex rather than an actor per environment:
+//! every operation is a short lookup or insertion with no ordering between
+//! messages to keep, and routing a stream must not wait behind a mailbox.
+//! (Sessions on other replicas and the replica-to-replica path are not here
+//! yet; the choice of a session is made in [`Hub::open`] alone.)
+//!
+//! [`Router`] answers a box's `env:<host>:<port>` stream: the connection that
+//! lists that exact address now (by name, first), a session of it, and a
+//! stream to the connector; 403 when no connection lists it, 503 when none
+//! of its connectors is online (naming it), the connector's own code (502)
+//! when it could not reach the target.
+
+pub mod route;
+
+pub use route::Router;
+
+use crate::environments::address::Endpoint;
+use chrono::{DateTime, Utc};
+use psbx_wire::mux::{OpenError, Session, Stream};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A connection's live state, as reads show it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConnectionStatus {
+    pub online: bool,
+    pub sessions: u32,
+    pub last_seen_at: Option<DateTime<Utc>>,
+    pub connector_version: Option<String>,
+    pub rtt_ms: Option<f64>,
+}
+
+struct Entry {
+    id: u64,
+    session: Session,
+    version: String,
+}
+
+/// A box stream open through an address, so that it can be closed when the
+/// address stops being listed.
+struct OpenStream {
+    id: u64,
+    reset: tokio::sync::oneshot::Sender<&'static str>,
+}
+
+#[derive(Default)]
+struct State {
+    next: u64,
+    /// Connection id → the sessions of its connectors here.
+    sessions: HashMap<String, Vec<Entry>>,
+    /// Connection id → when a connector of it was last connected here.
+    last_seen: HashMap<String, DateTime<Utc>>,
+    /// (environment id, address) → box streams open through it.
+    streams: HashMap<(String, Endpoint), Vec<OpenStream>>,
+    /// Box id → bytes the box sent through connections.
+    egress: HashMap<String, u64>,
+}
+
+/// Cheap to clone; one per replica.
+#[derive(Clone, Default)]
+pub struct Hub {
+    state: Arc<Mutex<State>>,
+}
+
+/// Keeps a session registered; dropping it takes the session out.
+pub struct Registration {
+    hub: Hub,
+    connection: String,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut state = self.hub.lock();
+        if let Some(list) = state.sessions.get_mut(&self.connection) {
+            list.retain(|e| e.id != self.id);
+        }
+        state.last_seen.insert(self.connection.clone(), Utc::now());
+    }
+}
+
+/// Why a box stream could not be routed: the code and reason boxd gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: u16,
+    pub reason: String,
+}
+
+impl Hub {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds a connector's session to its connection.
+    pub fn register(&self, connection: &str, session: Session, version: &str) -> Registration {
+        let mut state = self.lock();
+        state.next += 1;
+        let id = state.next;
+        state
+            .sessions
+            .entry(connection.to_owned())
+            .or_default()
+            .push(Entry {
+                id,
+                session,
+                version: version.to_owned(),
+            });
+        state.last_seen.insert(connection.to_owned(), Utc::now());
+        Registration {
+            hub: self.clone(),
+            connection: connection.to_owned(),
+            id,
+        }
+    }
+
+    /// Closes every session of a connection (its token was rotated, or it
+    /// was deleted): the connectors are disconnected at once.
+    pub fn kick(&self, connection: &str) {
+        let sessions: Vec<Session> = self
+            .lock()
+            .sessions
+            .remove(connection)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| e.session)
+            .collect();
+        for session in sessions {
+            session.goaway("the connection's token was rotated or the connection deleted");
+            session.close();
+        }
+    }
+
+    /// How a connection's connectors are, here.
+    pub fn status(&self, connection: &str) -> ConnectionStatus {
+        let state = self.lock();
+        let live: Vec<&Entry> = state
+            .sessions
+            .get(connection)
+            .map(|l| l.iter().filter(|e| !e.session.is_closed()).collect())
+            .unwrap_or_default();
+        let rtts: Vec<f64> = live
+            .iter()
+            .filter_map(|e| e.session.stats().rtt)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .collect();
+        ConnectionStatus {
+            online: !live.is_empty(),
+            sessions: u32::try_from(live.len()).unwrap_or(u32::MAX),
+            last_seen_at: if live.is_empty() {
+                state.last_seen.get(connection).copied()
+            } else {
+                Some(Utc::now())
+            },
+            connector_version: live.first().map(|e| e.version.clone()),
+            rtt_ms: rtts.into_iter().reduce(f64::min),
+        }
+    }
+
+    /// Opens a stream to `target` through one of the connection's sessions:
+    /// the least busy one that is not draining, else a draining one.
+    pub async fn open(
+        &self,
+        connection: &str,
+        name: &str,
+        target: &str,
+    ) -> Result<Stream, Refusal> {
+        let candidates: Vec<Session> = {
+            let state = self.lock();
+            let mut live: Vec<&Entry> = state
+                .sessions
+                .get(connection)
+                .map(|l| l.iter().filter(|e| !e.session.is_closed()).collect())
+                .unwrap_or_default();
+            live.sort_by_key(|e| (e.session.peer_goaway().is_some(), e.session.stats().streams));
+            live.into_iter().map(|e| e.session.clone()).collect()
+        };
+        let offline = || Refusal {
+            code: 503,
+            reason: format!("the connector \"{name}\" of this environment is offline"),
+        };
+        if candidates.is_empty() {
+            return Err(offline());
+        }
+        for session in candidates {
+            match session.open(target).await {
+                Ok(stream) => return Ok(stream),
+                // The connector answered: its verdict is final (another copy
+                // is not tried; every copy must reach every address).
+                Err(OpenError::Refused { code, reason }) => return Err(Refusal { code, reason }),
+                // This session is going away: try the next one.
+                Err(_) => continue,
+            }
+        }
+        Err(offline())
+    }
+
+    /// Notes a box stream open through `address` of environment `env`; the
+    /// receiver fires when the address stops being listed.
+    pub fn track(
+        &self,
+        env: &str,
+        address: &Endpoint,
+    ) -> (u64, tokio::sync::oneshot::Receiver<&'static str>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut state = self.lock();
+        state.next += 1;
+        let id = state.next;
+        state
+            .streams
+            .entry((env.to_owned(), address.clone()))
+            .or_default()
+            .push(OpenStream { id, reset: tx });
+        (id, rx)
+    }
+
+    pub fn untrack(&self, env: &str, address: &Endpoint, id: u64) {
+        let mut state = self.lock();
+        let key = (env.to_owned(), address.clone());
+        if let Some(list) = state.streams.get_mut(&key) {
+            list.retain(|s| s.id != id);
+            if list.is_empty() {
+                state.streams.remove(&key);
+            }
+        }
+    }
+
+    /// Closes the open box streams of environment `env` whose address is not
+    /// in `listed` any more.
+    pub fn unlisted(&self, env: &str, listed: &[Endpoint]) {
+        let mut state = self.lock();
+        let gone: Vec<(String, Endpoint)> = state
+            .streams
+            .keys()
+            .filter(|(e, a)| e == env && !listed.contains(a))
+            .cloned()
+            .collect();
+        for key in gone {
+            for stream in state.streams.remove(&key).unwrap_or_default() {
+                let _ = stream.reset.send("the address is no longer listed");
+            }
+        }
+    }
+
+    /// Counts bytes a box sent through a connection.
+    pub fn add_egress(&self, box_id: &str, bytes: u64) {
+        *self.lock().egress.entry(box_id.to_owned()).or_default() += bytes;
+    }
+
+    /// Bytes a box sent through connections since this replica started.
+    pub fn egress(&self, box_id: &str) -> u64 {
+        self.lock().egress.get(box_id).copied().unwrap_or(0)
+    }
+}

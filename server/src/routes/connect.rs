@@ -1,0 +1,132 @@
+//! `GET /v1/connect`: where connectors connect (environments.txt,
+//! "Connector"). The WebSocket upgrade is authenticated with the
+//! connection's token (`Authorization: Bearer psbx_conn_...`, looked up by
+//! its hash); then every binary message is one wire frame of a session in
+//! which this server opens a stream per box connection. The session is
+//! registered with the connector hub ([`psbx_actors::connectors::Hub`]) under its connection until it ends; rotating
+//! the token or deleting the connection closes it at once.
+//!
+//! actix-ws's message stream is not `Send`, while the wire session's driver
+//! runs on tokio's scheduler: a local task pumps messages between the
+//! WebSocket and two channels, and the session runs over the channels.
+
+use crate::auth::bearer_token;
+use crate::error::ApiError;
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, get, web};
+use actix_ws::Message;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use psbx_actors::environments::Environments;
+use psbx_wire::Hello;
+use psbx_wire::mux::{Config, Role, Session};
+use tokio::sync::mpsc;
+
+/// Largest WebSocket message taken (a wire frame is at most 64 KiB + header).
+const MAX_MESSAGE: usize = 1 << 20;
+
+fn refused(message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).hint(
+        "give the connector the token of its connection (POST /v1/environments/{env}/connections, \
+         or .../connections/{id}/token to rotate it)",
+    )
+}
+
+#[utoipa::path(
+    tag = "environments",
+    operation_id = "connect",
+    responses(
+        (status = 101, description = "WebSocket: wire frames, one per binary message"),
+        (status = 401, body = crate::error::ErrorBody),
+    )
+)]
+#[get("/v1/connect")]
+pub async fn connect(
+    req: HttpRequest,
+    body: web::Payload,
+    envs: web::Data<Environments>,
+) -> Result<HttpResponse, ApiError> {
+    let token = bearer_token(req.headers())
+        .filter(|t| t.starts_with("psbx_conn_"))
+        .ok_or_else(|| refused("a connector token (psbx_conn_...) is required"))?
+        .to_owned();
+    let (connection, env) = envs.connection_for_token(&token).await?.ok_or_else(|| {
+        refused("the connector token is not valid: it was rotated, or its connection deleted")
+    })?;
+    let (response, ws, messages) = actix_ws::handle(&req, body)
+        .map_err(|e| ApiError::bad_request("not_websocket", e.to_string()))?;
+    let (to_ws, from_session) = mpsc::channel::<Bytes>(64);
+    let (to_session, from_ws) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    actix_web::rt::spawn(pump(
+        ws,
+        messages.max_frame_size(MAX_MESSAGE),
+        from_session,
+        to_session,
+    ));
+    let hub = envs.hub().clone();
+    let (id, name, env_name) = (connection.record.id, connection.record.name, env.name);
+    tokio::spawn(async move {
+        let sink = Box::pin(futures_util::sink::unfold(
+            to_ws,
+            |tx, frame: Bytes| async move { tx.send(frame).await.map(|()| tx) },
+        ));
+        let stream = Box::pin(futures_util::stream::unfold(from_ws, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        }));
+        let hello = Hello::new(format!("psbx {}", env!("CARGO_PKG_VERSION")));
+        match Session::over_messages(sink, stream, Role::Server, Config::default(), hello).await {
+            Ok(session) => {
+                let version = session.peer().software.clone();
+                let _registered = hub.register(&id, session.clone(), &version);
+                tracing::info!(environment = %env_name, connection = %name, connector = %version, "connector session up");
+                let ended = session.closed().await;
+                tracing::info!(environment = %env_name, connection = %name, result = ?ended.err(), "connector session down");
+            }
+            Err(e) => {
+                tracing::warn!(environment = %env_name, connection = %name, error = %e, "connector session failed to start");
+            }
+        }
+    });
+    Ok(response)
+}
+
+/// Moves frames between the WebSocket and the session's channels until
+/// either side ends; answers WebSocket pings.
+async fn pump(
+    mut ws: actix_ws::Session,
+    mut messages: actix_ws::MessageStream,
+    mut from_session: mpsc::Receiver<Bytes>,
+    to_session: mpsc::Sender<Result<Bytes, std::io::Error>>,
+) {
+    loop {
+        tokio::select! {
+            message = messages.next() => match message {
+                Some(Ok(Message::Binary(frame))) => {
+                    if to_session.send(Ok(frame)).await.is_err() {
+                        break;
+                    }
+                }
+                Some(Ok(Message::Ping(payload))) => {
+                    if ws.pong(&payload).await.is_err() {
+                        break;
+                    }
+                }
+                Some(Ok(Message::Close(_))) | None => break,
+                Some(Err(e)) => {
+                    let _ = to_session.send(Err(std::io::Error::other(e.to_string()))).await;
+                    break;
+                }
+                Some(Ok(_)) => {}
+            },
+            frame = from_session.recv() => match frame {
+                Some(frame) => {
+                    if ws.binary(frame).await.is_err() {
+                        break;
+                    }
+                }
+                None => break,
+            },
+        }
+    }
+    let _ = ws.close(None).await;
+}
