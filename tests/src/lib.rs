@@ -16,6 +16,7 @@
 
 mod database;
 pub mod git;
+pub mod netns;
 mod process;
 pub mod python;
 pub mod vm;

@@ -59,9 +59,11 @@ impl ServerProcess {
         if let Some(dir) = cwd {
             command.current_dir(dir);
         }
+        command.arg("serve");
+        if !args.contains(&"--listen") {
+            command.args(["--listen", "127.0.0.1:0"]);
+        }
         command
-            .arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .env_remove("DATABASE_URL")
             .env("RUST_LOG", "info")

@@ -70,6 +70,7 @@ pub struct BoxServer {
     pub key: String,
     pub dir: tempfile::TempDir,
     config: PathBuf,
+    listen: String,
     // Dropped last: the guard needs the database to find the boxes.
     _guard: DomainGuard,
     pub db: TestDatabase,
@@ -86,6 +87,12 @@ impl BoxServer {
     /// Like [`BoxServer::start`], with `top` TOML lines before `[boxes]`
     /// (server settings such as `http_workers = 1`).
     pub fn start_with(top: &str, extra: &str) -> Self {
+        Self::start_on("127.0.0.1:0", top, extra)
+    }
+
+    /// Like [`BoxServer::start_with`], listening on `listen` (an address of a
+    /// test's own network namespace link, for a connector in it).
+    pub fn start_on(listen: &str, top: &str, extra: &str) -> Self {
         let images = images_dir();
         let db = TestDatabase::new();
         let dir = tempfile::tempdir().expect("tempdir");
@@ -114,6 +121,7 @@ impl BoxServer {
             key: String::new(),
             dir,
             config,
+            listen: listen.to_owned(),
             _guard: guard,
             db,
         };
@@ -130,6 +138,8 @@ impl BoxServer {
         let data = self.dir.path().join("data");
         let server = ServerProcess::start(
             &[
+                "--listen",
+                &self.listen,
                 "--config",
                 self.config.to_str().expect("utf-8 path"),
                 "--data-dir",
