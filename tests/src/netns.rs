@@ -57,7 +57,15 @@ impl Netns {
         ip(&["link", "set", &peer, "netns", &name]);
         ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &veth]);
         ip(&["link", "set", &veth, "up"]);
-        ip(&["-n", &name, "addr", "add", &format!("{ns_ip}/30"), "dev", &peer]);
+        ip(&[
+            "-n",
+            &name,
+            "addr",
+            "add",
+            &format!("{ns_ip}/30"),
+            "dev",
+            &peer,
+        ]);
         ip(&["-n", &name, "link", "set", &peer, "up"]);
         ip(&["-n", &name, "link", "set", "lo", "up"]);
         std::fs::create_dir_all(&etc).expect("/etc/netns/<name>");
@@ -123,7 +131,9 @@ impl Netns {
                 .command("python3")
                 .args([
                     "-c",
-                    &format!("import socket; socket.create_connection(({addr:?}, {port}), 1).close()"),
+                    &format!(
+                        "import socket; socket.create_connection(({addr:?}, {port}), 1).close()"
+                    ),
                 ])
                 .stderr(Stdio::null())
                 .status()
@@ -133,7 +143,10 @@ impl Netns {
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        panic!("the echo server in {} did not listen on {addr}:{port}", self.name);
+        panic!(
+            "the echo server in {} did not listen on {addr}:{port}",
+            self.name
+        );
     }
 }
 
@@ -144,13 +157,20 @@ impl Drop for Netns {
             let _ = child.wait();
         }
         // Anything else still inside (a process a test started by other means).
-        if let Ok(out) = Command::new("ip").args(["netns", "pids", &self.name]).output() {
+        if let Ok(out) = Command::new("ip")
+            .args(["netns", "pids", &self.name])
+            .output()
+        {
             for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
                 let _ = Command::new("kill").args(["-9", pid]).status();
             }
         }
-        let _ = Command::new("ip").args(["link", "del", &self.veth]).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.veth])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
         let _ = std::fs::remove_dir_all(&self.etc);
     }
 }
