@@ -58,6 +58,7 @@ fn state(f: &Fixture) -> AppState {
     );
     let info = ServerInfo {
         public_url: "http://localhost:8080".into(),
+        server_id: "srv_test".into(),
         connector_image: "psbx-connector:test".into(),
         aws_box_role_template_url: None,
     };

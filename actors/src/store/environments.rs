@@ -333,3 +333,49 @@ impl Store {
         )
     }
 }
+
+impl Store {
+    /// Records a connector session this replica holds.
+    pub fn insert_connector_session(
+        &self,
+        id: &str,
+        connection: &str,
+        server: &str,
+        version: &str,
+    ) -> Result<(), StoreError> {
+        use super::schema::connector_sessions as cs;
+        diesel::insert_into(cs::table)
+            .values((
+                cs::id.eq(id),
+                cs::connection_id.eq(connection),
+                cs::server_id.eq(server),
+                cs::connector_version.eq(version),
+            ))
+            .execute(&mut self.conn()?)?;
+        Ok(())
+    }
+
+    /// A connector session was heard from (its round trip, if measured).
+    pub fn touch_connector_session(&self, id: &str, rtt_ms: Option<f64>) -> Result<(), StoreError> {
+        use super::schema::connector_sessions as cs;
+        diesel::update(cs::table.find(id))
+            .set((cs::last_seen_at.eq(diesel::dsl::now), cs::rtt_ms.eq(rtt_ms)))
+            .execute(&mut self.conn()?)?;
+        Ok(())
+    }
+
+    pub fn delete_connector_session(&self, id: &str) -> Result<(), StoreError> {
+        use super::schema::connector_sessions as cs;
+        diesel::delete(cs::table.find(id)).execute(&mut self.conn()?)?;
+        Ok(())
+    }
+
+    /// Forgets the sessions of replicas that stopped or stopped heartbeating.
+    pub fn prune_connector_sessions(&self) -> Result<usize, StoreError> {
+        Ok(diesel::sql_query(
+            "DELETE FROM connector_sessions WHERE server_id NOT IN \
+             (SELECT id FROM servers WHERE stopped_at IS NULL AND heartbeat_at > now() - interval '2 minutes')",
+        )
+        .execute(&mut self.conn()?)?)
+    }
+}

@@ -227,5 +227,21 @@ diesel::allow_tables_to_appear_in_same_query!(
     environments,
     connections,
     environment_services,
-    uploads
+    uploads,
+    connector_sessions
 );
+
+diesel::table! {
+    connector_sessions (id) {
+        id -> Text,
+        connection_id -> Text,
+        server_id -> Text,
+        connector_version -> Text,
+        connected_at -> Timestamptz,
+        last_seen_at -> Timestamptz,
+        rtt_ms -> Nullable<Float8>,
+        draining -> Bool,
+    }
+}
+
+diesel::joinable!(connector_sessions -> connections (connection_id));

@@ -88,6 +88,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         let (hosts, origins) = mcp_hosts(&url);
         let info = ServerInfo {
             public_url: url.clone(),
+            server_id: server.id.to_string(),
             connector_image: config.connector_image.clone(),
             aws_box_role_template_url: config.aws_box_role_template_url.clone(),
         };
@@ -190,7 +191,13 @@ async fn heartbeat(store: Store, id: psbx_actors::ids::ServerId) {
     loop {
         tick.tick().await;
         let (store, id) = (store.clone(), id.clone());
-        match actix_web::web::block(move || store.heartbeat_server(&id)).await {
+        // The connector sessions of replicas that are gone are forgotten.
+        match actix_web::web::block(move || {
+            store.heartbeat_server(&id)?;
+            store.prune_connector_sessions().map(|_| ())
+        })
+        .await
+        {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
             Err(e) => tracing::warn!(error = %e, "heartbeat task failed"),

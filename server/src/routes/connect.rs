@@ -11,15 +11,19 @@
 //! WebSocket and two channels, and the session runs over the channels.
 
 use crate::auth::bearer_token;
-use crate::error::ApiError;
+use crate::error::{ApiError, blocking};
+use crate::server_info::ServerInfo;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, get, web};
 use actix_ws::Message;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use psbx_actors::environments::Environments;
+use psbx_actors::ids::random_token;
+use psbx_actors::store::Store;
 use psbx_wire::Hello;
 use psbx_wire::mux::{Config, Role, Session};
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Largest WebSocket message taken (a wire frame is at most 64 KiB + header).
@@ -45,6 +49,8 @@ pub async fn connect(
     req: HttpRequest,
     body: web::Payload,
     envs: web::Data<Environments>,
+    store: web::Data<Store>,
+    info: web::Data<ServerInfo>,
 ) -> Result<HttpResponse, ApiError> {
     let token = bearer_token(req.headers())
         .filter(|t| t.starts_with("psbx_conn_"))
@@ -64,6 +70,7 @@ pub async fn connect(
         to_session,
     ));
     let hub = envs.hub().clone();
+    let (store, server_id) = (store.get_ref().clone(), info.server_id.clone());
     let (id, name, env_name) = (connection.record.id, connection.record.name, env.name);
     tokio::spawn(async move {
         let sink = Box::pin(futures_util::sink::unfold(
@@ -79,8 +86,14 @@ pub async fn connect(
                 let version = session.peer().software.clone();
                 let _registered = hub.register(&id, session.clone(), &version);
                 tracing::info!(environment = %env_name, connection = %name, connector = %version, "connector session up");
-                let ended = session.closed().await;
-                tracing::info!(environment = %env_name, connection = %name, result = ?ended.err(), "connector session down");
+                let recorded = Recorded::new(store, &id, &server_id, &version).await;
+                tokio::select! {
+                    ended = session.closed() => {
+                        tracing::info!(environment = %env_name, connection = %name, result = ?ended.err(), "connector session down");
+                    }
+                    () = recorded.heartbeat(&session) => {}
+                }
+                recorded.remove().await;
             }
             Err(e) => {
                 tracing::warn!(environment = %env_name, connection = %name, error = %e, "connector session failed to start");
@@ -88,6 +101,53 @@ pub async fn connect(
         }
     });
     Ok(response)
+}
+
+/// How often a session's row in `connector_sessions` is refreshed.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// A session's row in `connector_sessions`, for the operator and the other
+/// replicas; removed when the session ends.
+struct Recorded {
+    store: Store,
+    id: Option<String>,
+}
+
+impl Recorded {
+    async fn new(store: Store, connection: &str, server: &str, version: &str) -> Self {
+        let id = random_token(20).ok().map(|t| format!("cs_{t}"));
+        if let Some(row) = id.clone() {
+            let (s, c, srv, v) = (
+                store.clone(),
+                connection.to_owned(),
+                server.to_owned(),
+                version.to_owned(),
+            );
+            if let Err(e) = blocking(move || s.insert_connector_session(&row, &c, &srv, &v)).await {
+                tracing::warn!(error = %e, "cannot record the connector session");
+            }
+        }
+        Self { store, id }
+    }
+
+    /// Refreshes the row until the session ends (never returns on its own).
+    async fn heartbeat(&self, session: &Session) {
+        loop {
+            tokio::time::sleep(HEARTBEAT).await;
+            if let Some(row) = self.id.clone() {
+                let rtt = session.stats().rtt.map(|d| d.as_secs_f64() * 1000.0);
+                let store = self.store.clone();
+                let _ = blocking(move || store.touch_connector_session(&row, rtt)).await;
+            }
+        }
+    }
+
+    async fn remove(self) {
+        if let Some(row) = self.id {
+            let store = self.store;
+            let _ = blocking(move || store.delete_connector_session(&row)).await;
+        }
+    }
 }
 
 /// Moves frames between the WebSocket and the session's channels until
