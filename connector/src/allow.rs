@@ -51,7 +51,8 @@ mod tests {
 
     #[test]
     fn commas_and_spaces_separate_entries() {
-        let list = AllowList::parse(" db.internal:5432,redis.internal:6379\n10.0.0.5:80 ,").unwrap();
+        let list =
+            AllowList::parse(" db.internal:5432,redis.internal:6379\n10.0.0.5:80 ,").unwrap();
         assert_eq!(list.count(), 3);
         assert!(list.allows("db.internal", 5432));
         assert!(list.allows("DB.INTERNAL", 5432));

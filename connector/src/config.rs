@@ -96,8 +96,13 @@ impl Config {
     /// Reads the configuration from `get` (the environment, or a map in
     /// tests). Empty values count as unset.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let get = |name: &str| get(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let token = get("PSBX_CONNECTOR_TOKEN").ok_or(ConfigError::Missing("PSBX_CONNECTOR_TOKEN"))?;
+        let get = |name: &str| {
+            get(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let token =
+            get("PSBX_CONNECTOR_TOKEN").ok_or(ConfigError::Missing("PSBX_CONNECTOR_TOKEN"))?;
         if !token.starts_with(TOKEN_PREFIX)
             || token.len() == TOKEN_PREFIX.len()
             || token.chars().any(|c| c.is_whitespace() || c.is_control())
@@ -147,7 +152,9 @@ pub fn parse_server_url(raw: &str) -> Result<ServerUrl, ConfigError> {
         _ => return Err(bad("the scheme must be http or https")),
     };
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(bad("credentials do not belong in the URL; the token is PSBX_CONNECTOR_TOKEN"));
+        return Err(bad(
+            "credentials do not belong in the URL; the token is PSBX_CONNECTOR_TOKEN",
+        ));
     }
     if url.query().is_some() || url.fragment().is_some() {
         return Err(bad("the URL must not have a query or fragment"));
@@ -191,7 +198,11 @@ fn proxy_for(
     let Some((name, raw)) = names.iter().find_map(|n| get(n).map(|v| (*n, v))) else {
         return Ok(None);
     };
-    let no_proxy = NoProxy::parse(&get("no_proxy").or_else(|| get("NO_PROXY")).unwrap_or_default());
+    let no_proxy = NoProxy::parse(
+        &get("no_proxy")
+            .or_else(|| get("NO_PROXY"))
+            .unwrap_or_default(),
+    );
     if no_proxy.matches(&server.host, server.port) {
         return Ok(None);
     }
@@ -220,7 +231,10 @@ mod tests {
     fn the_minimal_configuration_has_defaults() {
         let c = config(&[TOKEN, URL]).unwrap();
         assert_eq!(c.sessions, DEFAULT_SESSIONS);
-        assert_eq!(c.server.connect_url, "wss://psbx.example.com:443/v1/connect");
+        assert_eq!(
+            c.server.connect_url,
+            "wss://psbx.example.com:443/v1/connect"
+        );
         assert_eq!(c.server.display, "https://psbx.example.com:443");
         assert!(c.server.tls);
         assert!(c.allow.is_none() && c.proxy.is_none() && c.ca_file.is_none());
@@ -230,7 +244,10 @@ mod tests {
 
     #[test]
     fn a_missing_or_foreign_token_is_refused() {
-        assert_eq!(config(&[URL]).unwrap_err(), ConfigError::Missing("PSBX_CONNECTOR_TOKEN"));
+        assert_eq!(
+            config(&[URL]).unwrap_err(),
+            ConfigError::Missing("PSBX_CONNECTOR_TOKEN")
+        );
         assert_eq!(
             config(&[URL, ("PSBX_CONNECTOR_TOKEN", "  ")]).unwrap_err(),
             ConfigError::Missing("PSBX_CONNECTOR_TOKEN")
@@ -253,7 +270,10 @@ mod tests {
         let u = parse_server_url("https://[::1]:9443").unwrap();
         assert_eq!(u.connect_url, "wss://[::1]:9443/v1/connect");
         assert_eq!(u.host, "::1");
-        assert_eq!(config(&[TOKEN]).unwrap_err(), ConfigError::Missing("PSBX_URL"));
+        assert_eq!(
+            config(&[TOKEN]).unwrap_err(),
+            ConfigError::Missing("PSBX_URL")
+        );
         for bad in [
             "ftp://example.com",
             "example.com",
@@ -263,7 +283,10 @@ mod tests {
             "not a url",
         ] {
             assert!(
-                matches!(config(&[TOKEN, ("PSBX_URL", bad)]), Err(ConfigError::BadUrl(..))),
+                matches!(
+                    config(&[TOKEN, ("PSBX_URL", bad)]),
+                    Err(ConfigError::BadUrl(..))
+                ),
                 "{bad}"
             );
         }
@@ -284,7 +307,12 @@ mod tests {
 
     #[test]
     fn allow_lists_are_parsed_and_checked() {
-        let c = config(&[TOKEN, URL, ("PSBX_ALLOW", "db.internal:5432, 10.0.0.5:6379")]).unwrap();
+        let c = config(&[
+            TOKEN,
+            URL,
+            ("PSBX_ALLOW", "db.internal:5432, 10.0.0.5:6379"),
+        ])
+        .unwrap();
         let allow = c.allow.unwrap();
         assert!(allow.allows("db.internal", 5432));
         assert!(!allow.allows("db.internal", 5433));
@@ -300,7 +328,10 @@ mod tests {
         let c = config(&[TOKEN, URL, proxy]).unwrap();
         let p = c.proxy.unwrap();
         assert_eq!((p.host.as_str(), p.port), ("proxy.corp", 3128));
-        assert_eq!(p.credentials.as_ref().map(|c| c.password.as_str()), Some("p@ss"));
+        assert_eq!(
+            p.credentials.as_ref().map(|c| c.password.as_str()),
+            Some("p@ss")
+        );
         assert!(!format!("{p:?}").contains("p@ss"));
         // An http server uses HTTP_PROXY, not HTTPS_PROXY.
         let http = ("PSBX_URL", "http://psbx.example.com");

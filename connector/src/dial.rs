@@ -63,7 +63,10 @@ pub struct Dialer {
 impl Dialer {
     /// A dialer using the system's resolver configuration and hosts file,
     /// or `dns_server` and `hosts_file` instead when given (test aids).
-    pub fn new(dns_server: Option<SocketAddr>, hosts_file: Option<&Path>) -> Result<Self, SetupError> {
+    pub fn new(
+        dns_server: Option<SocketAddr>,
+        hosts_file: Option<&Path>,
+    ) -> Result<Self, SetupError> {
         let (config, mut opts) = match dns_server {
             Some(addr) => (
                 ResolverConfig::from_parts(
@@ -73,7 +76,9 @@ impl Dialer {
                 ),
                 ResolverOpts::default(),
             ),
-            None => hickory_resolver::system_conf::read_system_conf().map_err(SetupError::SystemConf)?,
+            None => {
+                hickory_resolver::system_conf::read_system_conf().map_err(SetupError::SystemConf)?
+            }
         };
         opts.use_hosts_file = ResolveHosts::Always;
         opts.ip_strategy = LookupIpStrategy::Ipv4thenIpv6;
@@ -215,6 +220,9 @@ mod tests {
     #[test]
     fn a_missing_hosts_file_fails_setup() {
         let err = Dialer::new(None, Some(Path::new("/nonexistent/hosts"))).err();
-        assert!(matches!(err, Some(SetupError::HostsFile(..)) | Some(SetupError::SystemConf(_))));
+        assert!(matches!(
+            err,
+            Some(SetupError::HostsFile(..)) | Some(SetupError::SystemConf(_))
+        ));
     }
 }

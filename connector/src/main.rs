@@ -46,7 +46,10 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 const DEFAULT_FILTER: &str = "info,hickory_proto=warn,hickory_resolver=warn";
 
 fn main() -> ExitCode {
-    if std::env::args().skip(1).any(|a| a == "--version" || a == "-V") {
+    if std::env::args()
+        .skip(1)
+        .any(|a| a == "--version" || a == "-V")
+    {
         println!("psbx-connector {VERSION}");
         return ExitCode::SUCCESS;
     }

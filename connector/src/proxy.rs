@@ -297,11 +297,17 @@ mod tests {
         let c = p.credentials.as_ref().unwrap();
         assert_eq!((c.user.as_str(), c.password.as_str()), ("u:x", "p@ss"));
         assert_eq!(p.to_string(), "http://proxy.corp:3128");
-        assert_eq!(Proxy::parse("10.0.0.1:8080").unwrap().authority(), "10.0.0.1:8080");
+        assert_eq!(
+            Proxy::parse("10.0.0.1:8080").unwrap().authority(),
+            "10.0.0.1:8080"
+        );
         assert_eq!(Proxy::parse("http://proxy").unwrap().port, 1080);
         assert_eq!(Proxy::parse("http://proxy:80").unwrap().port, 80);
         assert_eq!(Proxy::parse("http://u:80@proxy").unwrap().port, 1080);
-        assert_eq!(Proxy::parse("http://[::1]:3128").unwrap().authority(), "[::1]:3128");
+        assert_eq!(
+            Proxy::parse("http://[::1]:3128").unwrap().authority(),
+            "[::1]:3128"
+        );
         assert!(Proxy::parse("https://proxy:443").is_err());
         assert!(Proxy::parse("socks5h://proxy:1080").is_err());
         assert!(Proxy::parse("http://").is_err());
@@ -309,7 +315,9 @@ mod tests {
 
     #[test]
     fn no_proxy_matches_domains_ips_nets_and_ports() {
-        let np = NoProxy::parse("localhost, .corp.example *.svc.local 10.0.0.0/8 192.168.1.7 internal.example:8443 [::1]");
+        let np = NoProxy::parse(
+            "localhost, .corp.example *.svc.local 10.0.0.0/8 192.168.1.7 internal.example:8443 [::1]",
+        );
         assert!(np.matches("localhost", 443));
         assert!(np.matches("LOCALHOST.", 443));
         assert!(np.matches("corp.example", 443));
@@ -343,7 +351,10 @@ mod tests {
                 .unwrap();
             request
         });
-        proxy.connect(&mut client, "psbx.example.com", 443).await.unwrap();
+        proxy
+            .connect(&mut client, "psbx.example.com", 443)
+            .await
+            .unwrap();
         let request = answer.await.unwrap();
         assert!(request.starts_with("CONNECT psbx.example.com:443 HTTP/1.1\r\n"));
         assert!(request.contains("Host: psbx.example.com:443\r\n"));
@@ -357,12 +368,29 @@ mod tests {
     #[tokio::test]
     async fn connect_reports_refusals() {
         for (answer, anonymous, want) in [
-            ("HTTP/1.1 407 Proxy Authentication Required\r\n\r\n", true, "requires authentication"),
-            ("HTTP/1.1 407 Proxy Authentication Required\r\n\r\n", false, "refused the credentials"),
-            ("HTTP/1.0 403 Forbidden\r\n\r\n", true, "refused CONNECT: HTTP/1.0 403 Forbidden"),
+            (
+                "HTTP/1.1 407 Proxy Authentication Required\r\n\r\n",
+                true,
+                "requires authentication",
+            ),
+            (
+                "HTTP/1.1 407 Proxy Authentication Required\r\n\r\n",
+                false,
+                "refused the credentials",
+            ),
+            (
+                "HTTP/1.0 403 Forbidden\r\n\r\n",
+                true,
+                "refused CONNECT: HTTP/1.0 403 Forbidden",
+            ),
             ("SSH-2.0-OpenSSH\r\n\r\n", true, "not HTTP"),
         ] {
-            let proxy = Proxy::parse(if anonymous { "proxy:1" } else { "http://u:p@proxy:1" }).unwrap();
+            let proxy = Proxy::parse(if anonymous {
+                "proxy:1"
+            } else {
+                "http://u:p@proxy:1"
+            })
+            .unwrap();
             let (mut client, mut server) = tokio::io::duplex(4096);
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 1024];

@@ -54,7 +54,9 @@ impl Streams {
                 from_target = moved.from_target,
                 "stream done"
             ),
-            Err(error) => debug!(session = slot, stream = id, target = %raw, %error, "stream reset"),
+            Err(error) => {
+                debug!(session = slot, stream = id, target = %raw, %error, "stream reset")
+            }
         }
     }
 

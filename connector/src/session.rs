@@ -70,7 +70,11 @@ impl Slots {
             let delay = match attempt {
                 Err(e) => {
                     let delay = backoff.next_delay();
-                    warn!(session = slot, "cannot connect: {e}; retrying in {:.1}s", delay.as_secs_f64());
+                    warn!(
+                        session = slot,
+                        "cannot connect: {e}; retrying in {:.1}s",
+                        delay.as_secs_f64()
+                    );
                     delay
                 }
                 Ok(session) => {
@@ -140,7 +144,8 @@ impl Slots {
     async fn open(&self) -> Result<Session, SetupError> {
         let ws = self.connector.connect().await?;
         let (sink, stream) = transport::into_messages(ws);
-        let hello = Hello::new(format!("psbx-connector/{}", crate::VERSION)).with_features(["connector"]);
+        let hello =
+            Hello::new(format!("psbx-connector/{}", crate::VERSION)).with_features(["connector"]);
         Ok(Session::over_messages(sink, stream, Role::Client, Config::default(), hello).await?)
     }
 

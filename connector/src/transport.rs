@@ -111,10 +111,15 @@ impl Connector {
             .map_err(|_| ConnectError::Request("the token is not a valid header value".into()))?;
         let headers = request.headers_mut();
         headers.insert(header::AUTHORIZATION, bearer);
-        headers.insert(header::USER_AGENT, HeaderValue::from_static(crate::USER_AGENT));
+        headers.insert(
+            header::USER_AGENT,
+            HeaderValue::from_static(crate::USER_AGENT),
+        );
         match tokio_tungstenite::client_async(request, io).await {
             Ok((ws, _response)) => Ok(ws),
-            Err(tungstenite::Error::Http(response)) if response.status() == StatusCode::UNAUTHORIZED => {
+            Err(tungstenite::Error::Http(response))
+                if response.status() == StatusCode::UNAUTHORIZED =>
+            {
                 Err(ConnectError::Unauthorized)
             }
             Err(tungstenite::Error::Http(response)) => Err(ConnectError::Status(
@@ -145,7 +150,8 @@ pub fn into_messages(
     impl Stream<Item = Result<Bytes, MessageError>> + Unpin + Send + 'static,
 ) {
     let (sink, stream) = ws.split();
-    let sink = sink.with(|payload: Bytes| ready(Ok::<_, tungstenite::Error>(Message::Binary(payload))));
+    let sink =
+        sink.with(|payload: Bytes| ready(Ok::<_, tungstenite::Error>(Message::Binary(payload))));
     let stream = stream.filter_map(|message| {
         ready(match message {
             Ok(Message::Binary(payload)) => Some(Ok(payload)),
