@@ -74,9 +74,18 @@ fn main() -> ExitCode {
     runtime.block_on(run(config))
 }
 
+/// Log targets capped at debug whatever `RUST_LOG` says: at trace,
+/// tungstenite logs the upgrade request, `Authorization` header included.
+const TOKEN_SAFE: [&str; 2] = ["tungstenite=debug", "tokio_tungstenite=debug"];
+
 fn init_logging() {
-    let filter =
+    let mut filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    for directive in TOKEN_SAFE {
+        if let Ok(directive) = directive.parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

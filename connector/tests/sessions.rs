@@ -17,7 +17,15 @@ const WAIT: Duration = Duration::from_secs(15);
 async fn a_refused_token_is_logged_and_retried_without_showing_it() {
     let mut server = FakeServer::start(TOKEN, None).await;
     let wrong = "psbx_conn_wrong_but_well_formed_token";
-    let mut connector = Connector::for_server(&server, wrong, &[("PSBX_SESSIONS", "1".into())]);
+    // At trace level too: no library may log the Authorization header.
+    let mut connector = Connector::for_server(
+        &server,
+        wrong,
+        &[
+            ("PSBX_SESSIONS", "1".into()),
+            ("RUST_LOG", "trace,tungstenite=trace".into()),
+        ],
+    );
     connector
         .wait_for_log(
             "the server refused the connector token (rotated or deleted?)",
