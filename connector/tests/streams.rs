@@ -147,3 +147,33 @@ async fn psbx_allow_refuses_what_it_does_not_list() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_never_answers_times_out() {
+    // A listener whose accept queue is full drops further SYNs, so a
+    // connect to it hangs like one to a filtered port.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let _listener = socket.listen(0).unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..3 {
+        let connect = tokio::net::TcpStream::connect(("127.0.0.1", port));
+        if let Ok(Ok(tcp)) = tokio::time::timeout(Duration::from_millis(500), connect).await {
+            fillers.push(tcp);
+        }
+    }
+
+    let mut server = FakeServer::start(TOKEN, None).await;
+    let _connector = Connector::for_server(&server, TOKEN, &[("PSBX_SESSIONS", "1".into())]);
+    let session = server.next_session(WAIT).await.session;
+    let started = std::time::Instant::now();
+    let (code, reason) = refusal(session.open(&format!("127.0.0.1:{port}")).await);
+    assert_eq!(code, 502);
+    assert_eq!(reason, format!("timeout connecting to 127.0.0.1:{port}"));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(14),
+        "{took:?}"
+    );
+}
