@@ -74,23 +74,24 @@ fn main() -> ExitCode {
     runtime.block_on(run(config))
 }
 
-/// Log targets capped at debug whatever `RUST_LOG` says: at trace,
-/// tungstenite logs the upgrade request, `Authorization` header included.
-const TOKEN_SAFE: [&str; 2] = ["tungstenite=debug", "tokio_tungstenite=debug"];
+/// Whether an event may be logged whatever `RUST_LOG` says: tungstenite
+/// logs the upgrade request, `Authorization` header included, at trace.
+fn token_safe(meta: &tracing::Metadata<'_>) -> bool {
+    *meta.level() != tracing::Level::TRACE
+        || !(meta.target().starts_with("tungstenite")
+            || meta.target().starts_with("tokio_tungstenite"))
+}
 
 fn init_logging() {
-    let mut filter =
+    use tracing_subscriber::filter::{FilterExt, filter_fn};
+    use tracing_subscriber::prelude::*;
+    let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
-    for directive in TOKEN_SAFE {
-        if let Ok(directive) = directive.parse() {
-            filter = filter.add_directive(directive);
-        }
-    }
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_filter(filter.and(filter_fn(token_safe)));
+    tracing_subscriber::registry().with(layer).init();
 }
 
 async fn run(config: Config) -> ExitCode {
