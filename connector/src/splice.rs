@@ -15,8 +15,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
-/// The most bytes read from the target at once (and sent as one chunk).
-const READ_CHUNK: usize = 64 * 1024;
+/// The most bytes read from the target at once (and sent as one chunk):
+/// the wire's frame split, so that an idle stream holds a small buffer
+/// (a thousand open streams, 16 MiB).
+const READ_CHUNK: usize = 16 * 1024;
 
 /// What a splice moved.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
