@@ -1,0 +1,76 @@
+//! What the connector does with each stream the server opens: check the
+//! target (400 when malformed, 502 when `PSBX_ALLOW` leaves it out),
+//! resolve and dial it in the connector's network (502 with the reason when
+//! that fails), then accept the stream and splice it to the TCP connection.
+//!
+//! One log line per refused stream, at warn; streams that work are logged
+//! at debug only, since a busy connector carries thousands.
+
+use std::sync::Arc;
+
+use psbx_wire::Incoming;
+use tracing::{debug, warn};
+
+use crate::allow::AllowList;
+use crate::dial::{Dialer, Refusal, UNREACHABLE};
+use crate::splice::splice;
+use crate::target::Target;
+
+/// The code for a malformed target.
+const BAD_TARGET: u16 = 400;
+
+/// What every stream handler shares.
+pub struct Streams {
+    pub dialer: Dialer,
+    pub allow: Option<AllowList>,
+}
+
+impl Streams {
+    /// Serves one incoming stream to its end.
+    pub async fn handle(self: Arc<Self>, incoming: Incoming, slot: usize) {
+        let raw = incoming.target().to_owned();
+        let tcp = match self.open(&raw).await {
+            Ok(tcp) => tcp,
+            Err(refusal) => {
+                warn!(
+                    session = slot,
+                    target = %raw,
+                    code = refusal.code,
+                    reason = %refusal.reason,
+                    "stream refused"
+                );
+                incoming.refuse(refusal.code, &refusal.reason);
+                return;
+            }
+        };
+        let stream = incoming.accept();
+        let id = stream.id();
+        match splice(stream, tcp).await {
+            Ok(moved) => debug!(
+                session = slot,
+                stream = id,
+                target = %raw,
+                to_target = moved.to_target,
+                from_target = moved.from_target,
+                "stream done"
+            ),
+            Err(error) => {
+                debug!(session = slot, stream = id, target = %raw, %error, "stream reset")
+            }
+        }
+    }
+
+    async fn open(&self, raw: &str) -> Result<tokio::net::TcpStream, Refusal> {
+        let target =
+            Target::parse(raw).map_err(|e| Refusal::new(BAD_TARGET, format!("bad target: {e}")))?;
+        if let Some(allow) = &self.allow
+            && !allow.contains(&target)
+        {
+            return Err(Refusal::new(
+                UNREACHABLE,
+                format!("not allowed: {target} is not in PSBX_ALLOW"),
+            ));
+        }
+        self.dialer.dial(&target).await
+    }
+}
