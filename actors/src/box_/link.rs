@@ -122,6 +122,7 @@ async fn run(socket: PathBuf, up: watch::Sender<Option<Up>>) {
         match tokio::time::timeout(HANDSHAKE, fetch::<BoxInfo>(&session, "info", None::<&()>)).await
         {
             Ok(Ok(info)) => {
+                tokio::spawn(refuse_streams(session.clone()));
                 up.send_replace(Some(Up {
                     session: session.clone(),
                     info,
@@ -139,6 +140,19 @@ async fn run(socket: PathBuf, up: watch::Sender<Option<Up>>) {
             }
         }
         tokio::time::sleep(RECONNECT).await;
+    }
+}
+
+/// Answers the streams boxd opens (`env:<host>:<port>`, a program in the box
+/// connecting to an environment address) until the session ends. Until the
+/// server routes them to connectors, each is refused at once: a stream nobody
+/// answers would leave the box's connection waiting for boxd's open timeout.
+async fn refuse_streams(session: Session) {
+    while let Some(incoming) = session.accept().await {
+        incoming.refuse(
+            501,
+            "this psbx server does not route connections from boxes yet",
+        );
     }
 }
 
