@@ -65,7 +65,12 @@ impl PrivateNet {
             })?;
             bound.push((entry, listener));
         }
-        rules::prepare_kernel().await?;
+        let literals: Vec<std::net::Ipv4Addr> = assigned
+            .iter()
+            .filter(|a| a.endpoint.host.parse::<std::net::Ipv4Addr>().is_ok())
+            .map(|a| a.addr)
+            .collect();
+        rules::prepare_kernel(&literals).await?;
         let (udp, tcp) = dns_sockets().await?;
         let upstreams = resolv::take_over(&resolv::ResolvPaths::default())?;
         let dns = Arc::new(dns::Dns::new(addresses::names(&assigned), upstreams));

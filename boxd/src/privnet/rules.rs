@@ -6,6 +6,11 @@
 //! device makes its whole prefix local): a name dialed on a port that is not
 //! listed then stays in the box — whatever listens on that port answers, and
 //! with nothing there the connection is refused at once — as the spec says.
+//! A listed IPv4 address gets a /32 route through `lo`: the kernel picks a
+//! route when a program connects, before the nat hook runs, so without one
+//! (a box without a default route) the connection would fail with "network is
+//! unreachable" before the rule could send it to its entry; on ports that are
+//! not listed it still reaches nothing.
 //! The rules are in a nat `output` chain (the box's own programs) and a nat
 //! `prerouting` chain (containers on Docker bridges); DNAT to 127.0.0.1 needs
 //! `net.ipv4.conf.all.route_localnet=1`. The table is replaced as a whole in
@@ -44,9 +49,9 @@ pub fn ruleset(redirects: &[Redirect]) -> String {
     )
 }
 
-/// Puts the range on `lo` (once: a second time is not an error) and sets
-/// `route_localnet`.
-pub async fn prepare_kernel() -> Result<(), String> {
+/// Puts the range on `lo` (once: a second time is not an error), routes the
+/// listed IPv4 addresses through it, and sets `route_localnet`.
+pub async fn prepare_kernel(literals: &[Ipv4Addr]) -> Result<(), String> {
     let cidr = format!("{DNS_ADDR}/{}", RANGE.1);
     let added = run("ip", &["addr", "add", &cidr, "dev", "lo"], None).await;
     if let Err(e) = added {
@@ -56,6 +61,12 @@ pub async fn prepare_kernel() -> Result<(), String> {
         if !shown.contains(&cidr) {
             return Err(format!("cannot put {cidr} on lo: {e}"));
         }
+    }
+    for ip in literals {
+        let dest = format!("{ip}/32");
+        run("ip", &["route", "replace", &dest, "dev", "lo"], None)
+            .await
+            .map_err(|e| format!("cannot route {ip} to its entry: {e}"))?;
     }
     std::fs::write("/proc/sys/net/ipv4/conf/all/route_localnet", "1")
         .map_err(|e| format!("cannot set net.ipv4.conf.all.route_localnet: {e}"))
