@@ -114,11 +114,11 @@ fn environment_addresses_inside_a_box() {
     let (log, _) = exec(&s, &id, "cat /work/.sbx/logs/private-endpoints.log");
     let lines: Vec<&str> = log.lines().collect();
     assert_eq!(lines.len(), 3, "{log}");
-    for (line, address) in lines.iter().zip([
-        "db.internal:5432",
-        "10.9.8.7:8080",
-        "db.internal:5432",
-    ]) {
+    for (line, address) in
+        lines
+            .iter()
+            .zip(["db.internal:5432", "10.9.8.7:8080", "db.internal:5432"])
+    {
         let words: Vec<&str> = line.splitn(4, ' ').collect();
         // 2026-03-04T05:06:07.089Z
         assert!(
@@ -146,10 +146,7 @@ fn environment_addresses_inside_a_box() {
     assert_eq!(db["opened"], 2, "{view}");
     assert_eq!(db["failures"], 2, "{view}");
     assert_eq!(db["open"], 0, "{view}");
-    assert!(
-        db["lastFailure"].as_str().unwrap().len() > 4,
-        "{view}"
-    );
+    assert!(db["lastFailure"].as_str().unwrap().len() > 4, "{view}");
     assert_eq!(entries[1]["host"], "10.9.8.7");
     assert_eq!(entries[1]["failures"], 1);
     ok(&s, "DELETE", &format!("/v1/boxes/{id}"), None);

@@ -96,7 +96,9 @@ impl Dns {
                 ask_udp(*upstream, query).await
             };
             match asked {
-                Ok(answer) if answer.get(..2) == Some(&id.to_be_bytes()[..]) => return Some(answer),
+                Ok(answer) if answer.get(..2) == Some(&id.to_be_bytes()[..]) => {
+                    return Some(answer);
+                }
                 _ => continue,
             }
         }
@@ -262,7 +264,10 @@ mod tests {
         // Garbage with an id gets FORMERR.
         let bad = ask_udp(server, &[0x12, 0x34, 0xff]).await.unwrap();
         let bad = Message::from_vec(&bad).unwrap();
-        assert_eq!((bad.id(), bad.response_code()), (0x1234, ResponseCode::FormErr));
+        assert_eq!(
+            (bad.id(), bad.response_code()),
+            (0x1234, ResponseCode::FormErr)
+        );
     }
 
     #[tokio::test]

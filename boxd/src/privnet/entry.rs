@@ -95,23 +95,22 @@ async fn connection(entry: &Entry, mut tcp: TcpStream, uplink: &Uplink, log: &Pa
     let Some(live) = uplink.current(SESSION_WAIT).await else {
         return fail(entry, tcp, log, 503, "boxd has no session with the server");
     };
-    let mut stream =
-        match tokio::time::timeout(OPEN_TIMEOUT, live.session.open(&target)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(OpenError::Refused { code, reason })) => {
-                return fail(entry, tcp, log, code, &reason);
-            }
-            Ok(Err(e)) => return fail(entry, tcp, log, e.code(), &e.to_string()),
-            Err(_) => {
-                return fail(
-                    entry,
-                    tcp,
-                    log,
-                    504,
-                    &format!("the server did not answer within {OPEN_TIMEOUT:?}"),
-                );
-            }
-        };
+    let mut stream = match tokio::time::timeout(OPEN_TIMEOUT, live.session.open(&target)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(OpenError::Refused { code, reason })) => {
+            return fail(entry, tcp, log, code, &reason);
+        }
+        Ok(Err(e)) => return fail(entry, tcp, log, e.code(), &e.to_string()),
+        Err(_) => {
+            return fail(
+                entry,
+                tcp,
+                log,
+                504,
+                &format!("the server did not answer within {OPEN_TIMEOUT:?}"),
+            );
+        }
+    };
     let clean = tokio::select! {
         copied = tokio::io::copy_bidirectional(&mut tcp, &mut stream) => copied.is_ok(),
         () = uplink.gone(live.generation) => false,
@@ -181,7 +180,13 @@ mod tests {
             .unwrap()
             .to_utc();
         assert_eq!(
-            log_line(at, "db.internal", 5432, 503, "the connector \"aws\" of this environment is offline"),
+            log_line(
+                at,
+                "db.internal",
+                5432,
+                503,
+                "the connector \"aws\" of this environment is offline"
+            ),
             "2026-03-04T05:06:07.089Z db.internal:5432 503 the connector \"aws\" of this environment is offline\n"
         );
     }
@@ -245,14 +250,13 @@ mod tests {
         );
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(
-            text.ends_with(" db.internal:5432 503 the connector \"aws\" of this environment is offline\n"),
+            text.ends_with(
+                " db.internal:5432 503 the connector \"aws\" of this environment is offline\n"
+            ),
             "{text}"
         );
         let health = entry.health();
-        assert_eq!(
-            (health.opened, health.failures, health.open),
-            (1, 1, 0)
-        );
+        assert_eq!((health.opened, health.failures, health.open), (1, 1, 0));
         assert_eq!(
             health.last_failure.as_deref(),
             Some("503 the connector \"aws\" of this environment is offline")

@@ -13,8 +13,11 @@
 //! not listed it still reaches nothing.
 //! The rules are in a nat `output` chain (the box's own programs) and a nat
 //! `prerouting` chain (containers on Docker bridges); DNAT to 127.0.0.1 needs
-//! `net.ipv4.conf.all.route_localnet=1`. The table is replaced as a whole in
-//! one `nft -f -` transaction.
+//! `net.ipv4.conf.all.route_localnet=1`. Their priority, -110, is ahead of
+//! Docker's own nat chains (-100, which DNAT published ports for every local
+//! destination, the range on `lo` included): the first NAT binding made for a
+//! connection wins, so a published port never takes an environment address.
+//! The table is replaced as a whole in one `nft -f -` transaction.
 
 use super::addresses::{DNS_ADDR, RANGE};
 use std::fmt::Write as _;
@@ -43,8 +46,8 @@ pub fn ruleset(redirects: &[Redirect]) -> String {
     // Declaring the table first makes the delete succeed when it is new.
     format!(
         "table ip psbx\ndelete table ip psbx\ntable ip psbx {{\n\
-         \tchain output {{\n\t\ttype nat hook output priority -100; policy accept;\n{rules}\t}}\n\
-         \tchain prerouting {{\n\t\ttype nat hook prerouting priority -100; policy accept;\n{rules}\t}}\n\
+         \tchain output {{\n\t\ttype nat hook output priority -110; policy accept;\n{rules}\t}}\n\
+         \tchain prerouting {{\n\t\ttype nat hook prerouting priority -110; policy accept;\n{rules}\t}}\n\
          }}\n"
     )
 }
@@ -140,12 +143,12 @@ mod tests {
              delete table ip psbx\n\
              table ip psbx {\n\
              \tchain output {\n\
-             \t\ttype nat hook output priority -100; policy accept;\n\
+             \t\ttype nat hook output priority -110; policy accept;\n\
              \t\tip daddr 198.18.0.2 tcp dport 5432 dnat to 127.0.0.1:40001\n\
              \t\tip daddr 10.9.8.7 tcp dport 8080 dnat to 127.0.0.1:40002\n\
              \t}\n\
              \tchain prerouting {\n\
-             \t\ttype nat hook prerouting priority -100; policy accept;\n\
+             \t\ttype nat hook prerouting priority -110; policy accept;\n\
              \t\tip daddr 198.18.0.2 tcp dport 5432 dnat to 127.0.0.1:40001\n\
              \t\tip daddr 10.9.8.7 tcp dport 8080 dnat to 127.0.0.1:40002\n\
              \t}\n\
