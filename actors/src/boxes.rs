@@ -165,7 +165,9 @@ impl Boxes {
             Some(name) => Some(self.claim(&account, &name, &mut spec).await?),
             None => None,
         };
-        let (files, mask) = claim.map(|c| (c.files, c.mask)).unwrap_or_default();
+        let (files, mask, endpoints) = claim
+            .map(|c| (c.files, c.mask, c.endpoints))
+            .unwrap_or_default();
         let host = self.host()?;
         let made = host
             .supervisor
@@ -179,6 +181,7 @@ impl Boxes {
                 env,
                 files,
                 mask,
+                endpoints,
             })
             .await
             .map_err(|e| BoxError::Internal(format!("the host supervisor is gone: {e}")))??;

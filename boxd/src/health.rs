@@ -1,5 +1,7 @@
-//! What boxd reports about the box: boot id, uptime, load, memory, from /proc.
+//! What boxd reports about the box: boot id, uptime, load, memory, from /proc,
+//! and its entries for the environment's addresses.
 
+use psbx_wire::boxd::PrivateEndpointHealth;
 use psbx_wire::control::Health;
 
 pub fn boot_id() -> String {
@@ -8,7 +10,7 @@ pub fn boot_id() -> String {
         .unwrap_or_else(|_| "unknown".to_owned())
 }
 
-pub fn read() -> Health {
+pub fn read(private_endpoints: Vec<PrivateEndpointHealth>) -> Health {
     let first_number = |path: &str| -> f64 {
         std::fs::read_to_string(path)
             .ok()
@@ -29,5 +31,6 @@ pub fn read() -> Health {
         load1: first_number("/proc/loadavg"),
         mem_total_kb: mem("MemTotal"),
         mem_available_kb: mem("MemAvailable"),
+        private_endpoints,
     }
 }

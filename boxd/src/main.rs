@@ -4,13 +4,17 @@
 //!
 //! It prints `boxd ready on <port>` on its stdout (the console) once the port
 //! is found, then serves the server's streams: info, health, configure, exec,
-//! sync, processes, signal, logs (`serve.rs`).
+//! sync, processes, signal, logs (`serve.rs`). At claim it sets up the way to
+//! the environment's private addresses (`privnet`), whose connections go out
+//! as streams it opens on the current session (`uplink.rs`).
 
 mod exec;
 mod health;
 mod port;
+mod privnet;
 mod serve;
 mod unpack;
+mod uplink;
 
 use std::time::Duration;
 

@@ -3,6 +3,8 @@
 //! per stream that serves the service its target names (`psbx_wire::boxd`).
 
 use crate::exec::{self, ExecSpec, Output, Processes};
+use crate::privnet::PrivateNet;
+use crate::uplink::Uplink;
 use crate::{health, port, unpack};
 use psbx_wire::Hello;
 use psbx_wire::boxd::{self as proto, BoxInfo, Configure, Done, Record, SyncDone};
@@ -23,6 +25,10 @@ pub struct Boxd {
     env: RwLock<Vec<(String, String)>>,
     processes: Processes,
     work: PathBuf,
+    /// The current session, for the streams boxd opens.
+    uplink: Uplink,
+    /// The environment's addresses, set up at claim.
+    private: PrivateNet,
 }
 
 /// Serves the channel forever.
@@ -39,6 +45,8 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
         env: RwLock::new(Vec::new()),
         processes: Processes::default(),
         work: PathBuf::from("/work"),
+        uplink: Uplink::default(),
+        private: PrivateNet::default(),
     });
     loop {
         let io = match port::PortIo::open(&path) {
@@ -53,7 +61,9 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
         let hello = Hello::new(format!("boxd {}", env!("CARGO_PKG_VERSION")));
         match Session::over_io(io, Role::Server, Config::default(), hello).await {
             Ok(session) => {
+                state.uplink.set(session.clone());
                 serve_session(&session, &state).await;
+                state.uplink.clear();
                 session.close();
             }
             // No server on the other end yet: try again shortly.
@@ -106,7 +116,10 @@ async fn handle(incoming: Incoming, state: Arc<Boxd>) {
     let target = incoming.target().to_owned();
     match target.as_str() {
         "info" => answer_json(incoming.accept(), &state.info).await,
-        "health" => answer_json(incoming.accept(), &health::read()).await,
+        "health" => {
+            let health = health::read(state.private.health());
+            answer_json(incoming.accept(), &health).await;
+        }
         "processes" => answer_json(incoming.accept(), &process_list(&state)).await,
         "configure" => {
             let mut stream = incoming.accept();
@@ -115,13 +128,8 @@ async fn handle(incoming: Incoming, state: Arc<Boxd>) {
                 .map_err(|e| e.to_string())
                 .and_then(|b| parse::<Configure>(&b))
             {
-                Ok(configure) => match write_files(&state.work, &configure.files) {
-                    Ok(()) => {
-                        if let Ok(mut env) = state.env.write() {
-                            *env = configure.env;
-                        }
-                        Done::ok()
-                    }
+                Ok(configure) => match apply(&state, configure).await {
+                    Ok(()) => Done::ok(),
                     Err(e) => Done::failed(e),
                 },
                 Err(e) => Done::failed(e),
@@ -149,6 +157,19 @@ async fn handle(incoming: Incoming, state: Arc<Boxd>) {
         "sync" => sync(incoming.accept(), &state).await,
         _ => incoming.refuse(404, &format!("boxd has no service {target:?}")),
     }
+}
+
+/// Takes a claim: the files, the environment's addresses, the environment.
+async fn apply(state: &Boxd, configure: Configure) -> Result<(), String> {
+    write_files(&state.work, &configure.files)?;
+    state
+        .private
+        .configure(&configure.endpoints, &state.uplink, &state.work)
+        .await?;
+    if let Ok(mut env) = state.env.write() {
+        *env = configure.env;
+    }
+    Ok(())
 }
 
 /// Writes the files of a claim under `<work>/.sbx/` (the server names them
@@ -372,6 +393,8 @@ mod tests {
             env: RwLock::new(vec![("SECRET".into(), "s3cr3t-value".into())]),
             processes: Processes::default(),
             work: std::env::temp_dir(),
+            uplink: Uplink::default(),
+            private: PrivateNet::default(),
         })
     }
 

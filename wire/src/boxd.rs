@@ -12,6 +12,10 @@
 //! | `processes` | —                    | JSON list of [`Process`]                 |
 //! | `signal`    | JSON [`Signal`]      | JSON [`Done`]                            |
 //! | `logs`      | JSON [`Logs`]        | the log's bytes                          |
+//!
+//! boxd opens streams the other way too: `env:<host>:<port>` for each
+//! connection a program in the box makes to an environment address
+//! ([`ENV_TARGET_PREFIX`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +39,52 @@ pub struct Configure {
     /// `/work/.sbx/`, readable by their owner only.
     #[serde(default)]
     pub files: Vec<ConfigFile>,
+    /// Every address of the box's environment (at most 200): boxd gives each
+    /// host name an address of its own and opens an entry per address, whose
+    /// connections go out as `env:<host>:<port>` streams it opens.
+    #[serde(default)]
+    pub endpoints: Vec<PrivateEndpoint>,
+}
+
+/// An address of the box's environment: a lower-case DNS name or an IPv4
+/// literal, and a TCP port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PrivateEndpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+impl PrivateEndpoint {
+    /// The target of the stream boxd opens for a connection to it.
+    pub fn target(&self) -> String {
+        format!("{ENV_TARGET_PREFIX}{}:{}", self.host, self.port)
+    }
+}
+
+/// Streams boxd opens towards the server for a connection from the box to an
+/// environment address: `env:<host>:<port>`. The server accepts (a raw byte
+/// pipe through the connector) or refuses: 403 the address is no longer
+/// listed, 503 the connection's connector is offline (the reason names it),
+/// 502 the connector could not reach the target.
+pub const ENV_TARGET_PREFIX: &str = "env:";
+
+/// How one environment address fares in the box, in boxd's health.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrivateEndpointHealth {
+    pub host: String,
+    pub port: u16,
+    /// The entry boxd opened for it (a listener on loopback).
+    pub local_ip: String,
+    pub local_port: u16,
+    /// Connections through the entry now.
+    pub open: u32,
+    /// Connections the entry accepted since the claim.
+    pub opened: u64,
+    /// Connections whose stream was refused or could not be opened.
+    pub failures: u64,
+    /// `<code> <reason>` of the last failure.
+    pub last_failure: Option<String>,
 }
 
 /// A file boxd writes: a path under `/work/.sbx/` and its contents.

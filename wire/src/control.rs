@@ -41,4 +41,8 @@ pub struct Health {
     pub load1: f64,
     pub mem_total_kb: u64,
     pub mem_available_kb: u64,
+    /// The box's entries for its environment's addresses (none outside an
+    /// environment, and from a boxd that predates them).
+    #[serde(default)]
+    pub private_endpoints: Vec<crate::boxd::PrivateEndpointHealth>,
 }

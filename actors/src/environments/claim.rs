@@ -9,7 +9,7 @@
 use super::settings::{Notable, secret_values};
 use super::{BoxEnvironment, Endpoint};
 use crate::secrets::vault::Vault;
-use psbx_wire::boxd::ConfigFile;
+use psbx_wire::boxd::{ConfigFile, PrivateEndpoint};
 use serde::{Deserialize, Serialize};
 
 /// The summary of a claim, as stored in the box's spec.
@@ -51,6 +51,8 @@ pub struct Claim {
     pub summary: Claimed,
     pub files: Vec<ConfigFile>,
     pub mask: Vec<String>,
+    /// Every address of every connection, for boxd's entries.
+    pub endpoints: Vec<PrivateEndpoint>,
 }
 
 impl Claim {
@@ -79,7 +81,17 @@ impl Claim {
                 notable: service.notable(),
             });
         }
+        let endpoints = env
+            .connections
+            .iter()
+            .flat_map(|c| &c.addresses)
+            .map(|a| PrivateEndpoint {
+                host: a.host.clone(),
+                port: a.port,
+            })
+            .collect();
         Self {
+            endpoints,
             summary: Claimed {
                 name: env.name,
                 external_base_url: env.external_base_url,

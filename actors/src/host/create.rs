@@ -12,7 +12,7 @@ use crate::ids::{AccountId, BoxId};
 use crate::store::{BoxRecord, Claim, NewBox, Transition};
 use actix::prelude::*;
 use psbx_wire::boxd::BoxInfo;
-use psbx_wire::boxd::{ConfigFile, Configure, Done};
+use psbx_wire::boxd::{ConfigFile, Configure, Done, PrivateEndpoint};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,8 @@ pub struct CreateBox {
     pub env: Vec<(String, String)>,
     /// Files boxd writes at claim (an environment's settings files).
     pub files: Vec<ConfigFile>,
+    /// The environment's addresses, for boxd's entries.
+    pub endpoints: Vec<PrivateEndpoint>,
     /// Further values to mask in output (an environment's secret-looking settings).
     pub mask: Vec<String>,
 }
@@ -227,6 +229,7 @@ impl Handler<CreateBox> for HostSupervisor {
         let configure_with = Configure {
             env: std::mem::take(&mut msg.env),
             files: std::mem::take(&mut msg.files),
+            endpoints: std::mem::take(&mut msg.endpoints),
         };
         let mask = std::mem::take(&mut msg.mask);
         Box::pin(

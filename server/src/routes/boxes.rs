@@ -85,6 +85,10 @@ pub struct BoxHealth {
     pub load1: Option<f64>,
     pub mem_total_kb: Option<u64>,
     pub mem_available_kb: Option<u64>,
+    /// Per environment address, boxd's entry for it (`localIp`, `localPort`),
+    /// connections open and opened, failures and the last one's reason.
+    #[schema(value_type = Vec<Object>)]
+    pub private_endpoints: Vec<psbx_wire::boxd::PrivateEndpointHealth>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -292,6 +296,11 @@ impl From<BoxSnapshot> for BoxView {
                 load1: s.health.as_ref().map(|h| h.load1),
                 mem_total_kb: s.health.as_ref().map(|h| h.mem_total_kb),
                 mem_available_kb: s.health.as_ref().map(|h| h.mem_available_kb),
+                private_endpoints: s
+                    .health
+                    .as_ref()
+                    .map(|h| h.private_endpoints.clone())
+                    .unwrap_or_default(),
             },
         }
     }

@@ -1,0 +1,156 @@
+//! Which address each environment address has in the box: every distinct host
+//! name gets one of its own from 198.18.0.0/15 (198.18.0.2, .3, …, in the
+//! order the names come; 198.18.0.1 is boxd's DNS), an IPv4 literal keeps its
+//! own. Addresses listed as literals are never handed to a name.
+
+use psbx_wire::boxd::PrivateEndpoint;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+/// boxd's DNS server, and the address put on `lo` (with the whole range).
+pub const DNS_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// The range names get their addresses from (RFC 2544's benchmarking range,
+/// never routed on the internet).
+pub const RANGE: (Ipv4Addr, u8) = (Ipv4Addr::new(198, 18, 0, 0), 15);
+/// The most addresses a box takes (the server enforces it too).
+pub const MAX_ENDPOINTS: usize = 200;
+
+/// An environment address and where it is in the box.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assigned {
+    pub endpoint: PrivateEndpoint,
+    /// The name's own address, or the literal itself.
+    pub addr: Ipv4Addr,
+}
+
+/// Addresses for `endpoints` (duplicates dropped, order kept); fails on a host
+/// that is neither an IPv4 literal nor a DNS name, or on too many addresses.
+pub fn assign(endpoints: &[PrivateEndpoint]) -> Result<Vec<Assigned>, String> {
+    if endpoints.len() > MAX_ENDPOINTS {
+        return Err(format!(
+            "{} environment addresses: a box takes at most {MAX_ENDPOINTS}",
+            endpoints.len()
+        ));
+    }
+    let literals: BTreeSet<Ipv4Addr> = endpoints
+        .iter()
+        .filter_map(|e| e.host.parse().ok())
+        .collect();
+    let first = u32::from(RANGE.0);
+    let last = first + (1u32 << (32 - RANGE.1)) - 2; // not the range's broadcast
+    let mut next = u32::from(DNS_ADDR) + 1;
+    let mut names: BTreeMap<String, Ipv4Addr> = BTreeMap::new();
+    let mut out: Vec<Assigned> = Vec::new();
+    for endpoint in endpoints {
+        let host = endpoint.host.trim_end_matches('.').to_ascii_lowercase();
+        let addr = if let Ok(ip) = host.parse::<Ipv4Addr>() {
+            ip
+        } else if let Some(addr) = names.get(&host) {
+            *addr
+        } else {
+            if !is_dns_name(&host) {
+                return Err(format!(
+                    "{:?} is neither a host name nor an IPv4 address",
+                    endpoint.host
+                ));
+            }
+            while literals.contains(&Ipv4Addr::from(next)) {
+                next += 1;
+            }
+            if next > last {
+                return Err("no addresses are left in 198.18.0.0/15".into());
+            }
+            let addr = Ipv4Addr::from(next);
+            next += 1;
+            names.insert(host.clone(), addr);
+            addr
+        };
+        let endpoint = PrivateEndpoint {
+            host,
+            port: endpoint.port,
+        };
+        if !out.iter().any(|a| a.endpoint == endpoint) {
+            out.push(Assigned { endpoint, addr });
+        }
+    }
+    Ok(out)
+}
+
+/// The host names and their addresses, for the DNS server.
+pub fn names(assigned: &[Assigned]) -> BTreeMap<String, Ipv4Addr> {
+    assigned
+        .iter()
+        .filter(|a| a.endpoint.host.parse::<Ipv4Addr>().is_err())
+        .map(|a| (a.endpoint.host.clone(), a.addr))
+        .collect()
+}
+
+/// Letters, digits, `-` and `_` in dot-separated labels of 1 to 63 bytes, at
+/// most 253 in all.
+fn is_dns_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(host: &str, port: u16) -> PrivateEndpoint {
+        PrivateEndpoint {
+            host: host.into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn names_get_their_own_addresses_and_literals_keep_theirs() {
+        let assigned = assign(&[
+            ep("db.internal", 5432),
+            ep("10.9.8.7", 8080),
+            ep("DB.internal", 6432),
+            ep("198.18.0.3", 80),
+            ep("cache.internal", 6379),
+            ep("db.internal", 5432),
+        ])
+        .unwrap();
+        let got: Vec<(String, u16, Ipv4Addr)> = assigned
+            .iter()
+            .map(|a| (a.endpoint.host.clone(), a.endpoint.port, a.addr))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("db.internal".into(), 5432, Ipv4Addr::new(198, 18, 0, 2)),
+                ("10.9.8.7".into(), 8080, Ipv4Addr::new(10, 9, 8, 7)),
+                ("db.internal".into(), 6432, Ipv4Addr::new(198, 18, 0, 2)),
+                ("198.18.0.3".into(), 80, Ipv4Addr::new(198, 18, 0, 3)),
+                // .3 is a listed literal: skipped.
+                ("cache.internal".into(), 6379, Ipv4Addr::new(198, 18, 0, 4)),
+            ]
+        );
+        let names = names(&assigned);
+        assert_eq!(names.len(), 2);
+        assert_eq!(names["cache.internal"], Ipv4Addr::new(198, 18, 0, 4));
+    }
+
+    #[test]
+    fn two_hundred_names_fit_and_bad_hosts_are_refused() {
+        let many: Vec<_> = (0..200).map(|i| ep(&format!("h{i}.lan"), 1)).collect();
+        let assigned = assign(&many).unwrap();
+        assert_eq!(assigned[199].addr, Ipv4Addr::new(198, 18, 0, 201));
+        let mut more = many.clone();
+        more.push(ep("x.lan", 1));
+        assert!(assign(&more).unwrap_err().contains("at most 200"));
+        assert!(assign(&[ep("a b", 1)]).is_err());
+        assert!(assign(&[ep("a;drop", 1)]).is_err());
+        assert!(assign(&[ep("", 1)]).is_err());
+    }
+}

@@ -1,0 +1,114 @@
+//! The box's way to its environment's private addresses (DESIGN.md §6), set
+//! up at claim (`configure` with `endpoints`): an address per host name
+//! (`addresses`), an entry per address (`entry`), boxd's DNS on 198.18.0.1
+//! (`dns`), `/etc/resolv.conf` pointing at it (`resolv`), and the nftables
+//! rules that send each address to its entry (`rules`). Everything is in place
+//! before the claim is answered.
+
+mod addresses;
+mod dns;
+mod entry;
+mod resolv;
+mod rules;
+
+use crate::uplink::Uplink;
+use psbx_wire::boxd::{PrivateEndpoint, PrivateEndpointHealth};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+/// The log of failed connections, under the box's work directory.
+pub const LOG: &str = ".sbx/logs/private-endpoints.log";
+
+/// The entries of the box (none until a claim brings addresses).
+#[derive(Default)]
+pub struct PrivateNet {
+    setup: tokio::sync::Mutex<Option<Vec<PrivateEndpoint>>>,
+    entries: Mutex<Vec<Arc<entry::Entry>>>,
+}
+
+impl PrivateNet {
+    /// What health reports: one item per address.
+    pub fn health(&self) -> Vec<PrivateEndpointHealth> {
+        self.entries
+            .lock()
+            .map(|entries| entries.iter().map(|e| e.health()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Sets the box up for `endpoints` (nothing for none). A box is claimed
+    /// once: the same addresses again are a no-op, others are refused.
+    pub async fn configure(
+        &self,
+        endpoints: &[PrivateEndpoint],
+        uplink: &Uplink,
+        work: &std::path::Path,
+    ) -> Result<(), String> {
+        if endpoints.is_empty() {
+            return Ok(());
+        }
+        let mut setup = self.setup.lock().await;
+        if let Some(done) = setup.as_ref() {
+            return if done.as_slice() == endpoints {
+                Ok(())
+            } else {
+                Err("this box's environment addresses are set already".into())
+            };
+        }
+        let assigned = addresses::assign(endpoints)?;
+        let mut bound = Vec::new();
+        for a in &assigned {
+            let (entry, listener) = entry::bind(a.endpoint.clone()).await.map_err(|e| {
+                format!(
+                    "cannot open an entry for {}:{}: {e}",
+                    a.endpoint.host, a.endpoint.port
+                )
+            })?;
+            bound.push((entry, listener));
+        }
+        let literals: Vec<std::net::Ipv4Addr> = assigned
+            .iter()
+            .filter(|a| a.endpoint.host.parse::<std::net::Ipv4Addr>().is_ok())
+            .map(|a| a.addr)
+            .collect();
+        rules::prepare_kernel(&literals).await?;
+        let (udp, tcp) = dns_sockets().await?;
+        let upstreams = resolv::take_over(&resolv::ResolvPaths::default())?;
+        let dns = Arc::new(dns::Dns::new(addresses::names(&assigned), upstreams));
+        tokio::spawn(dns::serve_udp(dns.clone(), udp));
+        tokio::spawn(dns::serve_tcp(dns, tcp));
+        let redirects: Vec<rules::Redirect> = assigned
+            .iter()
+            .zip(&bound)
+            .map(|(a, (entry, _))| rules::Redirect {
+                addr: a.addr,
+                port: a.endpoint.port,
+                entry_port: entry.local.port(),
+            })
+            .collect();
+        rules::apply(&redirects).await?;
+        let log = work.join(LOG);
+        let mut entries = Vec::new();
+        for (entry, listener) in bound {
+            entries.push(entry.clone());
+            tokio::spawn(entry::serve(entry, listener, uplink.clone(), log.clone()));
+        }
+        if let Ok(mut all) = self.entries.lock() {
+            *all = entries;
+        }
+        *setup = Some(endpoints.to_vec());
+        Ok(())
+    }
+}
+
+/// boxd's DNS sockets on 198.18.0.1:53 (not a loopback address: Docker
+/// replaces loopback resolvers in containers' resolv.conf).
+async fn dns_sockets() -> Result<(tokio::net::UdpSocket, tokio::net::TcpListener), String> {
+    let at = SocketAddr::from((addresses::DNS_ADDR, 53));
+    let udp = tokio::net::UdpSocket::bind(at)
+        .await
+        .map_err(|e| format!("cannot listen for DNS on udp {at}: {e}"))?;
+    let tcp = tokio::net::TcpListener::bind(at)
+        .await
+        .map_err(|e| format!("cannot listen for DNS on tcp {at}: {e}"))?;
+    Ok((udp, tcp))
+}

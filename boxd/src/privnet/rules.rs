@@ -1,0 +1,158 @@
+//! The kernel side of the box's environment addresses: the range on `lo`,
+//! `route_localnet`, and the nftables table `ip psbx` that sends each
+//! address:port to boxd's entry on 127.0.0.1.
+//!
+//! The whole range 198.18.0.0/15 goes on `lo` (an address on a loopback
+//! device makes its whole prefix local): a name dialed on a port that is not
+//! listed then stays in the box — whatever listens on that port answers, and
+//! with nothing there the connection is refused at once — as the spec says.
+//! A listed IPv4 address gets a /32 route through `lo`: the kernel picks a
+//! route when a program connects, before the nat hook runs, so without one
+//! (a box without a default route) the connection would fail with "network is
+//! unreachable" before the rule could send it to its entry; on ports that are
+//! not listed it still reaches nothing.
+//! The rules are in a nat `output` chain (the box's own programs) and a nat
+//! `prerouting` chain (containers on Docker bridges); DNAT to 127.0.0.1 needs
+//! `net.ipv4.conf.all.route_localnet=1`. Their priority, -110, is ahead of
+//! Docker's own nat chains (-100, which DNAT published ports for every local
+//! destination, the range on `lo` included): the first NAT binding made for a
+//! connection wins, so a published port never takes an environment address.
+//! The table is replaced as a whole in one `nft -f -` transaction.
+
+use super::addresses::{DNS_ADDR, RANGE};
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::process::Stdio;
+use tokio::io::AsyncWriteExt;
+
+/// One rule: connections to `addr:port` go to 127.0.0.1:`entry_port`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Redirect {
+    pub addr: Ipv4Addr,
+    pub port: u16,
+    pub entry_port: u16,
+}
+
+/// The nft script that replaces table `ip psbx` with these redirects.
+pub fn ruleset(redirects: &[Redirect]) -> String {
+    let mut rules = String::new();
+    for r in redirects {
+        let _ = writeln!(
+            rules,
+            "\t\tip daddr {} tcp dport {} dnat to 127.0.0.1:{}",
+            r.addr, r.port, r.entry_port
+        );
+    }
+    // Declaring the table first makes the delete succeed when it is new.
+    format!(
+        "table ip psbx\ndelete table ip psbx\ntable ip psbx {{\n\
+         \tchain output {{\n\t\ttype nat hook output priority -110; policy accept;\n{rules}\t}}\n\
+         \tchain prerouting {{\n\t\ttype nat hook prerouting priority -110; policy accept;\n{rules}\t}}\n\
+         }}\n"
+    )
+}
+
+/// Puts the range on `lo` (once: a second time is not an error), routes the
+/// listed IPv4 addresses through it, and sets `route_localnet`.
+pub async fn prepare_kernel(literals: &[Ipv4Addr]) -> Result<(), String> {
+    let cidr = format!("{DNS_ADDR}/{}", RANGE.1);
+    let added = run("ip", &["addr", "add", &cidr, "dev", "lo"], None).await;
+    if let Err(e) = added {
+        let shown = run("ip", &["-4", "addr", "show", "dev", "lo"], None)
+            .await
+            .unwrap_or_default();
+        if !shown.contains(&cidr) {
+            return Err(format!("cannot put {cidr} on lo: {e}"));
+        }
+    }
+    for ip in literals {
+        let dest = format!("{ip}/32");
+        run("ip", &["route", "replace", &dest, "dev", "lo"], None)
+            .await
+            .map_err(|e| format!("cannot route {ip} to its entry: {e}"))?;
+    }
+    std::fs::write("/proc/sys/net/ipv4/conf/all/route_localnet", "1")
+        .map_err(|e| format!("cannot set net.ipv4.conf.all.route_localnet: {e}"))
+}
+
+/// Replaces table `ip psbx`.
+pub async fn apply(redirects: &[Redirect]) -> Result<(), String> {
+    run("nft", &["-f", "-"], Some(&ruleset(redirects)))
+        .await
+        .map(drop)
+        .map_err(|e| format!("cannot install the nftables rules: {e}"))
+}
+
+/// Runs a command, feeding it `input`; its stdout, or why it failed.
+async fn run(program: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin
+            .write_all(input.as_bytes())
+            .await
+            .map_err(|e| format!("{program}: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .await
+        .map_err(|e| format!("{program}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{program} {}: {} {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ruleset_replaces_the_table_with_both_chains() {
+        let text = ruleset(&[
+            Redirect {
+                addr: Ipv4Addr::new(198, 18, 0, 2),
+                port: 5432,
+                entry_port: 40001,
+            },
+            Redirect {
+                addr: Ipv4Addr::new(10, 9, 8, 7),
+                port: 8080,
+                entry_port: 40002,
+            },
+        ]);
+        assert_eq!(
+            text,
+            "table ip psbx\n\
+             delete table ip psbx\n\
+             table ip psbx {\n\
+             \tchain output {\n\
+             \t\ttype nat hook output priority -110; policy accept;\n\
+             \t\tip daddr 198.18.0.2 tcp dport 5432 dnat to 127.0.0.1:40001\n\
+             \t\tip daddr 10.9.8.7 tcp dport 8080 dnat to 127.0.0.1:40002\n\
+             \t}\n\
+             \tchain prerouting {\n\
+             \t\ttype nat hook prerouting priority -110; policy accept;\n\
+             \t\tip daddr 198.18.0.2 tcp dport 5432 dnat to 127.0.0.1:40001\n\
+             \t\tip daddr 10.9.8.7 tcp dport 8080 dnat to 127.0.0.1:40002\n\
+             \t}\n\
+             }\n"
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! A real box started in an environment whose connection lists
+//! `db.internal:5432` and `10.9.8.7:8080`, seen from inside the box: boxd's
+//! DNS answers the name with an address of 198.18.0.0/15; a connection to an
+//! address is accepted by boxd's entry and, with no connector online (the
+//! server refuses the stream, whichever code it gives), reset at once, logged
+//! in /work/.sbx/logs/private-endpoints.log and counted in
+//! `health.privateEndpoints`; a program in the box can listen on 5432 itself
+//! at the same time; the name on a port that is not listed stays in the box.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use psbx_tests::vm::BoxServer;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+fn ok(s: &BoxServer, method: &str, path: &str, body: Option<Value>) -> Value {
+    let (status, answer) = s.call(method, path, body);
+    assert!(
+        (200..300).contains(&status),
+        "{method} {path}: {status} {answer}"
+    );
+    answer
+}
+
+/// Runs `cmd` in the box; its stdout and stderr, and how long the call took.
+fn exec(s: &BoxServer, id: &str, cmd: &str) -> (String, Duration) {
+    let started = Instant::now();
+    let answer = ok(
+        s,
+        "POST",
+        &format!("/v1/boxes/{id}/exec"),
+        Some(json!({ "cmd": cmd, "timeout": "60s" })),
+    );
+    let took = started.elapsed();
+    let text = format!(
+        "{}{}",
+        answer["stdout"]["text"].as_str().unwrap_or_default(),
+        answer["stderr"]["text"].as_str().unwrap_or_default()
+    );
+    (text, took)
+}
+
+#[test]
+fn environment_addresses_inside_a_box() {
+    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
+    ok(&s, "POST", "/v1/environments", Some(json!({"name": "dev"})));
+    let conn = ok(
+        &s,
+        "POST",
+        "/v1/environments/dev/connections",
+        Some(json!({"name": "aws"})),
+    );
+    ok(
+        &s,
+        "PUT",
+        &format!(
+            "/v1/environments/dev/connections/{}/endpoints",
+            conn["id"].as_str().unwrap()
+        ),
+        Some(
+            json!({"endpoints": [{"host": "db.internal", "port": 5432}, {"host": "10.9.8.7", "port": 8080}]}),
+        ),
+    );
+    let started = ok(
+        &s,
+        "POST",
+        "/v1/boxes",
+        Some(json!({"name": "privnet", "environment": "dev"})),
+    );
+    let id = started["id"].as_str().unwrap().to_owned();
+
+    // DNS: boxd's server answers the name, and resolv.conf names it.
+    let (dns, _) = exec(
+        &s,
+        &id,
+        "cat /etc/resolv.conf; nslookup db.internal 198.18.0.1; nslookup db.internal",
+    );
+    assert!(dns.contains("nameserver 198.18.0.1\n"), "{dns}");
+    assert_eq!(
+        dns.matches("Address: 198.18.0.2").count(),
+        2,
+        "db.internal is 198.18.0.2, through either: {dns}"
+    );
+
+    // A connection through the entry, with nothing to take it on the server's
+    // side: accepted by boxd, then reset quickly, not left hanging.
+    let (out, took) = exec(&s, &id, "echo to-db | nc db.internal 5432; echo exit=$?");
+    assert!(out.contains("exit="), "{out}");
+    assert!(!out.contains("to-db"), "{out}");
+    assert!(
+        took < Duration::from_secs(8),
+        "the refused connection took {took:?}: {out}"
+    );
+    let (out, took) = exec(&s, &id, "echo to-ip | nc 10.9.8.7 8080; echo exit=$?");
+    assert!(
+        !out.contains("unreachable") && took < Duration::from_secs(8),
+        "{took:?} {out}"
+    );
+
+    // A program in the box listens on 5432 itself: db.internal:5432 still
+    // goes to the entry, 127.0.0.1:5432 to the program.
+    let (out, _) = exec(
+        &s,
+        &id,
+        "nc -l -p 5432 </dev/null >/tmp/got & sleep 1; \
+         echo to-db-again | nc db.internal 5432; \
+         echo local-ok | nc 127.0.0.1 5432; wait; echo \"got=$(cat /tmp/got)\"",
+    );
+    assert!(out.contains("got=local-ok\n"), "{out}");
+    // The name on a port that is not listed stays in the box: refused at once.
+    let (out, _) = exec(&s, &id, "echo x | nc 198.18.0.2 9999; echo exit=$?");
+    assert!(out.contains("refused") && out.contains("exit=1"), "{out}");
+
+    // The log: one line per failed connection, with its code.
+    let (log, _) = exec(&s, &id, "cat /work/.sbx/logs/private-endpoints.log");
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 3, "{log}");
+    for (line, address) in
+        lines
+            .iter()
+            .zip(["db.internal:5432", "10.9.8.7:8080", "db.internal:5432"])
+    {
+        let words: Vec<&str> = line.splitn(4, ' ').collect();
+        // 2026-03-04T05:06:07.089Z
+        assert!(
+            words[0].len() == 24 && words[0].ends_with('Z') && words[0].as_bytes()[10] == b'T',
+            "{line}"
+        );
+        assert_eq!(words[1], address, "{line}");
+        assert!(
+            words[2].len() == 3 && words[2].parse::<u16>().is_ok(),
+            "{line}"
+        );
+    }
+
+    // health.privateEndpoints: the entries and their counts.
+    let view = ok(&s, "GET", &format!("/v1/boxes/{id}"), None);
+    let entries = view["health"]["privateEndpoints"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{view}"));
+    assert_eq!(entries.len(), 2, "{view}");
+    let db = &entries[0];
+    assert_eq!(db["host"], "db.internal", "{view}");
+    assert_eq!(db["port"], 5432);
+    assert_eq!(db["localIp"], "127.0.0.1");
+    assert!(db["localPort"].as_u64().unwrap() > 0);
+    assert_eq!(db["opened"], 2, "{view}");
+    assert_eq!(db["failures"], 2, "{view}");
+    assert_eq!(db["open"], 0, "{view}");
+    assert!(db["lastFailure"].as_str().unwrap().len() > 4, "{view}");
+    assert_eq!(entries[1]["host"], "10.9.8.7");
+    assert_eq!(entries[1]["failures"], 1);
+    ok(&s, "DELETE", &format!("/v1/boxes/{id}"), None);
+}
