@@ -76,9 +76,21 @@ impl Dialer {
                 ),
                 ResolverOpts::default(),
             ),
-            None => {
-                hickory_resolver::system_conf::read_system_conf().map_err(SetupError::SystemConf)?
-            }
+            None => match hickory_resolver::system_conf::read_system_conf() {
+                Ok(system) => system,
+                // A network whose names are all in the hosts file (no name
+                // server configured) is fine: only the hosts file answers.
+                Err(e) if e.to_string().contains("no nameservers") => {
+                    tracing::warn!(
+                        "/etc/resolv.conf names no name server: names resolve from the hosts file only"
+                    );
+                    (
+                        ResolverConfig::from_parts(None, Vec::new(), NameServerConfigGroup::new()),
+                        ResolverOpts::default(),
+                    )
+                }
+                Err(e) => return Err(SetupError::SystemConf(e)),
+            },
         };
         opts.use_hosts_file = ResolveHosts::Always;
         opts.ip_strategy = LookupIpStrategy::Ipv4thenIpv6;

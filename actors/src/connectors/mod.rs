@@ -242,6 +242,12 @@ impl Hub {
             .filter(|(e, a)| e == env && !listed.contains(a))
             .cloned()
             .collect();
+        tracing::debug!(
+            env,
+            open = state.streams.len(),
+            closing = gone.len(),
+            "addresses changed"
+        );
         for key in gone {
             for stream in state.streams.remove(&key).unwrap_or_default() {
                 let _ = stream.reset.send("the address is no longer listed");

@@ -82,6 +82,7 @@ impl Router {
             result = tokio::io::copy_bidirectional(&mut downstream, &mut upstream) => result.ok(),
             reason = closed => {
                 let reason = reason.unwrap_or("closed");
+                tracing::info!(box_id = %route.box_id, %address, reason, "private endpoint stream closed");
                 downstream.reset(reason);
                 upstream.reset(reason);
                 None

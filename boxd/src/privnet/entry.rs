@@ -121,10 +121,9 @@ async fn connection(entry: &Entry, mut tcp: TcpStream, uplink: &Uplink, log: &Pa
     }
 }
 
-/// Resets the box's connection, counts the failure and logs it.
+/// Counts the failure, logs it, then resets the box's connection: a program
+/// that reads the log after its connection failed finds the line there.
 fn fail(entry: &Entry, tcp: TcpStream, log: &PathBuf, code: u16, reason: &str) {
-    let _ = tcp.set_zero_linger();
-    drop(tcp);
     let reason = reason.replace(['\n', '\r'], " ");
     entry.failures.fetch_add(1, Ordering::Relaxed);
     if let Ok(mut last) = entry.last_failure.lock() {
@@ -140,6 +139,8 @@ fn fail(entry: &Entry, tcp: TcpStream, log: &PathBuf, code: u16, reason: &str) {
     if let Err(e) = append(log, &line) {
         eprintln!("boxd: cannot write {}: {e}", log.display());
     }
+    let _ = tcp.set_zero_linger();
+    drop(tcp);
 }
 
 /// `<RFC 3339 time> <host>:<port> <code> <reason>` and a newline.

@@ -1,0 +1,323 @@
+//! The path from a box to the user's network, end to end: a network
+//! namespace stands for the user's network (a real TCP server on an address
+//! inside it, a hosts file naming it `db.internal`), the real
+//! `psbx-connector` runs inside it, and a real box reaches `db.internal:5432`
+//! through boxd, the server and the connector — while a server in the box
+//! listens on 5432 itself. Then the failure cases: connector stopped (503
+//! naming the connection) and started again, address removed (open streams
+//! closed, new ones 403), token rotated (connector disconnected), a target
+//! that refuses (502), `PSBX_ALLOW` (502 not allowed), two copies with one
+//! token. Traffic goes only to loopback, the box's channel and the namespace.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use psbx_tests::netns::Netns;
+use psbx_tests::vm::BoxServer;
+use reqwest::blocking::Client;
+use serde_json::{Value, json};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+struct Api {
+    url: String,
+    key: String,
+    http: Client,
+}
+
+impl Api {
+    fn call(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
+        let res = self
+            .http
+            .request(method.parse().unwrap(), format!("{}/v1{path}", self.url))
+            .bearer_auth(&self.key)
+            .json(&body)
+            .send()
+            .unwrap();
+        let status = res.status().as_u16();
+        (status, res.json().unwrap_or(Value::Null))
+    }
+
+    fn ok(&self, method: &str, path: &str, body: Value) -> Value {
+        let (status, answer) = self.call(method, path, body);
+        assert!(
+            (200..300).contains(&status),
+            "{method} {path}: {status} {answer}"
+        );
+        answer
+    }
+
+    /// Runs `cmd` in the box: (exit code, stdout + stderr).
+    fn sh(&self, id: &str, cmd: &str) -> (i64, String) {
+        let answer = self.ok(
+            "POST",
+            &format!("/boxes/{id}/exec"),
+            json!({ "cmd": cmd, "timeout": "60s" }),
+        );
+        let out = format!(
+            "{}{}",
+            answer["stdout"]["text"].as_str().unwrap_or_default(),
+            answer["stderr"]["text"].as_str().unwrap_or_default()
+        );
+        (answer["exitCode"].as_i64().unwrap_or(-1), out)
+    }
+
+    fn connection(&self, name: &str) -> Value {
+        let env = self.ok("GET", "/environments/dev", json!(null));
+        env["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no connection {name}: {env}"))
+    }
+
+    fn wait_online(&self, name: &str, online: bool, sessions: u64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let c = self.connection(name);
+            if c["online"] == online && (!online || c["sessions"].as_u64() == Some(sessions)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "connection {name} never became online={online} with {sessions} sessions: {c}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+/// A connector process in the namespace, its log in a file.
+fn connector(
+    ns: &mut Netns,
+    url: &str,
+    token: &str,
+    extra: &[(&str, &str)],
+    log: &std::path::Path,
+) -> usize {
+    let mut cmd = ns.command(psbx_tests::binary("psbx-connector").to_str().unwrap());
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("PSBX_CONNECTOR_TOKEN", token)
+        .env("PSBX_URL", url)
+        .env("PSBX_SESSIONS", "2")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        ))
+        .stderr(Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        ));
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    ns.spawn(cmd)
+}
+
+#[test]
+fn a_box_reaches_the_users_network_through_the_connector() {
+    let mut ns = Netns::new(&[
+        ("db.internal", "127.0.0.1"),
+        ("closed.internal", "127.0.0.1"),
+    ]);
+    ns.echo_server("127.0.0.1", 5432, "hello from dev");
+    let mut s = BoxServer::start_on(
+        &format!("{}:0", ns.host_ip),
+        "",
+        "pool_size = 0\nidle_freeze = \"1h\"",
+    );
+    let url = s.url();
+    let api = Api {
+        url: url.clone(),
+        key: s.key.clone(),
+        http: Client::new(),
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("connector.log");
+
+    api.ok("POST", "/environments", json!({"name": "dev"}));
+    let conn = api.ok(
+        "POST",
+        "/environments/dev/connections",
+        json!({"name": "dc"}),
+    );
+    let (conn_id, token) = (
+        conn["id"].as_str().unwrap().to_owned(),
+        conn["token"].as_str().unwrap().to_owned(),
+    );
+    let endpoints = format!("/environments/dev/connections/{conn_id}/endpoints");
+    api.ok(
+        "PUT",
+        &endpoints,
+        json!({"endpoints": [
+            {"host": "db.internal", "port": 5432},
+            {"host": "closed.internal", "port": 5433},
+            {"host": "db.internal", "port": 6000}
+        ]}),
+    );
+    let first = connector(&mut ns, &url, &token, &[], &log);
+    api.wait_online("dc", true, 2);
+    let c = api.connection("dc");
+    assert!(
+        c["connectorVersion"]
+            .as_str()
+            .unwrap()
+            .contains("psbx-connector"),
+        "{c}"
+    );
+
+    let started = api.ok(
+        "POST",
+        "/boxes",
+        json!({"name": "net", "environment": "dev"}),
+    );
+    let id = started["id"].as_str().unwrap().to_owned();
+    assert_eq!(started["environment"]["connectorOnline"], true, "{started}");
+    assert_eq!(
+        started["environment"]["connections"][0]["online"], true,
+        "{started}"
+    );
+
+    // Through the connector, while a server in the box listens on 5432 itself.
+    let (code, out) = api.sh(&id, "nc -l -p 5432 >/tmp/local.txt & sleep 1; \
+        echo ping | nc -w 5 db.internal 5432; echo local | nc -w 2 127.0.0.1 5432; sleep 1; cat /tmp/local.txt");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("hello from dev\nping\n"), "{out}");
+    assert!(
+        out.ends_with("local\n"),
+        "the box's own 5432 still answers: {out}"
+    );
+
+    // A target that refuses: 502 with the reason, fast.
+    let started_at = Instant::now();
+    let (_, out) = api.sh(
+        &id,
+        "echo x | nc -w 5 closed.internal 5433; tail -n 1 /work/.sbx/logs/private-endpoints.log",
+    );
+    assert!(started_at.elapsed() < Duration::from_secs(10), "{out}");
+    assert!(
+        out.contains("closed.internal:5433 502") && out.contains("refused"),
+        "{out}"
+    );
+
+    // Connector stopped: 503 naming the connection; started again: works.
+    ns.kill(first);
+    api.wait_online("dc", false, 0);
+    let (_, out) = api.sh(
+        &id,
+        "echo x | nc -w 5 db.internal 5432; tail -n 1 /work/.sbx/logs/private-endpoints.log",
+    );
+    assert!(
+        out.contains("db.internal:5432 503") && out.contains("\"dc\""),
+        "{out}"
+    );
+    let view = api.ok("GET", &format!("/boxes/{id}"), json!(null));
+    assert!(
+        view["environment"]["next"]
+            .as_str()
+            .unwrap()
+            .contains("\"dc\""),
+        "{view}"
+    );
+    let endpoints_health = view["health"]["privateEndpoints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let db = endpoints_health
+        .iter()
+        .find(|e| e["host"] == "db.internal" && e["port"] == 5432)
+        .unwrap_or_else(|| panic!("no db.internal:5432 in health: {view}"));
+    assert!(db["failures"].as_u64().unwrap() >= 1, "{db}");
+    assert!(db["lastFailure"].as_str().unwrap().contains("503"), "{db}");
+
+    // Two copies with one token: either one can go.
+    let a = connector(&mut ns, &url, &token, &[], &log);
+    let b = connector(&mut ns, &url, &token, &[], &log);
+    api.wait_online("dc", true, 4);
+    let (_, out) = api.sh(&id, "echo again | nc -w 5 db.internal 5432");
+    assert!(out.contains("hello from dev\nagain\n"), "{out}");
+    ns.kill(a);
+    api.wait_online("dc", true, 2);
+    let (_, out) = api.sh(&id, "echo still | nc -w 5 db.internal 5432");
+    assert!(out.contains("hello from dev\nstill\n"), "{out}");
+
+    // Removing the address: the open stream is closed, new ones get 403.
+    api.ok(
+        "POST",
+        &format!("/boxes/{id}/exec"),
+        json!({"cmd": "sleep 60 | { nc db.internal 5432 > /tmp/held.txt; echo closed > /tmp/held.done; }", "background": true}),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    api.ok(
+        "PUT",
+        &endpoints,
+        json!({"endpoints": [{"host": "closed.internal", "port": 5433}]}),
+    );
+    s.server()
+        .wait_for_log("private endpoint stream closed", Duration::from_secs(10));
+    let (_, out) = api.sh(
+        &id,
+        "for i in $(seq 1 40); do [ -f /tmp/held.done ] && break; sleep 0.25; done; \
+         cat /tmp/held.txt /tmp/held.done; echo x | nc -w 5 db.internal 5432; \
+         tail -n 1 /work/.sbx/logs/private-endpoints.log",
+    );
+    assert!(
+        out.contains("hello from dev\nclosed\n"),
+        "the held connection was closed: {out}"
+    );
+    assert!(out.contains("db.internal:5432 403"), "{out}");
+
+    // Rotating the token disconnects the running connector at once, and it
+    // cannot come back with the old one.
+    api.ok(
+        "PUT",
+        &endpoints,
+        json!({"endpoints": [{"host": "db.internal", "port": 5432}]}),
+    );
+    api.ok(
+        "POST",
+        &format!("/environments/dev/connections/{conn_id}/token"),
+        json!(null),
+    );
+    api.wait_online("dc", false, 0);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(api.connection("dc")["online"], false);
+    ns.kill(b);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("refused the connector token"), "{text}");
+    assert!(!text.contains(&token), "the connector logged its token");
+
+    // PSBX_ALLOW excluding a listed address: 502 "not allowed".
+    let (_, rotated) = api.call(
+        "POST",
+        &format!("/environments/dev/connections/{conn_id}/token"),
+        json!(null),
+    );
+    let new_token = rotated["token"].as_str().unwrap().to_owned();
+    connector(
+        &mut ns,
+        &url,
+        &new_token,
+        &[("PSBX_ALLOW", "other.internal:1")],
+        &log,
+    );
+    api.wait_online("dc", true, 2);
+    let (_, out) = api.sh(
+        &id,
+        "echo x | nc -w 5 db.internal 5432; tail -n 1 /work/.sbx/logs/private-endpoints.log",
+    );
+    assert!(
+        out.contains("db.internal:5432 502") && out.contains("not allowed"),
+        "{out}"
+    );
+
+    api.ok("DELETE", &format!("/boxes/{id}"), json!(null));
+}
