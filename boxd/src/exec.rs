@@ -100,6 +100,7 @@ fn exit_of(status: std::process::ExitStatus, timed_out: bool) -> Exit {
         code: status.code(),
         signal: status.signal(),
         timed_out,
+        private_endpoint_errors: Vec::new(),
     }
 }
 
@@ -171,10 +172,13 @@ pub const LOG_DIR: &str = "/run/psbx/processes";
 
 impl Processes {
     /// Starts a background command; its stdout and stderr go to its log file.
+    /// `failed_while` says, once it ended, which connections to environment
+    /// addresses failed while it ran.
     pub fn start(
         &self,
         spec: &ExecSpec,
         base_env: &[(String, String)],
+        failed_while: impl FnOnce() -> Vec<String> + Send + 'static,
     ) -> std::io::Result<Process> {
         std::fs::create_dir_all(LOG_DIR)?;
         let stamp = std::time::SystemTime::now()
@@ -211,9 +215,10 @@ impl Processes {
                 },
                 None => child.wait().await.map(|s| exit_of(s, false)),
             };
-            if let Ok(exit) = ended
+            if let Ok(mut exit) = ended
                 && let Some(p) = me.lock().get_mut(&pid)
             {
+                exit.private_endpoint_errors = failed_while();
                 p.exit = Some(exit);
             }
         });
@@ -300,7 +305,8 @@ mod tests {
             Exit {
                 code: Some(3),
                 signal: None,
-                timed_out: false
+                timed_out: false,
+                private_endpoint_errors: Vec::new(),
             }
         );
     }
@@ -324,7 +330,9 @@ mod tests {
     #[tokio::test]
     async fn background_commands_outlive_the_call_and_log_their_output() {
         let procs = Processes::default();
-        let p = procs.start(&spec("echo started; sleep 30"), &[]).unwrap();
+        let p = procs
+            .start(&spec("echo started; sleep 30"), &[], Vec::new)
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(std::fs::read_to_string(&p.log).unwrap(), "started\n");
         assert!(

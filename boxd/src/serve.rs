@@ -283,7 +283,12 @@ async fn exec_stream(mut stream: Stream, state: &Boxd) {
     };
     let base_env = state.env.read().map(|e| e.clone()).unwrap_or_default();
     if spec.background {
-        let record = match state.processes.start(&spec, &base_env) {
+        let failures = state.private.failures().clone();
+        let mark = failures.mark();
+        let record = match state
+            .processes
+            .start(&spec, &base_env, move || failures.since(mark))
+        {
             Ok(p) => Record::Started(p.pid),
             Err(e) => Record::Failed(format!("cannot start the command: {e}")),
         };
@@ -291,6 +296,7 @@ async fn exec_stream(mut stream: Stream, state: &Boxd) {
         let _ = stream.shutdown().await;
         return;
     }
+    let mark = state.private.failures().mark();
     let (tx, mut rx) = mpsc::channel::<Output>(8);
     let runner = tokio::spawn(async move { exec::run(&spec, &base_env, tx).await });
     while let Some(out) = rx.recv().await {
@@ -303,7 +309,10 @@ async fn exec_stream(mut stream: Stream, state: &Boxd) {
         }
     }
     let last = match runner.await {
-        Ok(Ok((_, exit))) => Record::Exit(exit),
+        Ok(Ok((_, mut exit))) => {
+            exit.private_endpoint_errors = state.private.failures().since(mark);
+            Record::Exit(exit)
+        }
         Ok(Err(e)) => Record::Failed(format!("cannot run the command: {e}")),
         Err(e) => Record::Failed(format!("the command's task failed: {e}")),
     };
@@ -459,7 +468,8 @@ mod tests {
             Some(&Record::Exit(proto::Exit {
                 code: Some(4),
                 signal: None,
-                timed_out: false
+                timed_out: false,
+                private_endpoint_errors: Vec::new(),
             }))
         );
     }

@@ -219,6 +219,21 @@ fn a_box_reaches_the_users_network_through_the_connector() {
         out.contains("db.internal:5432 503") && out.contains("\"dc\""),
         "{out}"
     );
+    // The command's result names the failure it caused, and what to do.
+    let result = api.ok(
+        "POST",
+        &format!("/boxes/{id}/exec"),
+        json!({"cmd": "echo y | nc -w 5 db.internal 5432; true"}),
+    );
+    let errors = result["privateEndpointErrors"].to_string();
+    assert!(errors.contains("db.internal:5432 503"), "{result}");
+    assert!(
+        result["privateEndpointHint"]
+            .as_str()
+            .unwrap()
+            .contains("connector"),
+        "{result}"
+    );
     let view = api.ok("GET", &format!("/boxes/{id}"), json!(null));
     assert!(
         view["environment"]["next"]

@@ -139,6 +139,10 @@ pub struct Exit {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
+    /// Connections to environment addresses that failed while the command
+    /// ran (`<host>:<port> <code> <reason>`), foreground commands only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub private_endpoint_errors: Vec<String>,
 }
 
 /// A background command.
@@ -264,6 +268,7 @@ mod tests {
                 code: Some(0),
                 signal: None,
                 timed_out: false,
+                private_endpoint_errors: vec!["db.internal:5432 503 offline".into()],
             }),
             Record::Failed("no such dir".into()),
         ];

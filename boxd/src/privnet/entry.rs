@@ -66,15 +66,22 @@ pub async fn bind(endpoint: PrivateEndpoint) -> std::io::Result<(Arc<Entry>, Tcp
 }
 
 /// Serves an entry's connections forever.
-pub async fn serve(entry: Arc<Entry>, listener: TcpListener, uplink: Uplink, log: PathBuf) {
+pub async fn serve(
+    entry: Arc<Entry>,
+    listener: TcpListener,
+    uplink: Uplink,
+    log: PathBuf,
+    failures: Arc<super::Failures>,
+) {
     loop {
         let Ok((tcp, _)) = listener.accept().await else {
             // Out of descriptors, say: try again shortly.
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let (entry, uplink, log) = (entry.clone(), uplink.clone(), log.clone());
-        tokio::spawn(async move { connection(&entry, tcp, &uplink, &log).await });
+        let (entry, uplink, log, failures) =
+            (entry.clone(), uplink.clone(), log.clone(), failures.clone());
+        tokio::spawn(async move { connection(&entry, tcp, &uplink, &log, &failures).await });
     }
 }
 
@@ -87,23 +94,37 @@ impl Drop for OpenGuard<'_> {
     }
 }
 
-async fn connection(entry: &Entry, mut tcp: TcpStream, uplink: &Uplink, log: &PathBuf) {
+async fn connection(
+    entry: &Entry,
+    mut tcp: TcpStream,
+    uplink: &Uplink,
+    log: &PathBuf,
+    failures: &super::Failures,
+) {
     entry.opened.fetch_add(1, Ordering::Relaxed);
     entry.open.fetch_add(1, Ordering::Relaxed);
     let _open = OpenGuard(&entry.open);
     let target = entry.endpoint.target();
     let Some(live) = uplink.current(SESSION_WAIT).await else {
-        return fail(entry, tcp, log, 503, "boxd has no session with the server");
+        return fail(
+            entry,
+            failures,
+            tcp,
+            log,
+            503,
+            "boxd has no session with the server",
+        );
     };
     let mut stream = match tokio::time::timeout(OPEN_TIMEOUT, live.session.open(&target)).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(OpenError::Refused { code, reason })) => {
-            return fail(entry, tcp, log, code, &reason);
+            return fail(entry, failures, tcp, log, code, &reason);
         }
-        Ok(Err(e)) => return fail(entry, tcp, log, e.code(), &e.to_string()),
+        Ok(Err(e)) => return fail(entry, failures, tcp, log, e.code(), &e.to_string()),
         Err(_) => {
             return fail(
                 entry,
+                failures,
                 tcp,
                 log,
                 504,
@@ -123,8 +144,19 @@ async fn connection(entry: &Entry, mut tcp: TcpStream, uplink: &Uplink, log: &Pa
 
 /// Counts the failure, logs it, then resets the box's connection: a program
 /// that reads the log after its connection failed finds the line there.
-fn fail(entry: &Entry, tcp: TcpStream, log: &PathBuf, code: u16, reason: &str) {
+fn fail(
+    entry: &Entry,
+    failures: &super::Failures,
+    tcp: TcpStream,
+    log: &PathBuf,
+    code: u16,
+    reason: &str,
+) {
     let reason = reason.replace(['\n', '\r'], " ");
+    failures.push(format!(
+        "{}:{} {code} {reason}",
+        entry.endpoint.host, entry.endpoint.port
+    ));
     entry.failures.fetch_add(1, Ordering::Relaxed);
     if let Ok(mut last) = entry.last_failure.lock() {
         *last = Some(format!("{code} {reason}"));
@@ -228,6 +260,7 @@ mod tests {
             listener,
             uplink.clone(),
             log.to_owned(),
+            Arc::default(),
         ));
         entry
     }

@@ -24,9 +24,57 @@ pub const LOG: &str = ".sbx/logs/private-endpoints.log";
 pub struct PrivateNet {
     setup: tokio::sync::Mutex<Option<Vec<PrivateEndpoint>>>,
     entries: Mutex<Vec<Arc<entry::Entry>>>,
+    failures: Arc<Failures>,
+}
+
+/// The latest failed connections, numbered, so that a command can be told
+/// which failed while it ran.
+#[derive(Default)]
+pub struct Failures {
+    recent: Mutex<std::collections::VecDeque<(u64, String)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// How many failures are kept for commands to read.
+const KEPT_FAILURES: usize = 100;
+
+impl Failures {
+    /// Notes a failure: `<host>:<port> <code> <reason>`.
+    pub fn push(&self, line: String) {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut recent) = self.recent.lock() {
+            if recent.len() == KEPT_FAILURES {
+                recent.pop_front();
+            }
+            recent.push_back((n, line));
+        }
+    }
+
+    /// Where the failures stand now.
+    pub fn mark(&self) -> u64 {
+        self.next.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The failures since `mark` (at most the last [`KEPT_FAILURES`]).
+    pub fn since(&self, mark: u64) -> Vec<String> {
+        self.recent
+            .lock()
+            .map(|r| {
+                r.iter()
+                    .filter(|(n, _)| *n >= mark)
+                    .map(|(_, l)| l.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 impl PrivateNet {
+    /// The failed connections, for commands to report theirs.
+    pub fn failures(&self) -> &Arc<Failures> {
+        &self.failures
+    }
+
     /// What health reports: one item per address.
     pub fn health(&self) -> Vec<PrivateEndpointHealth> {
         self.entries
@@ -90,7 +138,13 @@ impl PrivateNet {
         let mut entries = Vec::new();
         for (entry, listener) in bound {
             entries.push(entry.clone());
-            tokio::spawn(entry::serve(entry, listener, uplink.clone(), log.clone()));
+            tokio::spawn(entry::serve(
+                entry,
+                listener,
+                uplink.clone(),
+                log.clone(),
+                self.failures.clone(),
+            ));
         }
         if let Ok(mut all) = self.entries.lock() {
             *all = entries;

@@ -11,6 +11,7 @@
 use super::tools::{box_failed, failed, structured};
 use crate::routes::exec::OutputView;
 use psbx_actors::boxes::Boxes;
+use psbx_actors::connectors::private_endpoint_hint;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
 use psbx_actors::store::Principal;
@@ -67,6 +68,12 @@ struct ExecOutcome {
     #[serde(skip_serializing_if = "Option::is_none")]
     signal: Option<i32>,
     timed_out: bool,
+    /// Connections to environment addresses that failed while the command ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    private_endpoint_errors: Vec<String>,
+    /// What to do about them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    private_endpoint_hint: Option<String>,
     /// Standard output and error together: head and tail, secrets masked.
     output: OutputView,
     /// The whole output, a file in the box.
@@ -212,15 +219,27 @@ async fn follow(
         )),
         Some(_) => None,
     };
-    let summary = summary(pid, exit.as_ref(), wait, &output);
+    let mut summary = summary(pid, exit.as_ref(), wait, &output);
+    if let Some(errors) = exit
+        .as_ref()
+        .map(|e| &e.private_endpoint_errors)
+        .filter(|e| !e.is_empty())
+    {
+        summary.push_str(&format!(
+            "\nconnections to environment addresses that failed: {}",
+            errors.join("; ")
+        ));
+    }
     let Exit {
         code,
         signal,
         timed_out,
+        private_endpoint_errors,
     } = exit.clone().unwrap_or(Exit {
         code: None,
         signal: None,
         timed_out: false,
+        private_endpoint_errors: Vec::new(),
     });
     structured(
         summary,
@@ -230,6 +249,8 @@ async fn follow(
             exit_code: code,
             signal,
             timed_out,
+            private_endpoint_hint: private_endpoint_hint(&private_endpoint_errors),
+            private_endpoint_errors,
             output: OutputView::from(&output),
             log: process.log,
             next,

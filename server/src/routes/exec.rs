@@ -10,6 +10,7 @@ use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, delete, get, post, web};
 use futures_util::StreamExt;
 use psbx_actors::boxes::Boxes;
+use psbx_actors::connectors::private_endpoint_hint;
 use psbx_actors::duration;
 use psbx_actors::error::BoxError;
 use psbx_actors::exec::bounded::Bounded;
@@ -88,6 +89,12 @@ pub struct ExecResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
     pub timed_out: bool,
+    /// Connections to environment addresses that failed while the command ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub private_endpoint_errors: Vec<String>,
+    /// What to do about them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_endpoint_hint: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stdout: Option<OutputView>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -165,6 +172,8 @@ pub async fn exec(
                 exit_code: None,
                 signal: None,
                 timed_out: false,
+                private_endpoint_errors: Vec::new(),
+                private_endpoint_hint: None,
                 stdout: None,
                 stderr: None,
             })),
@@ -207,6 +216,8 @@ pub async fn exec(
                     exit_code: exit.code,
                     signal: exit.signal,
                     timed_out: exit.timed_out,
+                    private_endpoint_hint: private_endpoint_hint(&exit.private_endpoint_errors),
+                    private_endpoint_errors: exit.private_endpoint_errors,
                     stdout: Some((&out).into()),
                     stderr: Some((&err).into()),
                 }));
