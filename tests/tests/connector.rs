@@ -196,6 +196,10 @@ fn a_box_reaches_the_users_network_through_the_connector() {
         "the box's own 5432 still answers: {out}"
     );
 
+    // What the box sent through the connection is its egress.
+    let view = api.ok("GET", &format!("/boxes/{id}"), json!(null));
+    assert!(view["egressBytes"].as_u64().unwrap() >= 5, "{view}");
+
     // A target that refuses: 502 with the reason, fast.
     let started_at = Instant::now();
     let (_, out) = api.sh(

@@ -168,6 +168,21 @@ impl Hub {
         }
     }
 
+    /// Sends every connector session GOAWAY and closes it (this replica is
+    /// stopping): connectors open new sessions elsewhere.
+    pub fn close_all(&self, reason: &str) {
+        let sessions: Vec<Session> = self
+            .lock()
+            .sessions
+            .drain()
+            .flat_map(|(_, list)| list.into_iter().map(|e| e.session))
+            .collect();
+        for session in sessions {
+            session.goaway(reason);
+            session.close();
+        }
+    }
+
     /// How a connection's connectors are, here.
     pub fn status(&self, connection: &str) -> ConnectionStatus {
         let state = self.lock();

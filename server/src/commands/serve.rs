@@ -80,7 +80,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         } else {
             Err("boxes are disabled in this server's configuration (boxes.enabled)".to_owned())
         };
-        let environments = Environments::new(store.clone(), secrets.vault(), hub);
+        let environments = Environments::new(store.clone(), secrets.vault(), hub.clone());
         let boxes = Arc::new(
             Boxes::new(store.clone(), box_settings, host, Some(secrets.clone()))
                 .with_environments(environments.clone()),
@@ -125,7 +125,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             None => http.listen(listener)?,
         }
         .run();
-        let stop_on_signal = stop_on_signal(http.handle())?;
+        let stop_on_signal = stop_on_signal(http.handle(), hub.clone())?;
         let heartbeat = actix_web::rt::spawn(heartbeat(store.clone(), server.id.clone()));
         tracing::info!(%url, replica = %server.id, "serving");
         print_now(&banner::listening(&url));
@@ -173,6 +173,7 @@ fn mcp_hosts(url: &str) -> (Vec<String>, Vec<String>) {
 /// place when this returns.
 fn stop_on_signal(
     server: actix_web::dev::ServerHandle,
+    hub: Hub,
 ) -> std::io::Result<actix_web::rt::task::JoinHandle<()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
@@ -182,6 +183,9 @@ fn stop_on_signal(
             _ = term.recv() => tracing::info!("SIGTERM: stopping"),
             _ = int.recv() => tracing::info!("SIGINT: stopping"),
         }
+        // Connectors move to another replica (or reconnect when this one is
+        // back) instead of holding the graceful stop open.
+        hub.close_all("this psbx server is stopping");
         server.stop(true).await;
     }))
 }

@@ -122,6 +122,11 @@ pub struct BoxView {
     /// The environment the box was started in, as it took it at claim.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub environment: Option<BoxEnvironmentView>,
+    /// Bytes the box sent through its environment's connections (its metered
+    /// outbound traffic there; what comes back is not counted), as counted
+    /// by this replica since it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress_bytes: Option<u64>,
 }
 
 /// A box's environment: what it can reach through which connection, and its
@@ -254,6 +259,7 @@ impl BoxView {
                 })
                 .unwrap_or_default();
             view.environment = Some(BoxEnvironmentView::new(claimed, &status));
+            view.egress_bytes = Some(envs.hub().egress(&view.id));
         }
         view
     }
@@ -268,6 +274,7 @@ impl From<BoxSnapshot> for BoxView {
             .map(|c| BoxEnvironmentView::new(c, &HashMap::new()));
         Self {
             environment,
+            egress_bytes: None,
             id: r.id.to_string(),
             name: r.name,
             goal: r.goal,
