@@ -10,7 +10,7 @@
 
 use crate::error::{ApiError, blocking};
 use crate::oauth::OAuth;
-use actix_web::body::MessageBody;
+use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{AUTHORIZATION, HeaderMap};
 use actix_web::middleware::Next;
@@ -32,7 +32,17 @@ pub async fn require_api_key(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    match principal(&req).await {
+    let who = principal(&req).await;
+    admit(req, next, who).await
+}
+
+/// Passes the request on with its principal, or answers the refusal at once.
+async fn admit<B: MessageBody + 'static>(
+    req: ServiceRequest,
+    next: Next<B>,
+    who: Result<Principal, ApiError>,
+) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
+    match who {
         Ok(principal) => {
             req.extensions_mut().insert(principal);
             Ok(next.call(req).await?.map_into_left_body())
@@ -62,15 +72,8 @@ pub async fn require_mcp_credential(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    match mcp_principal(&req).await {
-        Ok(principal) => {
-            req.extensions_mut().insert(principal);
-            Ok(next.call(req).await?.map_into_left_body())
-        }
-        Err(refused) => Ok(req
-            .into_response(refused.error_response())
-            .map_into_right_body()),
-    }
+    let who = mcp_principal(&req).await;
+    admit(req, next, who).await
 }
 
 async fn mcp_principal(req: &ServiceRequest) -> Result<Principal, ApiError> {
