@@ -286,7 +286,7 @@ def open_streams(port, hold):
     reached the hold server once that number stopped growing."""
     clients = [socket.create_connection((LOCAL, port), timeout=10) for _ in range(HOLD)]
     seen, still = -1, 0
-    while still < 10 and hold.count() < HOLD:   # 2 s without a new one
+    while still < 25 and hold.count() < HOLD:   # 5 s without a new one
         time.sleep(0.2)
         still = still + 1 if hold.count() == seen else 0
         seen = hold.count()
@@ -297,21 +297,21 @@ def close_streams(clients, hold):
     for c in clients:
         c.close()
     hold.drop()
-    time.sleep(2)   # let the streams close before the next measure
+    time.sleep(5)   # let the streams close before the next measure
 
 
-def hold_rss(port, pid, hold):
+def hold_rss(name, port, pid, hold):
     """RSS of pid idle, then with HOLD streams open through port to hold."""
     idle = rss_mib(pid)
     clients, held = open_streams(port, hold)
     try:
         if held < HOLD:
-            raise SystemExit(f"only {held} of {HOLD} streams reached the target")
+            print(f"# {name}: only {held} of {HOLD} streams reached the target", flush=True)
         time.sleep(1)
         busy = rss_mib(pid)
     finally:
         close_streams(clients, hold)
-    return idle, busy
+    return idle, busy, held
 
 
 # --- report ------------------------------------------------------------------
@@ -390,7 +390,8 @@ def main():
             for name, pid in (("psbx", psbx.connector.pid), ("rathole tcp", rt.client.pid),
                               ("rathole ws", rw.client.pid)):
                 ports = setups[name][0]
-                idle, busy = hold_rss(ports["hold"], pid, hold)
+                idle, busy, held = hold_rss(name, ports["hold"], pid, hold)
+                add(f"streams held of {HOLD}", name, held)
                 add("RSS idle (MiB)", name, idle)
                 add(f"RSS {HOLD} streams (MiB)", name, busy)
             print(f"run {run + 1}/{RUNS}: memory", flush=True)
@@ -424,14 +425,15 @@ def main():
     print("| figure | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
     for figure in sorted(figures, key=order):
-        fmt = "{:.2f}" if "Gbit" in figure or "CPU" in figure else "{:.1f}"
+        fmt = ("{:.2f}" if "Gbit" in figure or "CPU" in figure
+               else "{:.0f}" if "held" in figure else "{:.1f}")
         row = [cell(results.get((figure, n), []), fmt) for n in names]
         print(f"| {figure} | " + " | ".join(row) + " |")
     print(f"\nmedian (min–max) of {RUNS} runs; {machine()}", flush=True)
 
 
 def order(figure):
-    keys = ["iperf3", "CPU", "64 B", "RSS"]
+    keys = ["iperf3", "CPU", "64 B", "RSS", "streams"]
     return (next(i for i, k in enumerate(keys) if figure.startswith(k)), figure)
 
 

@@ -70,7 +70,9 @@ fn main() -> anyhow::Result<()> {
         &std::env::var("PSBX_LOG_LEVEL").unwrap_or_else(|_| "warn".to_owned()),
         LogFormat::Text,
     );
-    tracing::warn!("BENCHMARK ENTRY: tunnel_entry serves unauthenticated TCP entries into the connector hub on 127.0.0.1; never run it against real data");
+    tracing::warn!(
+        "BENCHMARK ENTRY: tunnel_entry serves unauthenticated TCP entries into the connector hub on 127.0.0.1; never run it against real data"
+    );
     std::fs::create_dir_all(&config.data_dir)?;
     let database = Database::open(&config, Opener::Server)?;
     let store = database.store.clone();
