@@ -234,15 +234,28 @@ impl Hub {
         if candidates.is_empty() {
             return Err(offline());
         }
+        let mut full = 0;
         for session in candidates {
             match session.open(target).await {
                 Ok(stream) => return Ok(stream),
                 // The connector answered: its verdict is final (another copy
                 // is not tried; every copy must reach every address).
                 Err(OpenError::Refused { code, reason }) => return Err(Refusal { code, reason }),
+                // This session carries all the streams it may: try the next.
+                Err(OpenError::TooManyStreams(_)) => full += 1,
                 // This session is going away: try the next one.
                 Err(_) => continue,
             }
+        }
+        if full > 0 {
+            return Err(Refusal {
+                code: 503,
+                reason: format!(
+                    "the connector \"{name}\" of this environment is online but every one of its \
+                     {full} sessions carries as many connections as it may; run it with more \
+                     PSBX_SESSIONS (up to 8) or run another copy"
+                ),
+            });
         }
         Err(offline())
     }
