@@ -7,6 +7,7 @@
 //!   `psbx serve` child that is stopped when dropped.
 //! * [`vm`] — a server running real (TCG) boxes from the test image, with a
 //!   guard that removes their libvirt domains whatever happens.
+//! * [`api`] — REST calls with a bearer key.
 //! * [`git`] — repositories made by a shell script, and the names in a tar stream.
 //! * [`python`] — the Python MCP clients under `tests/mcp/`, run with the venv.
 //!
@@ -14,6 +15,7 @@
 //! how to get it: a test never passes by skipping.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+pub mod api;
 mod database;
 pub mod git;
 pub mod netns;

@@ -182,25 +182,14 @@ impl BoxServer {
         self.dir.path().join("data/boxes").join(box_id)
     }
 
-    fn client() -> reqwest::blocking::Client {
-        reqwest::blocking::Client::builder()
-            .timeout(Duration::from_secs(300))
-            .build()
-            .expect("http client")
-    }
-
     /// A request to the API with this server's key: (status, JSON body).
     pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-        let mut req = Self::client()
-            .request(method, format!("{}{path}", self.url()))
-            .bearer_auth(&self.key);
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let res = req.send().expect("the server answers");
-        let status = res.status().as_u16();
-        (status, res.json().unwrap_or(Value::Null))
+        crate::api::call(&self.url(), &self.key, method, path, body)
+    }
+
+    /// [`BoxServer::call`], failing the test unless the answer is a 2xx.
+    pub fn ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        crate::api::ok(&self.url(), &self.key, method, path, body)
     }
 
     /// The state stored for a box, read from the database directly.

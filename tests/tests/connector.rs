@@ -12,7 +12,6 @@
 
 use psbx_tests::netns::Netns;
 use psbx_tests::vm::BoxServer;
-use reqwest::blocking::Client;
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -20,29 +19,17 @@ use std::time::{Duration, Instant};
 struct Api {
     url: String,
     key: String,
-    http: Client,
 }
 
 impl Api {
     fn call(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
-        let res = self
-            .http
-            .request(method.parse().unwrap(), format!("{}/v1{path}", self.url))
-            .bearer_auth(&self.key)
-            .json(&body)
-            .send()
-            .unwrap();
-        let status = res.status().as_u16();
-        (status, res.json().unwrap_or(Value::Null))
+        let body = Some(body).filter(|b| !b.is_null());
+        psbx_tests::api::call(&self.url, &self.key, method, &format!("/v1{path}"), body)
     }
 
     fn ok(&self, method: &str, path: &str, body: Value) -> Value {
-        let (status, answer) = self.call(method, path, body);
-        assert!(
-            (200..300).contains(&status),
-            "{method} {path}: {status} {answer}"
-        );
-        answer
+        let body = Some(body).filter(|b| !b.is_null());
+        psbx_tests::api::ok(&self.url, &self.key, method, &format!("/v1{path}"), body)
     }
 
     /// Runs `cmd` in the box: (exit code, stdout + stderr).
@@ -138,7 +125,6 @@ fn a_box_reaches_the_users_network_through_the_connector() {
     let api = Api {
         url: url.clone(),
         key: s.key.clone(),
-        http: Client::new(),
     };
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("connector.log");

@@ -6,7 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use psbx_tests::vm::BoxServer;
-use reqwest::blocking::Client;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -45,32 +44,23 @@ fn sha(text: &str) -> String {
 
 struct Api<'a> {
     s: &'a BoxServer,
-    http: Client,
 }
 
 impl Api<'_> {
     fn call(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
-        let res = self
-            .http
-            .request(
-                method.parse().unwrap(),
-                format!("{}/v1{path}", self.s.url()),
-            )
-            .bearer_auth(&self.s.key)
-            .json(&body)
-            .send()
-            .unwrap();
-        let status = res.status().as_u16();
-        (status, res.json().unwrap_or(Value::Null))
+        self.s.call(
+            method,
+            &format!("/v1{path}"),
+            Some(body).filter(|b| !b.is_null()),
+        )
     }
 
     fn ok(&self, method: &str, path: &str, body: Value) -> Value {
-        let (status, answer) = self.call(method, path, body);
-        assert!(
-            (200..300).contains(&status),
-            "{method} {path}: {status} {answer}"
-        );
-        answer
+        self.s.ok(
+            method,
+            &format!("/v1{path}"),
+            Some(body).filter(|b| !b.is_null()),
+        )
     }
 
     fn exec(&self, id: &str, cmd: &str) -> String {
@@ -83,10 +73,7 @@ impl Api<'_> {
 #[test]
 fn a_box_in_an_environment_gets_its_settings_files_exactly() {
     let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
-    let api = Api {
-        s: &s,
-        http: Client::new(),
-    };
+    let api = Api { s: &s };
     api.ok("POST", "/environments", json!({"name": "dev"}));
     let conn = api.ok(
         "POST",

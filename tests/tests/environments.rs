@@ -7,7 +7,6 @@
 
 use diesel::{Connection, PgConnection, RunQueryDsl};
 use psbx_tests::{ServerProcess, TestDatabase};
-use reqwest::blocking::Client;
 use serde_json::{Value, json};
 use std::process::Command;
 
@@ -17,7 +16,6 @@ struct Setup {
     key: String,
     db: TestDatabase,
     dir: tempfile::TempDir,
-    http: Client,
 }
 
 impl Setup {
@@ -41,12 +39,7 @@ impl Setup {
             key,
             db,
             dir,
-            http: Client::new(),
         }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}/v1{path}", self.server.url)
     }
 
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
@@ -54,17 +47,7 @@ impl Setup {
     }
 
     fn call_as(&self, key: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self
-            .http
-            .request(method.parse().unwrap(), self.url(path))
-            .bearer_auth(key);
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let res = req.send().unwrap();
-        let status = res.status().as_u16();
-        let text = res.text().unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        psbx_tests::api::call(&self.server.url, key, method, &format!("/v1{path}"), body)
     }
 
     /// A key of a second account.

@@ -9,23 +9,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use psbx_tests::vm::BoxServer;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::time::{Duration, Instant};
-
-fn ok(s: &BoxServer, method: &str, path: &str, body: Option<Value>) -> Value {
-    let (status, answer) = s.call(method, path, body);
-    assert!(
-        (200..300).contains(&status),
-        "{method} {path}: {status} {answer}"
-    );
-    answer
-}
 
 /// Runs `cmd` in the box; its stdout and stderr, and how long the call took.
 fn exec(s: &BoxServer, id: &str, cmd: &str) -> (String, Duration) {
     let started = Instant::now();
-    let answer = ok(
-        s,
+    let answer = s.ok(
         "POST",
         &format!("/v1/boxes/{id}/exec"),
         Some(json!({ "cmd": cmd, "timeout": "60s" })),
@@ -42,16 +32,13 @@ fn exec(s: &BoxServer, id: &str, cmd: &str) -> (String, Duration) {
 #[test]
 fn environment_addresses_inside_a_box() {
     let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
-    ok(&s, "POST", "/v1/environments", Some(json!({"name": "dev"})));
-    let conn = ok(
-        &s,
+    s.ok("POST", "/v1/environments", Some(json!({"name": "dev"})));
+    let conn = s.ok(
         "POST",
         "/v1/environments/dev/connections",
         Some(json!({"name": "aws"})),
     );
-    ok(
-        &s,
-        "PUT",
+    s.ok("PUT",
         &format!(
             "/v1/environments/dev/connections/{}/endpoints",
             conn["id"].as_str().unwrap()
@@ -60,8 +47,7 @@ fn environment_addresses_inside_a_box() {
             json!({"endpoints": [{"host": "db.internal", "port": 5432}, {"host": "10.9.8.7", "port": 8080}]}),
         ),
     );
-    let started = ok(
-        &s,
+    let started = s.ok(
         "POST",
         "/v1/boxes",
         Some(json!({"name": "privnet", "environment": "dev"})),
@@ -133,7 +119,7 @@ fn environment_addresses_inside_a_box() {
     }
 
     // health.privateEndpoints: the entries and their counts.
-    let view = ok(&s, "GET", &format!("/v1/boxes/{id}"), None);
+    let view = s.ok("GET", &format!("/v1/boxes/{id}"), None);
     let entries = view["health"]["privateEndpoints"]
         .as_array()
         .unwrap_or_else(|| panic!("{view}"));
@@ -149,5 +135,5 @@ fn environment_addresses_inside_a_box() {
     assert!(db["lastFailure"].as_str().unwrap().len() > 4, "{view}");
     assert_eq!(entries[1]["host"], "10.9.8.7");
     assert_eq!(entries[1]["failures"], 1);
-    ok(&s, "DELETE", &format!("/v1/boxes/{id}"), None);
+    s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
 }
