@@ -154,10 +154,8 @@ pub fn secret_values(vars: &[(String, String)]) -> Vec<String> {
         let passwords: Vec<String> = scan::urls(value)
             .iter()
             .filter_map(|url| {
-                value[url.span.clone()]
-                    .split_once("://")
-                    .and_then(|(_, auth)| auth.rsplit_once('@'))
-                    .and_then(|(userinfo, _)| userinfo.split_once(':'))
+                userinfo(value, url)
+                    .and_then(|u| u.split_once(':'))
                     .map(|(_, password)| password.to_owned())
             })
             .filter(|p| !p.is_empty())
@@ -170,6 +168,14 @@ pub fn secret_values(vars: &[(String, String)]) -> Vec<String> {
         }
     }
     out
+}
+
+/// The `user[:password]` part of a URL found in `value`, if it has one.
+fn userinfo<'a>(value: &'a str, url: &scan::Url) -> Option<&'a str> {
+    value[url.span.clone()]
+        .split_once("://")
+        .and_then(|(_, rest)| rest.rsplit_once('@'))
+        .map(|(info, _)| info)
 }
 
 /// Whether a setting's name says it holds a secret.
@@ -197,12 +203,10 @@ fn looks_secret(upper: &str, value: &str) -> bool {
         return true;
     }
     // A password in a URL: scheme://user:pass@host.
-    if scan::urls(value).iter().any(|u| {
-        value[u.span.clone()]
-            .split_once("://")
-            .and_then(|(_, auth)| auth.rsplit_once('@'))
-            .is_some_and(|(userinfo, _)| userinfo.contains(':'))
-    }) {
+    if scan::urls(value)
+        .iter()
+        .any(|u| userinfo(value, u).is_some_and(|info| info.contains(':')))
+    {
         return true;
     }
     value.split_whitespace().any(random_looking)
