@@ -167,6 +167,18 @@ impl Environments {
         self.detail(record).await
     }
 
+    /// An environment's connections with their status now (no services read).
+    pub async fn connections(
+        &self,
+        account: &AccountId,
+        name: &str,
+    ) -> Result<Vec<Connection>, EnvError> {
+        let record = self.record(account, name).await?;
+        let store = self.store.clone();
+        let rows = blocking(move || store.connections(&record.id)).await?;
+        Ok(rows.into_iter().map(|c| self.connection(c)).collect())
+    }
+
     async fn detail(&self, record: EnvironmentRecord) -> Result<Environment, EnvError> {
         let (store, id) = (self.store.clone(), record.id.clone());
         let (connections, services) =

@@ -249,10 +249,10 @@ impl BoxView {
         if let (Some(claimed), Some(account)) = (claimed, account) {
             // A deleted environment leaves its connections offline.
             let status: HashMap<String, ConnectionStatus> = envs
-                .get(&account, &claimed.name)
+                .connections(&account, &claimed.name)
                 .await
-                .map(|env| {
-                    env.connections
+                .map(|connections| {
+                    connections
                         .into_iter()
                         .map(|c| (c.record.name, c.status))
                         .collect()
