@@ -146,7 +146,7 @@ impl Slots {
         let (sink, stream) = transport::into_messages(ws);
         let hello =
             Hello::new(format!("psbx-connector/{}", crate::VERSION)).with_features(["connector"]);
-        Ok(Session::over_messages(sink, stream, Role::Client, Config::default(), hello).await?)
+        Ok(Session::over_messages(sink, stream, Role::Client, Config::tunnel(), hello).await?)
     }
 
     /// Accepts streams until the session ends, drains or the connector

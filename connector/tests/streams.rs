@@ -177,3 +177,42 @@ async fn a_target_that_never_answers_times_out() {
         "{took:?}"
     );
 }
+
+/// One session carries `TUNNEL_STREAMS` connections open at once (a
+/// connector serves every box of an account), each still working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_session_holds_a_thousand_streams() {
+    use psbx_wire::mux::TUNNEL_STREAMS;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut server = FakeServer::start(TOKEN, None).await;
+    let echo = Echo::start().await;
+    let _connector = Connector::for_server(&server, TOKEN, &[("PSBX_SESSIONS", "1".into())]);
+    let session = server.next_session(WAIT).await.session;
+    let target = format!("127.0.0.1:{}", echo.port);
+    let mut streams = Vec::with_capacity(TUNNEL_STREAMS);
+    for i in 0..TUNNEL_STREAMS {
+        let stream = tokio::time::timeout(WAIT, session.open(&target))
+            .await
+            .unwrap_or_else(|_| panic!("stream {i} took over {WAIT:?} to open"))
+            .unwrap_or_else(|e| panic!("stream {i} of {TUNNEL_STREAMS}: {e}"));
+        streams.push(stream);
+    }
+    // All are open at once; each answers on its own.
+    for (i, stream) in streams.iter_mut().enumerate() {
+        let ping = format!("stream {i}");
+        stream.write_all(ping.as_bytes()).await.unwrap();
+        let mut back = vec![0u8; ping.len()];
+        tokio::time::timeout(WAIT, stream.read_exact(&mut back))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, ping.as_bytes());
+    }
+    // The next one is refused by this end's own limit, not by a hang.
+    match session.open(&target).await {
+        Err(OpenError::TooManyStreams(n)) => assert_eq!(n, TUNNEL_STREAMS),
+        Err(other) => panic!("expected TooManyStreams, got {other}"),
+        Ok(_) => panic!("stream {} was accepted", TUNNEL_STREAMS + 1),
+    }
+}

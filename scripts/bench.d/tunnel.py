@@ -21,7 +21,10 @@ processes per GB moved in the bulk runs, and the RSS of the connector (and of
 the rathole client) idle and holding 1,000 open streams. Each figure is
 measured RUNS times, the setups interleaved within each run; the median, min
 and max are printed. PSBX_BENCH_SECONDS sets the length of each iperf3 and
-sockperf run (default 5).
+sockperf run (default 5). PSBX_BENCH_SETUPS (comma-separated setup names,
+e.g. "psbx+link") runs the throughput and latency part for those setups only
+and skips the memory part: for chasing one setup's failures. A failed iperf3
+run prints the last lines of the tunnel's logs.
 """
 
 import json
@@ -43,6 +46,7 @@ import urllib.request
 ENTRY, CONNECTOR, RATHOLE = sys.argv[1], sys.argv[2], sys.argv[3]
 RUNS = max(1, int(sys.argv[4]) if len(sys.argv) > 4 else 5)
 SECONDS = int(os.environ.get("PSBX_BENCH_SECONDS", "5"))
+ONLY = [n for n in os.environ.get("PSBX_BENCH_SETUPS", "").split(",") if n]
 HOLD = 1000
 LOCAL = "127.0.0.1"
 CLK = os.sysconf("SC_CLK_TCK")
@@ -178,6 +182,7 @@ class Psbx:
         env = dict(os.environ, PSBX_CONNECTOR_TOKEN=self.token, PSBX_URL=self.url,
                    PSBX_SESSIONS=str(sessions), RUST_LOG="warn")
         self.connector = start([CONNECTOR], f"connector-{sessions}.log", env=env)
+        self.logs = ["entry.log", f"connector-{sessions}.log"]
         wait_for(f"the connector's {sessions} sessions", lambda: self.sessions() == sessions)
 
     def call(self, method, path, body=None):
@@ -234,6 +239,7 @@ class Rathole:
         for port in self.ports.values():   # the server binds a service once its client is up
             wait_port_bound(port)
         self.pids = [self.server.pid, self.client.pid]
+        self.logs = [f"rathole-{transport}-server.log", f"rathole-{transport}-client.log"]
 
     def stop(self):
         for p in (self.client, self.server):
@@ -255,11 +261,16 @@ def wait_port_bound(port, timeout=30):
 
 # --- measurements ------------------------------------------------------------
 
-def iperf(port, streams, reverse, pids):
+def iperf(port, streams, reverse, pids, server_port):
     argv = ["iperf3", "-c", LOCAL, "-p", str(port), "-t", str(SECONDS), "-P", str(streams), "-J"]
     if reverse:
         argv.append("-R")
     for _ in range(20):
+        # iperf3's server closes its listening socket after each test and
+        # opens a new one: a tunnel dialing it in between gets refused or
+        # reset, and the client (whose connection the entry accepted) sees
+        # its control connection reset. Start only once it listens again.
+        wait_port_bound(server_port)
         before = cpu_seconds(pids) if pids else 0
         out = subprocess.run(argv, capture_output=True, text=True, timeout=SECONDS + 60)
         cpu = cpu_seconds(pids) - before if pids else None
@@ -347,6 +358,32 @@ def versions():
     return f"{rathole}; {iperf3}; {sp}"
 
 
+def show_logs(tunnel, lines=15):
+    """The last lines of the logs of the tunnel's processes."""
+    for log in getattr(tunnel, "logs", []):
+        with open(os.path.join(work, log), errors="replace") as f:
+            tail = f.readlines()[-lines:]
+        print(f"#   {log}:", flush=True)
+        for line in tail:
+            print(f"#     {line.rstrip()}", flush=True)
+
+
+def measure_memory(psbx, setups, hold, add):
+    """RSS of the tunnels' clients idle and holding HOLD streams, and how many
+    of them reached the target; the connector with its defaults (2 sessions
+    of 1,024 streams each), on a fresh process."""
+    psbx.start_connector(2)
+    for run in range(RUNS):
+        for name in ("psbx", "rathole tcp", "rathole ws"):
+            ports, tunnel = setups[name]
+            pid = tunnel.connector.pid if tunnel is psbx else tunnel.client.pid
+            idle, busy, held = hold_rss(name, ports["hold"], pid, hold)
+            add(f"streams held of {HOLD}", name, held)
+            add("RSS idle (MiB)", name, idle)
+            add(f"RSS {HOLD} streams (MiB)", name, busy)
+        print(f"run {run + 1}/{RUNS}: memory", flush=True)
+
+
 def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))   # children inherit it
@@ -376,6 +413,12 @@ def main():
         "rathole tcp": (rt.ports, rt),
         "rathole ws": (rw.ports, rw),
     }
+    unknown = set(ONLY) - set(setups)
+    if unknown:
+        raise SystemExit(f"PSBX_BENCH_SETUPS: no setup {', '.join(sorted(unknown))}; "
+                         f"the setups are {', '.join(setups)}")
+    if ONLY:
+        setups = {name: setups[name] for name in ONLY}
     results = {}   # (figure, setup) → samples
 
     def add(figure, setup, value):
@@ -383,23 +426,10 @@ def main():
             results.setdefault((figure, setup), []).append(value)
 
     try:
-        # How many streams one connector holds with its default 2 sessions
-        # (a wire session takes 256 streams at most).
-        clients, held = open_streams(psbx.hub["hold"], hold)
-        close_streams(clients, hold)
-        print(f"# psbx-connector with PSBX_SESSIONS=2 (default): {held} of {HOLD} streams "
-              f"reached the target", flush=True)
-        # Memory, on fresh processes: a connector of 4 sessions for 1,000 streams.
-        psbx.start_connector(4)
-        for run in range(RUNS):
-            for name, pid in (("psbx", psbx.connector.pid), ("rathole tcp", rt.client.pid),
-                              ("rathole ws", rw.client.pid)):
-                ports = setups[name][0]
-                idle, busy, held = hold_rss(name, ports["hold"], pid, hold)
-                add(f"streams held of {HOLD}", name, held)
-                add("RSS idle (MiB)", name, idle)
-                add(f"RSS {HOLD} streams (MiB)", name, busy)
-            print(f"run {run + 1}/{RUNS}: memory", flush=True)
+        if ONLY:
+            print(f"# PSBX_BENCH_SETUPS={','.join(ONLY)}: memory not measured", flush=True)
+        else:
+            measure_memory(psbx, setups, hold, add)
         psbx.start_connector(2)
         for run in range(RUNS):
             for name, (ports, tunnel) in setups.items():
@@ -407,11 +437,13 @@ def main():
                 for streams in (1, 16):
                     for reverse in (False, True):
                         way = "reverse" if reverse else "forward"
-                        gbits, per_gb = iperf(ports["iperf"], streams, reverse, pids)
+                        gbits, per_gb = iperf(ports["iperf"], streams, reverse, pids,
+                                              iperf_port)
                         if isinstance(gbits, str):   # counted, shown, not fatal
                             print(f"# {name}: iperf3 -P {streams}{' -R' if reverse else ''}: {gbits}",
                                   flush=True)
                             add("iperf3 runs failed", name, 1)
+                            show_logs(tunnel)
                             continue
                         add(f"iperf3 {streams:>2} stream{'s' if streams > 1 else ' '} {way} (Gbit/s)", name, gbits)
                         add(f"CPU s/GB {streams:>2} stream{'s' if streams > 1 else ' '} {way}", name, per_gb)

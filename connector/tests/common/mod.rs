@@ -168,7 +168,7 @@ async fn serve_upgrade<S>(
     });
     let hello = Hello::new("fake-psbx 0.0.0");
     if let Ok(session) =
-        Session::over_messages(sink, stream, Role::Server, Config::default(), hello).await
+        Session::over_messages(sink, stream, Role::Server, Config::tunnel(), hello).await
     {
         let user_agent = user_agent.lock().unwrap().clone();
         let _ = sessions.send(Accepted {

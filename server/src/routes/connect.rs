@@ -81,7 +81,7 @@ pub async fn connect(
             rx.recv().await.map(|item| (item, rx))
         }));
         let hello = Hello::new(format!("psbx {}", env!("CARGO_PKG_VERSION")));
-        match Session::over_messages(sink, stream, Role::Server, Config::default(), hello).await {
+        match Session::over_messages(sink, stream, Role::Server, Config::tunnel(), hello).await {
             Ok(session) => {
                 let version = session.peer().software.clone();
                 let _registered = hub.register(&id, session.clone(), &version);

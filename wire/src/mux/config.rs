@@ -60,7 +60,26 @@ impl Default for Config {
     }
 }
 
+/// Streams one connector session carries in [`Config::tunnel`].
+pub const TUNNEL_STREAMS: usize = 1024;
+
 impl Config {
+    /// A connector session (psbx-connector ↔ server), the same on both ends:
+    /// one session carries the connections of every box of an account to a
+    /// network, so it takes 1,024 streams instead of the default 256, and the
+    /// budget covers their initial windows plus the default's 64 MiB for
+    /// windows to grow. The budget caps what may be buffered; nothing of it
+    /// is allocated up front.
+    pub fn tunnel() -> Self {
+        let defaults = Self::default();
+        let growth = defaults.memory_budget - defaults.max_streams * INITIAL_WINDOW as usize;
+        Self {
+            max_streams: TUNNEL_STREAMS,
+            memory_budget: TUNNEL_STREAMS * INITIAL_WINDOW as usize + growth,
+            ..defaults
+        }
+    }
+
     /// Refuses a configuration whose limits contradict each other.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let fail = |why: &'static str| Err(ConfigError(why));
@@ -110,6 +129,7 @@ mod tests {
     #[test]
     fn the_defaults_are_valid() {
         Config::default().validate().unwrap();
+        Config::tunnel().validate().unwrap();
     }
 
     #[test]
