@@ -240,3 +240,69 @@ fn a_wrong_database_url_is_reported_without_its_password() {
     assert!(text.contains("cannot connect"), "{text}");
     assert!(!text.contains("sup3rsecret"), "{text}");
 }
+
+fn new_box(store: &Store, account: &psbx_actors::ids::AccountId) -> String {
+    use psbx_actors::box_::state::BoxState;
+    use psbx_actors::ids::BoxId;
+    use psbx_actors::store::NewBox;
+    let record = store
+        .insert_box(&NewBox {
+            id: BoxId::generate().unwrap(),
+            account_id: Some(account.clone()),
+            host_uri: "test:///default".into(),
+            state: BoxState::Running,
+            name: None,
+            goal: None,
+            image: "test".into(),
+            size: 1,
+            vcpus: 1,
+            memory_mib: 256,
+            disk_gb: 2,
+            keep_secs: 0,
+            spec: serde_json::json!({}),
+        })
+        .unwrap();
+    record.id.to_string()
+}
+
+/// Egress counted as bytes pass is added to `box_egress` by each flush, per
+/// box; a box whose row is gone is skipped without failing the others.
+#[tokio::test]
+async fn egress_is_stored_per_box_and_added_up() {
+    use psbx_actors::connectors::egress::Egress;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let first = store.bootstrap().unwrap().unwrap();
+    let (a, b) = (
+        new_box(&store, &first.account.id),
+        new_box(&store, &first.account.id),
+    );
+    let egress = Egress::default();
+    let send = |id: &str, bytes: usize| {
+        let (near, mut far) = tokio::io::duplex(1 << 20);
+        let mut counted = egress.count(id, near);
+        async move {
+            far.write_all(&vec![0u8; bytes]).await.unwrap();
+            counted.read_exact(&mut vec![0u8; bytes]).await.unwrap();
+        }
+    };
+    send(&a, 1000).await;
+    send(&b, 7).await;
+    send("box_gone", 5).await;
+    assert_eq!(store.box_egress(&a).unwrap(), 0);
+    egress.flush(&store).await.unwrap();
+    assert_eq!(store.box_egress(&a).unwrap(), 1000);
+    assert_eq!(store.box_egress(&b).unwrap(), 7);
+    assert_eq!(store.box_egress("box_gone").unwrap(), 0);
+    assert_eq!(egress.pending(&a), 0);
+    // The next flush adds to what is stored.
+    send(&a, 24).await;
+    assert_eq!(egress.pending(&a), 24);
+    egress.flush(&store).await.unwrap();
+    assert_eq!(store.box_egress(&a).unwrap(), 1024);
+    // Nothing new: nothing written, nothing lost.
+    egress.flush(&store).await.unwrap();
+    assert_eq!(store.box_egress(&a).unwrap(), 1024);
+}

@@ -14,8 +14,9 @@
 //! lists that exact address now (by name, first), a session of it, and a
 //! stream to the connector; 403 when no connection lists it, 503 when none
 //! of its connectors is online (naming it), the connector's own code (502)
-//! when it could not reach the target.
+//! when it could not reach the target. [`egress`] counts what boxes send.
 
+pub mod egress;
 pub mod route;
 
 pub use route::Router;
@@ -88,14 +89,13 @@ struct State {
     last_seen: HashMap<String, DateTime<Utc>>,
     /// (environment id, address) → box streams open through it.
     streams: HashMap<(String, Endpoint), Vec<OpenStream>>,
-    /// Box id → bytes the box sent through connections.
-    egress: HashMap<String, u64>,
 }
 
 /// Cheap to clone; one per replica.
 #[derive(Clone, Default)]
 pub struct Hub {
     state: Arc<Mutex<State>>,
+    egress: egress::Egress,
 }
 
 /// Keeps a session registered; dropping it takes the session out.
@@ -313,13 +313,8 @@ impl Hub {
         }
     }
 
-    /// Counts bytes a box sent through a connection.
-    pub fn add_egress(&self, box_id: &str, bytes: u64) {
-        *self.lock().egress.entry(box_id.to_owned()).or_default() += bytes;
-    }
-
-    /// Bytes a box sent through connections since this replica started.
-    pub fn egress(&self, box_id: &str) -> u64 {
-        self.lock().egress.get(box_id).copied().unwrap_or(0)
+    /// What boxes sent through connections, counted on this replica.
+    pub fn egress(&self) -> &egress::Egress {
+        &self.egress
     }
 }

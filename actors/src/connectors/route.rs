@@ -1,6 +1,7 @@
 //! A box's stream to an environment address: `env:<host>:<port>` from boxd,
 //! routed through the connection listing that exact address now, to one of
-//! its connectors, and spliced; the bytes the box sends are its egress.
+//! its connectors, and spliced; the bytes the box sends are counted as its
+//! egress as they pass (`egress`).
 
 use super::{Hub, Refusal};
 use crate::environments::Connection;
@@ -75,23 +76,22 @@ impl Router {
                 return incoming.refuse(refusal.code, &refusal.reason);
             }
         };
-        let mut downstream = incoming.accept();
+        let mut downstream = self
+            .hub
+            .egress()
+            .count(route.box_id.as_str(), incoming.accept());
         let mut upstream = upstream;
         let (id, closed) = self.hub.track(&env_id, &address);
-        let copied = tokio::select! {
-            result = tokio::io::copy_bidirectional(&mut downstream, &mut upstream) => result.ok(),
+        tokio::select! {
+            _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream) => {}
             reason = closed => {
                 let reason = reason.unwrap_or("closed");
                 tracing::info!(box_id = %route.box_id, %address, reason, "private endpoint stream closed");
-                downstream.reset(reason);
+                downstream.get_ref().reset(reason);
                 upstream.reset(reason);
-                None
             }
         };
         self.hub.untrack(&env_id, &address, id);
-        if let Some((sent, _received)) = copied {
-            self.hub.add_egress(route.box_id.as_str(), sent);
-        }
     }
 
     /// The environment's id and the connection that lists `address` now.

@@ -179,6 +179,14 @@ impl Environments {
         Ok(rows.into_iter().map(|c| self.connection(c)).collect())
     }
 
+    /// Bytes a box sent through connections: what is stored in `box_egress`
+    /// and what this replica counted since its last flush.
+    pub async fn egress_bytes(&self, box_id: &str) -> Result<u64, EnvError> {
+        let (store, id) = (self.store.clone(), box_id.to_owned());
+        let stored = blocking(move || store.box_egress(&id)).await?;
+        Ok(stored + self.hub.egress().pending(box_id))
+    }
+
     async fn detail(&self, record: EnvironmentRecord) -> Result<Environment, EnvError> {
         let (store, id) = (self.store.clone(), record.id.clone());
         let (connections, services) =

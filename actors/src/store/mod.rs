@@ -7,6 +7,7 @@
 mod accounts;
 mod api_keys;
 mod boxes;
+mod egress;
 mod environments;
 mod hosts;
 mod models;

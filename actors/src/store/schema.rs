@@ -228,7 +228,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     connections,
     environment_services,
     uploads,
-    connector_sessions
+    connector_sessions,
+    box_egress
 );
 
 diesel::table! {
@@ -245,3 +246,13 @@ diesel::table! {
 }
 
 diesel::joinable!(connector_sessions -> connections (connection_id));
+
+diesel::table! {
+    box_egress (box_id) {
+        box_id -> Text,
+        bytes -> Int8,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::joinable!(box_egress -> boxes (box_id));

@@ -12,6 +12,7 @@ use crate::tls;
 use actix_web::HttpServer;
 use anyhow::Context;
 use psbx_actors::boxes::Boxes;
+use psbx_actors::connectors::egress::Egress;
 use psbx_actors::connectors::{Hub, Router};
 use psbx_actors::environments::Environments;
 use psbx_actors::host::start_host;
@@ -126,13 +127,21 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         }
         .run();
         let stop_on_signal = stop_on_signal(http.handle(), hub.clone())?;
-        let heartbeat = actix_web::rt::spawn(heartbeat(store.clone(), server.id.clone()));
+        let heartbeat = actix_web::rt::spawn(heartbeat(
+            store.clone(),
+            server.id.clone(),
+            hub.egress().clone(),
+        ));
         tracing::info!(%url, replica = %server.id, "serving");
         print_now(&banner::listening(&url));
         let done = http.await;
         stop_on_signal.abort();
         heartbeat.abort();
         boxes.shutdown().await;
+        // The box streams are closed now: what they sent is counted.
+        if let Err(e) = hub.egress().flush(&store).await {
+            tracing::warn!(error = %e, "could not store the boxes' egress");
+        }
         done
     });
     tracing::info!("stopping");
@@ -190,10 +199,15 @@ fn stop_on_signal(
     }))
 }
 
-async fn heartbeat(store: Store, id: psbx_actors::ids::ServerId) {
+/// Every `HEARTBEAT`: this replica's row, the connector sessions of gone
+/// replicas, and the egress counted since the last one.
+async fn heartbeat(store: Store, id: psbx_actors::ids::ServerId, egress: Egress) {
     let mut tick = actix_web::rt::time::interval(HEARTBEAT);
     loop {
         tick.tick().await;
+        if let Err(e) = egress.flush(&store).await {
+            tracing::warn!(error = %e, "could not store the boxes' egress; kept for the next heartbeat");
+        }
         let (store, id) = (store.clone(), id.clone());
         // The connector sessions of replicas that are gone are forgotten.
         match actix_web::web::block(move || {

@@ -259,7 +259,7 @@ impl BoxView {
                 })
                 .unwrap_or_default();
             view.environment = Some(BoxEnvironmentView::new(claimed, &status));
-            view.egress_bytes = Some(envs.hub().egress(&view.id));
+            view.egress_bytes = envs.egress_bytes(&view.id).await.ok();
         }
         view
     }
