@@ -134,16 +134,25 @@ impl ApiKeySecret {
     }
 }
 
-/// The token a connector authenticates with, `psbx_conn_` and 40 random
-/// characters. Shown when created or rotated; only its SHA-256 is stored.
+/// The token a connector authenticates with:
+/// `psbx_conn_<issuer>.<40 random characters>`, where `<issuer>` is the
+/// server's public URL in unpadded base64url, so that a connector given only
+/// the token knows where to connect (its `PSBX_URL` defaults to it). Shown
+/// when created or rotated; only its SHA-256 is stored.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ConnectorToken(String);
 
 impl ConnectorToken {
     pub const PREFIX: &'static str = "psbx_conn_";
 
-    pub fn generate() -> Result<Self, getrandom::Error> {
-        Ok(Self(format!("{}{}", Self::PREFIX, random_token(40)?)))
+    pub fn generate(issuer: &str) -> Result<Self, getrandom::Error> {
+        use base64::Engine as _;
+        let issuer = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(issuer);
+        Ok(Self(format!(
+            "{}{issuer}.{}",
+            Self::PREFIX,
+            random_token(40)?
+        )))
     }
 
     pub fn expose(&self) -> &str {

@@ -27,6 +27,10 @@ pub enum ConfigError {
     Missing(&'static str),
     #[error("PSBX_CONNECTOR_TOKEN is not a connector token: it must start with {TOKEN_PREFIX}")]
     BadToken,
+    #[error(
+        "PSBX_URL is not set and the token names no server (it comes from an older psbx): set PSBX_URL to the server's URL, or rotate the token to get one that names it"
+    )]
+    NoServer,
     #[error("PSBX_URL {0:?} is not valid: {1}")]
     BadUrl(String, String),
     #[error("PSBX_SESSIONS {0:?} is not valid: it must be a whole number from 1 to {MAX_SESSIONS}")]
@@ -47,6 +51,18 @@ impl Token {
     /// The token itself, for the `Authorization` header only.
     pub fn secret(&self) -> &str {
         &self.0
+    }
+
+    /// The server that issued the token: `psbx_conn_<issuer>.<secret>`, the
+    /// issuer being its public URL in unpadded base64url. `None` for a token
+    /// without one (from a server older than this format).
+    pub fn issuer(&self) -> Option<String> {
+        use base64::Engine as _;
+        let (issuer, _) = self.0.strip_prefix(TOKEN_PREFIX)?.split_once('.')?;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(issuer)
+            .ok()?;
+        String::from_utf8(bytes).ok()
     }
 }
 
@@ -109,7 +125,13 @@ impl Config {
         {
             return Err(ConfigError::BadToken);
         }
-        let server = parse_server_url(&get("PSBX_URL").ok_or(ConfigError::Missing("PSBX_URL"))?)?;
+        let token = Token(token);
+        // PSBX_URL wins (say, a different name for the server inside this
+        // network); the token's issuer is the default.
+        let url = get("PSBX_URL")
+            .or_else(|| token.issuer())
+            .ok_or(ConfigError::NoServer)?;
+        let server = parse_server_url(&url)?;
         let sessions = match get("PSBX_SESSIONS") {
             None => DEFAULT_SESSIONS,
             Some(raw) => match raw.parse::<usize>() {
@@ -129,7 +151,7 @@ impl Config {
             })
             .transpose()?;
         Ok(Self {
-            token: Token(token),
+            token,
             server,
             sessions,
             allow,
@@ -260,6 +282,34 @@ mod tests {
     }
 
     #[test]
+    fn the_server_defaults_to_the_tokens_issuer() {
+        // `psbx_conn_` + base64url("https://psbx.example.com:8443") + "." + secret,
+        // as psbx issues them.
+        let token = "psbx_conn_aHR0cHM6Ly9wc2J4LmV4YW1wbGUuY29tOjg0NDM.s3cret";
+        let c = config(&[("PSBX_CONNECTOR_TOKEN", token)]).unwrap();
+        assert_eq!(
+            c.server.connect_url,
+            "wss://psbx.example.com:8443/v1/connect"
+        );
+        assert_eq!(c.token.secret(), token);
+        // PSBX_URL still wins.
+        let c = config(&[("PSBX_CONNECTOR_TOKEN", token), URL]).unwrap();
+        assert_eq!(
+            c.server.connect_url,
+            "wss://psbx.example.com:443/v1/connect"
+        );
+        // An issuer that is not base64url, or not a URL, is no default.
+        assert_eq!(
+            config(&[("PSBX_CONNECTOR_TOKEN", "psbx_conn_%%.s3cret")]).unwrap_err(),
+            ConfigError::NoServer
+        );
+        assert!(matches!(
+            config(&[("PSBX_CONNECTOR_TOKEN", "psbx_conn_bm90IGEgdXJs.s3cret")]),
+            Err(ConfigError::BadUrl(..))
+        ));
+    }
+
+    #[test]
     fn urls_become_the_connect_endpoint() {
         let u = parse_server_url("http://127.0.0.1:8080/").unwrap();
         assert_eq!(u.connect_url, "ws://127.0.0.1:8080/v1/connect");
@@ -270,10 +320,7 @@ mod tests {
         let u = parse_server_url("https://[::1]:9443").unwrap();
         assert_eq!(u.connect_url, "wss://[::1]:9443/v1/connect");
         assert_eq!(u.host, "::1");
-        assert_eq!(
-            config(&[TOKEN]).unwrap_err(),
-            ConfigError::Missing("PSBX_URL")
-        );
+        assert_eq!(config(&[TOKEN]).unwrap_err(), ConfigError::NoServer);
         for bad in [
             "ftp://example.com",
             "example.com",

@@ -156,3 +156,30 @@ async fn bad_configuration_exits_with_a_clear_message() {
         connector.wait_for_log(message, 1, WAIT).await;
     }
 }
+
+/// A token as psbx issues it names its server: the connector needs no
+/// `PSBX_URL` (the spec's `docker run` line has only the token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_alone_names_the_server() {
+    use base64::Engine as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let issuer = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&url);
+    let token = format!("psbx_conn_{issuer}.s3cret");
+    let mut server = FakeServer::start_on(listener, &token, None);
+    let _connector = Connector::start(&[
+        ("PSBX_CONNECTOR_TOKEN", token.clone()),
+        ("PSBX_SESSIONS", "1".into()),
+    ]);
+    let session = server.next_session(WAIT).await.session;
+    let echo = Echo::start().await;
+    let stream = session
+        .open(&format!("127.0.0.1:{}", echo.port))
+        .await
+        .unwrap();
+    assert!(
+        round_trip(stream, b"by the token".to_vec())
+            .await
+            .starts_with(b"by the token")
+    );
+}

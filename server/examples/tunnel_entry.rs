@@ -86,7 +86,7 @@ fn main() -> anyhow::Result<()> {
 
     let result: anyhow::Result<()> = actix_web::rt::System::new().block_on(async {
         let hub = Hub::default();
-        let environments = Environments::new(store.clone(), secrets.vault(), hub.clone());
+        let environments = Environments::new(store.clone(), secrets.vault(), hub.clone(), &url);
         let boxes = Arc::new(
             Boxes::new(
                 store.clone(),

@@ -17,12 +17,13 @@ pub struct ServerInfo {
 }
 
 impl ServerInfo {
-    /// The `docker run` line that starts a connector with `token`.
+    /// The `docker run` line that starts a connector with `token`; the
+    /// token names this server, so no `PSBX_URL` is needed.
     pub fn connector_run_command(&self, token: &str) -> String {
         format!(
             "docker run -d --name parallelsandbox-connector --restart=always \\\n  \
-             -e PSBX_CONNECTOR_TOKEN={token} \\\n  -e PSBX_URL={} \\\n  {}",
-            self.public_url, self.connector_image
+             -e PSBX_CONNECTOR_TOKEN={token} \\\n  {}",
+            self.connector_image
         )
     }
 
@@ -69,11 +70,12 @@ mod tests {
     }
 
     #[test]
-    fn the_run_command_names_the_token_server_and_image() {
+    fn the_run_command_names_the_token_and_image() {
         let cmd = info(None).connector_run_command("psbx_conn_abc");
         assert!(cmd.starts_with("docker run -d --name parallelsandbox-connector --restart=always"));
         assert!(cmd.contains("-e PSBX_CONNECTOR_TOKEN=psbx_conn_abc"));
-        assert!(cmd.contains("-e PSBX_URL=https://psbx.example.com"));
+        // The token names the server: the spec's command has no PSBX_URL.
+        assert!(!cmd.contains("PSBX_URL"));
         assert!(cmd.ends_with("registry.example.com/psbx/connector:1"));
     }
 

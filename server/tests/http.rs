@@ -55,6 +55,7 @@ fn state(f: &Fixture) -> AppState {
         f.store.clone(),
         Arc::new(Vault::from_key(&[9u8; 32])),
         Default::default(),
+        "http://localhost:8080",
     );
     let info = ServerInfo {
         public_url: "http://localhost:8080".into(),

@@ -86,6 +86,9 @@ fn connector(
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("PSBX_CONNECTOR_TOKEN", token)
+        // The token names the server's public URL (loopback here), which
+        // the namespace cannot reach: PSBX_URL overrides it, as where the
+        // server has another name inside the user's network.
         .env("PSBX_URL", url)
         .env("PSBX_SESSIONS", "2")
         .env("RUST_LOG", "info")

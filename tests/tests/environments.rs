@@ -149,8 +149,10 @@ jq -Rs '{dotenv: .}' api.env | curl -s -H "$H" -X PUT $A/environments/dev/servic
     assert_eq!(read("env.json")["name"], "dev");
     let conn = read("conn.json");
     let token = conn["token"].as_str().unwrap();
+    // psbx_conn_<issuer>.<40 random characters>
+    let secret = token.rsplit_once('.').map(|(_, s)| s).unwrap_or_default();
     assert!(
-        token.starts_with("psbx_conn_") && token.len() == 50,
+        token.starts_with("psbx_conn_") && secret.len() == 40,
         "{conn}"
     );
     let run = conn["runCommand"].as_str().unwrap();
@@ -162,7 +164,18 @@ jq -Rs '{dotenv: .}' api.env | curl -s -H "$H" -X PUT $A/environments/dev/servic
         run.contains(&format!("PSBX_CONNECTOR_TOKEN={token}")),
         "{run}"
     );
-    assert!(run.contains(&format!("PSBX_URL={}", s.server.url)), "{run}");
+    // The token names the server: the spec's command has no PSBX_URL.
+    assert!(!run.contains("PSBX_URL"), "{run}");
+    let issuer = token
+        .strip_prefix("psbx_conn_")
+        .and_then(|t| t.split_once('.'))
+        .map(|(issuer, _)| issuer)
+        .unwrap();
+    assert_eq!(
+        base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, issuer).unwrap(),
+        s.server.url.as_bytes(),
+        "{token}"
+    );
     assert!(
         run.ends_with("registry.example.com/psbx/connector:7"),
         "{run}"

@@ -104,13 +104,20 @@ pub struct Environments {
     store: Store,
     vault: Arc<Vault>,
     hub: Hub,
+    /// The server's public URL, carried in the connector tokens it issues.
+    issuer: String,
 }
 
 impl Environments {
     /// `hub` holds this replica's connector sessions: reads show their status,
     /// and rotations, deletions and address changes act on them at once.
-    pub fn new(store: Store, vault: Arc<Vault>, hub: Hub) -> Self {
-        Self { store, vault, hub }
+    pub fn new(store: Store, vault: Arc<Vault>, hub: Hub, issuer: &str) -> Self {
+        Self {
+            store,
+            vault,
+            hub,
+            issuer: issuer.to_owned(),
+        }
     }
 
     /// This replica's connector sessions.
@@ -248,7 +255,8 @@ impl Environments {
         check_name("the connection", name)?;
         let record = self.record(account, env).await?;
         let id = ConnectionId::generate().map_err(|e| EnvError::Internal(e.to_string()))?;
-        let token = ConnectorToken::generate().map_err(|e| EnvError::Internal(e.to_string()))?;
+        let token = ConnectorToken::generate(&self.issuer)
+            .map_err(|e| EnvError::Internal(e.to_string()))?;
         let (store, t, n) = (self.store.clone(), token.clone(), name.to_owned());
         let made = blocking(move || store.insert_connection(&record.id, &id, &n, t.expose()))
             .await?
@@ -287,7 +295,8 @@ impl Environments {
         id: &str,
     ) -> Result<(Connection, ConnectorToken), EnvError> {
         let record = self.record(account, env).await?;
-        let token = ConnectorToken::generate().map_err(|e| EnvError::Internal(e.to_string()))?;
+        let token = ConnectorToken::generate(&self.issuer)
+            .map_err(|e| EnvError::Internal(e.to_string()))?;
         let (store, i, t) = (self.store.clone(), id.to_owned(), token.clone());
         let updated = blocking(move || store.rotate_connection_token(&record.id, &i, t.expose()))
             .await?

@@ -56,6 +56,16 @@ impl FakeServer {
     /// Listens on 127.0.0.1 for `ws://` (or `wss://` with `tls`).
     pub async fn start(token: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(listener, token, tls)
+    }
+
+    /// Like [`FakeServer::start`], on a listener the caller made (to know
+    /// the URL before the token).
+    pub fn start_on(
+        listener: TcpListener,
+        token: &str,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Self {
         let addr = listener.local_addr().unwrap();
         let (tx, sessions) = mpsc::unbounded_channel();
         let refused = Arc::new(AtomicUsize::new(0));

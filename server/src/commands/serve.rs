@@ -81,7 +81,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         } else {
             Err("boxes are disabled in this server's configuration (boxes.enabled)".to_owned())
         };
-        let environments = Environments::new(store.clone(), secrets.vault(), hub.clone());
+        let environments = Environments::new(store.clone(), secrets.vault(), hub.clone(), &url);
         let boxes = Arc::new(
             Boxes::new(store.clone(), box_settings, host, Some(secrets.clone()))
                 .with_environments(environments.clone()),
