@@ -8,7 +8,9 @@
 //! closed, new ones 403), token rotated (connector disconnected), a target
 //! that refuses (502), `PSBX_ALLOW` (502 not allowed), two copies with one
 //! token. A freeze closes the box's connections in the user's network, and
-//! after the thaw the program holding one sees it end. Traffic goes only to
+//! after the thaw the program holding one sees it end. A network lost
+//! silently under the connector is noticed on both sides and recovered from
+//! without help. Traffic goes only to
 //! loopback, the box's channel and the namespace.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -456,5 +458,115 @@ fn a_freeze_lets_go_of_the_boxs_connections() {
         "the held connection ended {waited}s after the thaw: {out}"
     );
     assert!(out.contains("hello from dev\nagain\n"), "{out}");
+    api.ok("DELETE", &format!("/boxes/{id}"), json!(null));
+}
+
+/// Drops every packet of the namespace's link, silently (no RST, no ICMP):
+/// the network under the connector is lost, as when a NAT or a VPN drops
+/// its state. `false` lifts it.
+fn blackhole(ns: &Netns, on: bool) {
+    let script = if on {
+        "table inet psbx_blackhole {\n\
+         \tchain input { type filter hook input priority -300; policy accept; iifname != \"lo\" drop; }\n\
+         \tchain output { type filter hook output priority -300; policy accept; oifname != \"lo\" drop; }\n\
+         }\n"
+    } else {
+        "delete table inet psbx_blackhole\n"
+    };
+    let mut nft = ns
+        .command("nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut nft.stdin.take().unwrap(), script.as_bytes()).unwrap();
+    assert!(nft.wait().unwrap().success(), "nft in the namespace");
+}
+
+/// A network lost under the connector without a sound (packets dropped, no
+/// reset) does not leave a session that hangs: both ends notice within the
+/// liveness timeout, the connection shows offline and boxes fail fast with
+/// 503 meanwhile; when the network is back the connector reconnects by
+/// itself and boxes reach dev again.
+#[test]
+fn a_silently_lost_network_is_noticed_and_recovered() {
+    let mut ns = Netns::new(&[("db.internal", "127.0.0.1")]);
+    ns.echo_server("127.0.0.1", 5432, "hello from dev");
+    let s = BoxServer::start_on(
+        &format!("{}:0", ns.host_ip),
+        "",
+        "pool_size = 0\nidle_freeze = \"1h\"",
+    );
+    let url = s.url();
+    let api = Api {
+        url: url.clone(),
+        key: s.key.clone(),
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("connector.log");
+    api.ok("POST", "/environments", json!({"name": "dev"}));
+    let conn = api.ok(
+        "POST",
+        "/environments/dev/connections",
+        json!({"name": "dc"}),
+    );
+    api.ok(
+        "PUT",
+        &format!(
+            "/environments/dev/connections/{}/endpoints",
+            conn["id"].as_str().unwrap()
+        ),
+        json!({"endpoints": [{"host": "db.internal", "port": 5432}]}),
+    );
+    connector(&mut ns, &url, conn["token"].as_str().unwrap(), &[], &log);
+    api.wait_online("dc", true, 2);
+    let id = api.ok("POST", "/boxes", json!({"environment": "dev"}))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, out) = api.sh(&id, "echo one | nc -w 5 db.internal 5432");
+    assert!(out.contains("hello from dev\none\n"), "{out}");
+
+    blackhole(&ns, true);
+    let lost = Instant::now();
+    wait_until(
+        "the server seeing the connector gone",
+        Duration::from_secs(40),
+        || api.connection("dc")["online"] == false,
+    );
+    eprintln!(
+        "the server dropped the sessions {:?} after the loss",
+        lost.elapsed()
+    );
+    // Meanwhile a box fails fast, naming the connection.
+    let started = Instant::now();
+    let (_, out) = api.sh(
+        &id,
+        "echo x | nc -w 20 db.internal 5432; tail -n 1 /work/.sbx/logs/private-endpoints.log",
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "{out}");
+    assert!(
+        out.contains("db.internal:5432 503") && out.contains("\"dc\""),
+        "{out}"
+    );
+    // The connector noticed too, on its own.
+    wait_until("the connector noticing", Duration::from_secs(40), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("reconnecting in")
+    });
+
+    blackhole(&ns, false);
+    let back = Instant::now();
+    wait_until("the connector coming back", Duration::from_secs(90), || {
+        let c = api.connection("dc");
+        c["online"] == true && c["sessions"] == 2
+    });
+    eprintln!(
+        "the connector was back {:?} after the network",
+        back.elapsed()
+    );
+    let (_, out) = api.sh(&id, "echo two | nc -w 5 db.internal 5432");
+    assert!(out.contains("hello from dev\ntwo\n"), "{out}");
     api.ok("DELETE", &format!("/boxes/{id}"), json!(null));
 }
