@@ -172,13 +172,13 @@ pub const LOG_DIR: &str = "/run/psbx/processes";
 
 impl Processes {
     /// Starts a background command; its stdout and stderr go to its log file.
-    /// `failed_while` says, once it ended, which connections to environment
-    /// addresses failed while it ran.
+    /// `caused`, given its pid once it ended, says which connections to
+    /// environment addresses it made failed.
     pub fn start(
         &self,
         spec: &ExecSpec,
         base_env: &[(String, String)],
-        failed_while: impl FnOnce() -> Vec<String> + Send + 'static,
+        caused: impl FnOnce(u32) -> Vec<String> + Send + 'static,
     ) -> std::io::Result<Process> {
         std::fs::create_dir_all(LOG_DIR)?;
         let stamp = std::time::SystemTime::now()
@@ -218,7 +218,7 @@ impl Processes {
             if let Ok(mut exit) = ended
                 && let Some(p) = me.lock().get_mut(&pid)
             {
-                exit.private_endpoint_errors = failed_while();
+                exit.private_endpoint_errors = caused(pid);
                 p.exit = Some(exit);
             }
         });
@@ -331,7 +331,7 @@ mod tests {
     async fn background_commands_outlive_the_call_and_log_their_output() {
         let procs = Processes::default();
         let p = procs
-            .start(&spec("echo started; sleep 30"), &[], Vec::new)
+            .start(&spec("echo started; sleep 30"), &[], |_| Vec::new())
             .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(std::fs::read_to_string(&p.log).unwrap(), "started\n");

@@ -287,7 +287,7 @@ async fn exec_stream(mut stream: Stream, state: &Boxd) {
         let mark = failures.mark();
         let record = match state
             .processes
-            .start(&spec, &base_env, move || failures.since(mark))
+            .start(&spec, &base_env, move |pid| failures.caused_by(mark, pid))
         {
             Ok(p) => Record::Started(p.pid),
             Err(e) => Record::Failed(format!("cannot start the command: {e}")),
@@ -309,8 +309,8 @@ async fn exec_stream(mut stream: Stream, state: &Boxd) {
         }
     }
     let last = match runner.await {
-        Ok(Ok((_, mut exit))) => {
-            exit.private_endpoint_errors = state.private.failures().since(mark);
+        Ok(Ok((pid, mut exit))) => {
+            exit.private_endpoint_errors = state.private.failures().caused_by(mark, pid);
             Record::Exit(exit)
         }
         Ok(Err(e)) => Record::Failed(format!("cannot run the command: {e}")),

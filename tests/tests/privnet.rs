@@ -135,5 +135,64 @@ fn environment_addresses_inside_a_box() {
     assert!(db["lastFailure"].as_str().unwrap().len() > 4, "{view}");
     assert_eq!(entries[1]["host"], "10.9.8.7");
     assert_eq!(entries[1]["failures"], 1);
+
+    // An exec result names the failures its own command caused, not those
+    // of another command failing at the same time.
+    let noisy = s.ok(
+        "POST",
+        &format!("/v1/boxes/{id}/exec"),
+        Some(json!({"cmd": "for i in $(seq 1 15); do nc db.internal 5432 </dev/null; sleep 0.3; done", "background": true})),
+    );
+    let noisy = noisy["pid"].as_u64().unwrap_or_else(|| panic!("{noisy}"));
+    let errors = |result: &serde_json::Value| -> String {
+        result["privateEndpointErrors"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|e| e.as_str().unwrap().to_owned())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default()
+    };
+    let quiet = s.ok(
+        "POST",
+        &format!("/v1/boxes/{id}/exec"),
+        Some(json!({"cmd": "sleep 2", "timeout": "60s"})),
+    );
+    assert_eq!(errors(&quiet), "", "another command's failures: {quiet}");
+    let own = s.ok(
+        "POST",
+        &format!("/v1/boxes/{id}/exec"),
+        Some(json!({"cmd": "nc 10.9.8.7 8080 </dev/null; true", "timeout": "60s"})),
+    );
+    let own_errors = errors(&own);
+    assert!(own_errors.starts_with("10.9.8.7:8080 "), "{own}");
+    assert!(!own_errors.contains("db.internal"), "{own}");
+    // The background command's own, once it ended.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let ended = loop {
+        let list = s.ok("GET", &format!("/v1/boxes/{id}/processes"), None);
+        let process = list["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == noisy)
+            .cloned()
+            .unwrap_or_else(|| panic!("{list}"));
+        if process["running"] == false {
+            break process;
+        }
+        assert!(std::time::Instant::now() < deadline, "{process}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let noisy_errors = errors(&ended);
+    assert!(
+        noisy_errors.lines().count() >= 10
+            && noisy_errors
+                .lines()
+                .all(|l| l.starts_with("db.internal:5432 ")),
+        "{ended}"
+    );
     s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
 }

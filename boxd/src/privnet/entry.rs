@@ -153,10 +153,15 @@ fn fail(
     reason: &str,
 ) {
     let reason = reason.replace(['\n', '\r'], " ");
-    failures.push(format!(
-        "{}:{} {code} {reason}",
-        entry.endpoint.host, entry.endpoint.port
-    ));
+    // While the program still holds its side of the connection.
+    let lineage = tcp.peer_addr().ok().and_then(super::owner::lineage_of);
+    failures.push(
+        format!(
+            "{}:{} {code} {reason}",
+            entry.endpoint.host, entry.endpoint.port
+        ),
+        lineage,
+    );
     entry.failures.fetch_add(1, Ordering::Relaxed);
     if let Ok(mut last) = entry.last_failure.lock() {
         *last = Some(format!("{code} {reason}"));

@@ -3,11 +3,13 @@
 //! (`addresses`), an entry per address (`entry`), boxd's DNS on 198.18.0.1
 //! (`dns`), `/etc/resolv.conf` pointing at it (`resolv`), and the nftables
 //! rules that send each address to its entry (`rules`). Everything is in place
-//! before the claim is answered.
+//! before the claim is answered. A failed connection is traced to the program
+//! that made it (`owner`), for the command's `privateEndpointErrors`.
 
 mod addresses;
 mod dns;
 mod entry;
+mod owner;
 mod resolv;
 mod rules;
 
@@ -28,25 +30,38 @@ pub struct PrivateNet {
 }
 
 /// The latest failed connections, numbered, so that a command can be told
-/// which failed while it ran.
+/// which of them it caused.
 #[derive(Default)]
 pub struct Failures {
-    recent: Mutex<std::collections::VecDeque<(u64, String)>>,
+    recent: Mutex<std::collections::VecDeque<Failure>>,
     next: std::sync::atomic::AtomicU64,
+}
+
+struct Failure {
+    number: u64,
+    line: String,
+    /// The process that made the connection and its parents, when known
+    /// (not for a container's connection: `owner`).
+    lineage: Option<Vec<u32>>,
 }
 
 /// How many failures are kept for commands to read.
 const KEPT_FAILURES: usize = 100;
 
 impl Failures {
-    /// Notes a failure: `<host>:<port> <code> <reason>`.
-    pub fn push(&self, line: String) {
-        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// Notes a failure: `<host>:<port> <code> <reason>`, with the process
+    /// that made the connection and its parents when known.
+    pub fn push(&self, line: String, lineage: Option<Vec<u32>>) {
+        let number = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Ok(mut recent) = self.recent.lock() {
             if recent.len() == KEPT_FAILURES {
                 recent.pop_front();
             }
-            recent.push_back((n, line));
+            recent.push_back(Failure {
+                number,
+                line,
+                lineage,
+            });
         }
     }
 
@@ -55,14 +70,17 @@ impl Failures {
         self.next.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The failures since `mark` (at most the last [`KEPT_FAILURES`]).
-    pub fn since(&self, mark: u64) -> Vec<String> {
+    /// The failures since `mark` (at most the last [`KEPT_FAILURES`]) that
+    /// the command `pid` caused: those of its own processes, and those whose
+    /// program is unknown (a container's), which may be its own.
+    pub fn caused_by(&self, mark: u64, pid: u32) -> Vec<String> {
         self.recent
             .lock()
             .map(|r| {
                 r.iter()
-                    .filter(|(n, _)| *n >= mark)
-                    .map(|(_, l)| l.clone())
+                    .filter(|f| f.number >= mark)
+                    .filter(|f| f.lineage.as_ref().is_none_or(|l| l.contains(&pid)))
+                    .map(|f| f.line.clone())
                     .collect()
             })
             .unwrap_or_default()

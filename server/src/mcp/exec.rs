@@ -68,7 +68,8 @@ struct ExecOutcome {
     #[serde(skip_serializing_if = "Option::is_none")]
     signal: Option<i32>,
     timed_out: bool,
-    /// Connections to environment addresses that failed while the command ran.
+    /// Connections to environment addresses the command made that failed (and
+    /// containers' failures while it ran, whose program boxd cannot tell).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     private_endpoint_errors: Vec<String>,
     /// What to do about them.

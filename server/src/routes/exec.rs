@@ -89,7 +89,9 @@ pub struct ExecResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
     pub timed_out: bool,
-    /// Connections to environment addresses that failed while the command ran.
+    /// Connections to environment addresses the command made that failed
+    /// (and those of containers, whose program boxd cannot tell, made while
+    /// it ran): `<host>:<port> <code> <reason>`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub private_endpoint_errors: Vec<String>,
     /// What to do about them.
@@ -249,6 +251,9 @@ pub struct ProcessView {
     pub running: bool,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
+    /// Once it ended: like an exec result's `privateEndpointErrors`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub private_endpoint_errors: Vec<String>,
 }
 
 impl From<Process> for ProcessView {
@@ -259,6 +264,10 @@ impl From<Process> for ProcessView {
             running: p.exit.is_none(),
             exit_code: p.exit.as_ref().and_then(|e| e.code),
             signal: p.exit.as_ref().and_then(|e| e.signal),
+            private_endpoint_errors: p
+                .exit
+                .map(|e| e.private_endpoint_errors)
+                .unwrap_or_default(),
         }
     }
 }
