@@ -31,6 +31,8 @@ pub enum ConfigError {
         "PSBX_URL is not set and the token names no server (it comes from an older psbx): set PSBX_URL to the server's URL, or rotate the token to get one that names it"
     )]
     NoServer,
+    #[error("the server the token names, {0:?}, is not a valid URL ({1}): set PSBX_URL")]
+    BadIssuer(String, String),
     #[error("PSBX_URL {0:?} is not valid: {1}")]
     BadUrl(String, String),
     #[error("PSBX_SESSIONS {0:?} is not valid: it must be a whole number from 1 to {MAX_SESSIONS}")]
@@ -128,10 +130,16 @@ impl Config {
         let token = Token(token);
         // PSBX_URL wins (say, a different name for the server inside this
         // network); the token's issuer is the default.
-        let url = get("PSBX_URL")
-            .or_else(|| token.issuer())
-            .ok_or(ConfigError::NoServer)?;
-        let server = parse_server_url(&url)?;
+        let server = match get("PSBX_URL") {
+            Some(url) => parse_server_url(&url)?,
+            None => {
+                let url = token.issuer().ok_or(ConfigError::NoServer)?;
+                parse_server_url(&url).map_err(|e| match e {
+                    ConfigError::BadUrl(url, why) => ConfigError::BadIssuer(url, why),
+                    other => other,
+                })?
+            }
+        };
         let sessions = match get("PSBX_SESSIONS") {
             None => DEFAULT_SESSIONS,
             Some(raw) => match raw.parse::<usize>() {
@@ -305,7 +313,7 @@ mod tests {
         );
         assert!(matches!(
             config(&[("PSBX_CONNECTOR_TOKEN", "psbx_conn_bm90IGEgdXJs.s3cret")]),
-            Err(ConfigError::BadUrl(..))
+            Err(ConfigError::BadIssuer(..))
         ));
     }
 
