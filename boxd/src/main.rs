@@ -6,7 +6,8 @@
 //! is found, then serves the server's streams: info, health, configure, exec,
 //! sync, processes, signal, logs (`serve.rs`). At claim it sets up the way to
 //! the environment's private addresses (`privnet`), whose connections go out
-//! as streams it opens on the current session (`uplink.rs`).
+//! as streams it opens on the current session (`uplink.rs`); restarted in the
+//! same boot, it sets them up again from what it kept in `/run/psbx/`.
 
 mod exec;
 mod health;

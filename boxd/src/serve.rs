@@ -1,6 +1,8 @@
 //! boxd's side of the box channel: one wire session at a time over the
 //! virtio-serial port (a new one whenever the server reconnects), and a task
 //! per stream that serves the service its target names (`psbx_wire::boxd`).
+//! Before the first session, it restores the environment's addresses an
+//! earlier boxd of this boot set up (`privnet`).
 
 use crate::exec::{self, ExecSpec, Output, Processes};
 use crate::privnet::PrivateNet;
@@ -31,7 +33,8 @@ pub struct Boxd {
     private: PrivateNet,
 }
 
-/// Serves the channel forever.
+/// Sets up again what an earlier boxd of this boot kept (the environment's
+/// addresses), then serves the channel forever.
 pub async fn run(path: PathBuf) -> std::io::Result<()> {
     let state = Arc::new(Boxd {
         info: BoxInfo {
@@ -48,6 +51,7 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
         uplink: Uplink::default(),
         private: PrivateNet::default(),
     });
+    state.private.restore(&state.uplink, &state.work).await;
     loop {
         let io = match port::PortIo::open(&path) {
             Ok(io) => io,

@@ -6,9 +6,12 @@
 //! in /work/.sbx/logs/private-endpoints.log and counted in
 //! `health.privateEndpoints`; a program in the box can listen on 5432 itself
 //! at the same time; the name on a port that is not listed stays in the box.
+//! Then boxd is killed inside the box and restarted by its /init: the server
+//! talks to the new boxd, which set the same addresses up again; killed once
+//! more with its kept setup damaged, it says so and serves without it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use psbx_tests::vm::BoxServer;
+use psbx_tests::vm::{BoxServer, wait_until};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -194,5 +197,118 @@ fn environment_addresses_inside_a_box() {
                 .all(|l| l.starts_with("db.internal:5432 ")),
         "{ended}"
     );
+
+    a_restarted_boxd_keeps_the_addresses(&s, &id);
     s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
+}
+
+/// Kills boxd inside the box (the test image's /init starts it again a second
+/// later) and checks that the server talks to the new one, whose setup is the
+/// one before: the same address for the name, a fast failure logged, the
+/// entries in health with counters from zero. Then a damaged kept setup: the
+/// next boxd says so and serves without it.
+fn a_restarted_boxd_keeps_the_addresses(s: &BoxServer, id: &str) {
+    let (before, _) = exec(
+        s,
+        id,
+        "cat /proc/sys/kernel/random/boot_id; nslookup db.internal",
+    );
+    let boot_id = before.lines().next().unwrap().to_owned();
+    let address = before
+        .lines()
+        .rfind(|l| l.starts_with("Address: 198.18."))
+        .unwrap_or_else(|| panic!("{before}"))
+        .to_owned();
+
+    restart_boxd(s, id);
+
+    // The same boot; the name resolves to what it did before the restart.
+    let (dns, _) = exec(
+        s,
+        id,
+        "cat /proc/sys/kernel/random/boot_id /etc/resolv.conf; nslookup db.internal",
+    );
+    assert!(dns.starts_with(&format!("{boot_id}\n")), "{boot_id}: {dns}");
+    assert!(dns.contains("nameserver 198.18.0.1\n"), "{dns}");
+    assert!(dns.lines().any(|l| l == address), "{address} again: {dns}");
+    let console = std::fs::read_to_string(s.box_dir(id).join("console.log")).unwrap();
+    assert!(
+        console.contains("boxd: restored 2 environment addresses from /run/psbx/privnet.json"),
+        "{console}"
+    );
+
+    // A connection fails fast again, through a new entry, and is logged.
+    let (log, _) = exec(s, id, "cat /work/.sbx/logs/private-endpoints.log");
+    let logged = log.lines().count();
+    let (out, took) = exec(s, id, "echo to-db | nc db.internal 5432; echo exit=$?");
+    assert!(out.contains("exit=") && !out.contains("to-db"), "{out}");
+    assert!(
+        took < Duration::from_secs(8),
+        "the refused connection took {took:?}: {out}"
+    );
+    let (log, _) = exec(s, id, "cat /work/.sbx/logs/private-endpoints.log");
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), logged + 1, "{log}");
+    assert_eq!(
+        lines[logged].split(' ').nth(1),
+        Some("db.internal:5432"),
+        "{log}"
+    );
+
+    // Health: the entries again, counted from zero.
+    let view = s.ok("GET", &format!("/v1/boxes/{id}"), None);
+    assert_eq!(view["state"], "running", "{view}");
+    assert_eq!(view["health"]["answering"], true, "{view}");
+    let entries = view["health"]["privateEndpoints"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{view}"));
+    assert_eq!(entries.len(), 2, "{view}");
+    assert_eq!(entries[0]["host"], "db.internal", "{view}");
+    assert_eq!(entries[0]["opened"], 1, "{view}");
+    assert_eq!(entries[0]["failures"], 1, "{view}");
+    assert_eq!(entries[1]["host"], "10.9.8.7", "{view}");
+    assert_eq!(entries[1]["failures"], 0, "{view}");
+
+    // A damaged file is reported and left alone: boxd serves without it.
+    exec(s, id, "echo '{\"endpoints\": [' >/run/psbx/privnet.json");
+    restart_boxd(s, id);
+    let console = std::fs::read_to_string(s.box_dir(id).join("console.log")).unwrap();
+    assert!(
+        console.contains("boxd: ignoring /run/psbx/privnet.json: "),
+        "{console}"
+    );
+    let view = s.ok("GET", &format!("/v1/boxes/{id}"), None);
+    assert_eq!(view["health"]["answering"], true, "{view}");
+    assert_eq!(view["health"]["privateEndpoints"], json!([]), "{view}");
+}
+
+/// Kills boxd inside the box and waits until the server runs a command
+/// through the next one.
+fn restart_boxd(s: &BoxServer, id: &str) {
+    let (old_pid, _) = exec(s, id, "pidof boxd");
+    let old_pid = old_pid.trim().to_owned();
+    // The exec's own session dies with boxd: the kill runs detached from it.
+    exec(
+        s,
+        id,
+        "setsid sh -c 'sleep 1; kill $(pidof boxd)' </dev/null >/dev/null 2>&1 &",
+    );
+    let killed = Instant::now();
+    let new_pid = wait_until(
+        "the server to run a command through the restarted boxd",
+        Duration::from_secs(120),
+        || {
+            let (status, answer) = s.call(
+                "POST",
+                &format!("/v1/boxes/{id}/exec"),
+                Some(json!({ "cmd": "pidof boxd", "timeout": "10s" })),
+            );
+            let pid = answer["stdout"]["text"].as_str()?.trim().to_owned();
+            (status == 200 && !pid.is_empty() && pid != old_pid).then_some(pid)
+        },
+    );
+    eprintln!(
+        "boxd {old_pid} killed; the server ran a command through boxd {new_pid} {:?} later",
+        killed.elapsed()
+    );
 }

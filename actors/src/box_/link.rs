@@ -1,8 +1,17 @@
 //! The server's end of a box's channel: a task that keeps a wire session
 //! (DESIGN.md §5) to boxd over the box's `boxd.sock` (libvirt's end of the
 //! virtio-serial port), re-establishing it whenever it drops (server restart,
-//! thaw), and asks boxd for its [`BoxInfo`] on every new session. Requests are
-//! streams: open a target, write a JSON request, read the answer.
+//! thaw) or boxd says hello on it again, and asks boxd for its [`BoxInfo`] on
+//! every new session. Requests are streams: open a target, write a JSON
+//! request, read the answer.
+//!
+//! A boxd restarted inside the box (it crashed, was killed) does not end the
+//! session by itself: the host's end of the port stays connected, and the new
+//! boxd's hellos, arriving as control messages on the old session, keep it
+//! alive (any frame counts), while the server's frames make each of its
+//! handshakes fail. boxd sends no control messages once connected, so the
+//! first one ends the session here, and the next connection meets the new
+//! boxd.
 
 use psbx_wire::Hello;
 use psbx_wire::boxd::BoxInfo;
@@ -132,7 +141,13 @@ async fn run(socket: PathBuf, up: watch::Sender<Option<Up>>, streams: Option<Str
                     info,
                 }));
                 let acceptor = tokio::spawn(accept_streams(session.clone(), streams.clone()));
-                let _ = session.closed().await;
+                tokio::select! {
+                    _ = session.closed() => {}
+                    _ = session.recv_control::<serde_json::Value>() => {
+                        tracing::info!(socket = %socket.display(), "boxd said hello again (it restarted); reconnecting");
+                        session.close();
+                    }
+                }
                 acceptor.abort();
                 up.send_replace(None);
             }
@@ -238,5 +253,67 @@ impl LinkHandle {
     pub async fn open(&self, target: &str, timeout: Duration) -> Result<Stream, LinkError> {
         let up = self.up(timeout).await?;
         open(&up.session, target).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::UnixListener;
+
+    /// A boxd on the link's next connection that answers `info` with
+    /// `boot_id`; its session.
+    async fn boxd(listener: &UnixListener, boot_id: &str) -> Session {
+        let (stream, _) = listener.accept().await.unwrap();
+        let hello = Hello::new("boxd test");
+        let session = Session::over_io(stream, Role::Server, Config::default(), hello)
+            .await
+            .unwrap();
+        let info = BoxInfo {
+            protocol: psbx_wire::PROTOCOL_VERSION,
+            version: "test".into(),
+            boot_id: boot_id.into(),
+            features: vec![],
+        };
+        let serving = session.clone();
+        tokio::spawn(async move {
+            while let Some(incoming) = serving.accept().await {
+                let mut stream = incoming.accept();
+                let _ = stream.read_to_end(&mut Vec::new()).await;
+                let _ = stream.write_all(&serde_json::to_vec(&info).unwrap()).await;
+                let _ = stream.shutdown().await;
+            }
+        });
+        session
+    }
+
+    #[actix_rt::test]
+    async fn a_hello_on_a_live_session_means_boxd_restarted() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("boxd.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let link = BoxdLink::open(socket, None);
+        let first = boxd(&listener, "first").await;
+        let handle = link.handle();
+        let wait = Duration::from_secs(5);
+        assert_eq!(handle.hello(wait).await.unwrap().boot_id, "first");
+
+        // A new boxd says hello over the same connection (the host's end of
+        // the port never closed): the link connects again and meets it.
+        first
+            .send_control(&Hello::new("boxd test, restarted"))
+            .await
+            .unwrap();
+        let _second = tokio::time::timeout(wait, boxd(&listener, "second"))
+            .await
+            .expect("the link connects again");
+        let deadline = tokio::time::Instant::now() + wait;
+        while handle.hello(wait).await.unwrap().boot_id != "second" {
+            assert!(tokio::time::Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = tokio::time::timeout(wait, first.closed())
+            .await
+            .expect("the first session ends");
     }
 }

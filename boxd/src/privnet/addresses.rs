@@ -1,7 +1,9 @@
 //! Which address each environment address has in the box: every distinct host
 //! name gets one of its own from 198.18.0.0/15 (198.18.0.2, .3, …, in the
 //! order the names come; 198.18.0.1 is boxd's DNS), an IPv4 literal keeps its
-//! own. Addresses listed as literals are never handed to a name.
+//! own. Addresses listed as literals are never handed to a name. A restarted
+//! boxd does not assign again: it takes the addresses from the setup it kept
+//! (`saved`), after [`check`]ing them.
 
 use psbx_wire::boxd::PrivateEndpoint;
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,7 +18,7 @@ pub const RANGE: (Ipv4Addr, u8) = (Ipv4Addr::new(198, 18, 0, 0), 15);
 pub const MAX_ENDPOINTS: usize = 200;
 
 /// An environment address and where it is in the box.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Assigned {
     pub endpoint: PrivateEndpoint,
     /// The name's own address, or the literal itself.
@@ -36,8 +38,7 @@ pub fn assign(endpoints: &[PrivateEndpoint]) -> Result<Vec<Assigned>, String> {
         .iter()
         .filter_map(|e| e.host.parse().ok())
         .collect();
-    let first = u32::from(RANGE.0);
-    let last = first + (1u32 << (32 - RANGE.1)) - 2; // not the range's broadcast
+    let last = last_name_address();
     let mut next = u32::from(DNS_ADDR) + 1;
     let mut names: BTreeMap<String, Ipv4Addr> = BTreeMap::new();
     let mut out: Vec<Assigned> = Vec::new();
@@ -74,6 +75,50 @@ pub fn assign(endpoints: &[PrivateEndpoint]) -> Result<Vec<Assigned>, String> {
         }
     }
     Ok(out)
+}
+
+/// Checks addresses given before (read back from a file) against the
+/// endpoints they were given for: the same addresses, in the same order, as
+/// [`assign`] makes of them; each name at one address of its own from the
+/// range (past boxd's DNS), each literal at itself.
+pub fn check(endpoints: &[PrivateEndpoint], assigned: &[Assigned]) -> Result<(), String> {
+    let fresh = assign(endpoints)?;
+    if fresh.len() != assigned.len()
+        || fresh
+            .iter()
+            .zip(assigned)
+            .any(|(f, a)| f.endpoint != a.endpoint)
+    {
+        return Err("the addresses are not those of the endpoints".into());
+    }
+    let mut by_host: BTreeMap<&str, Ipv4Addr> = BTreeMap::new();
+    let mut by_addr: BTreeMap<Ipv4Addr, &str> = BTreeMap::new();
+    for a in assigned {
+        let host = a.endpoint.host.as_str();
+        let fits = match host.parse::<Ipv4Addr>() {
+            Ok(literal) => literal == a.addr,
+            Err(_) => (u32::from(DNS_ADDR) + 1..=last_name_address()).contains(&u32::from(a.addr)),
+        };
+        if !fits {
+            return Err(format!("{host} cannot be at {}", a.addr));
+        }
+        if *by_host.entry(host).or_insert(a.addr) != a.addr {
+            return Err(format!("{host} has two addresses"));
+        }
+        let owner = *by_addr.entry(a.addr).or_insert(host);
+        if owner != host {
+            return Err(format!(
+                "{host} and {owner} have the same address {}",
+                a.addr
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The last address a name can get: the range's last but its broadcast.
+fn last_name_address() -> u32 {
+    u32::from(RANGE.0) + (1u32 << (32 - RANGE.1)) - 2
 }
 
 /// The host names and their addresses, for the DNS server.
@@ -152,5 +197,37 @@ mod tests {
         assert!(assign(&[ep("a b", 1)]).is_err());
         assert!(assign(&[ep("a;drop", 1)]).is_err());
         assert!(assign(&[ep("", 1)]).is_err());
+    }
+
+    #[test]
+    fn check_takes_what_assign_gave_and_no_shared_address() {
+        let endpoints = [
+            ep("a.lan", 1),
+            ep("198.18.0.3", 2),
+            ep("b.lan", 3),
+            ep("A.lan", 4),
+        ];
+        let assigned = assign(&endpoints).unwrap();
+        assert_eq!(check(&endpoints, &assigned), Ok(()));
+        let mut moved = assigned.clone();
+        moved[2].addr = Ipv4Addr::new(198, 19, 255, 254);
+        assert_eq!(check(&endpoints, &moved), Ok(()));
+        moved[2].addr = Ipv4Addr::new(198, 19, 255, 255);
+        assert!(check(&endpoints, &moved).is_err(), "the broadcast");
+        let mut shared = assigned.clone();
+        shared[2].addr = shared[0].addr;
+        assert!(
+            check(&endpoints, &shared)
+                .unwrap_err()
+                .contains("same address"),
+            "two names"
+        );
+        shared[2].addr = Ipv4Addr::new(198, 18, 0, 3);
+        assert!(
+            check(&endpoints, &shared)
+                .unwrap_err()
+                .contains("same address"),
+            "a name at a literal"
+        );
     }
 }

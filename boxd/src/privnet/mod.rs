@@ -5,6 +5,12 @@
 //! rules that send each address to its entry (`rules`). Everything is in place
 //! before the claim is answered. A failed connection is traced to the program
 //! that made it (`owner`), for the command's `privateEndpointErrors`.
+//!
+//! The setup is then kept in `/run/psbx/` (`saved`): a boxd restarted in the
+//! same boot (it crashed, was killed) finds it at start and sets the same
+//! addresses up again before it serves — new entries, its DNS, the nftables
+//! table replaced with the new entries' ports, resolv.conf rewritten — so that
+//! the names keep resolving to what programs in the box cached.
 
 mod addresses;
 mod dns;
@@ -12,10 +18,12 @@ mod entry;
 mod owner;
 mod resolv;
 mod rules;
+mod saved;
 
 use crate::uplink::Uplink;
 use psbx_wire::boxd::{PrivateEndpoint, PrivateEndpointHealth};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// The log of failed connections, under the box's work directory.
@@ -93,7 +101,8 @@ impl PrivateNet {
         &self.failures
     }
 
-    /// What health reports: one item per address.
+    /// What health reports: one item per address. The counters are this
+    /// boxd's: after a restart they start from zero, restored entries too.
     pub fn health(&self) -> Vec<PrivateEndpointHealth> {
         self.entries
             .lock()
@@ -101,13 +110,14 @@ impl PrivateNet {
             .unwrap_or_default()
     }
 
-    /// Sets the box up for `endpoints` (nothing for none). A box is claimed
-    /// once: the same addresses again are a no-op, others are refused.
+    /// Sets the box up for `endpoints` (nothing for none) and keeps the setup
+    /// for a restarted boxd. A box is claimed once: the same addresses again
+    /// are a no-op, others are refused (also after a restore).
     pub async fn configure(
         &self,
         endpoints: &[PrivateEndpoint],
         uplink: &Uplink,
-        work: &std::path::Path,
+        work: &Path,
     ) -> Result<(), String> {
         if endpoints.is_empty() {
             return Ok(());
@@ -121,8 +131,63 @@ impl PrivateNet {
             };
         }
         let assigned = addresses::assign(endpoints)?;
+        self.bring_up(&assigned, uplink, work).await?;
+        *setup = Some(endpoints.to_vec());
+        let kept = saved::Saved {
+            endpoints: endpoints.to_vec(),
+            assigned,
+        };
+        // The claim is served either way: only a restart would miss it.
+        if let Err(e) = saved::write(Path::new(saved::PATH), &kept) {
+            eprintln!(
+                "boxd: cannot keep the environment addresses in {}: {e}",
+                saved::PATH
+            );
+        }
+        Ok(())
+    }
+
+    /// At start: sets up again what an earlier boxd of this boot set up (the
+    /// same addresses, new entries whose counters start from zero), and says
+    /// so on stdout. A kept setup that cannot be read or set up is reported
+    /// and left alone: boxd serves without it.
+    pub async fn restore(&self, uplink: &Uplink, work: &Path) {
+        let path = Path::new(saved::PATH);
+        let kept = match saved::read(path) {
+            Ok(Some(kept)) => kept,
+            Ok(None) => return,
+            Err(e) => {
+                eprintln!("boxd: ignoring {}: {e}", path.display());
+                return;
+            }
+        };
+        let mut setup = self.setup.lock().await;
+        match self.bring_up(&kept.assigned, uplink, work).await {
+            Ok(()) => {
+                println!(
+                    "boxd: restored {} environment addresses from {}",
+                    kept.assigned.len(),
+                    path.display()
+                );
+                *setup = Some(kept.endpoints);
+            }
+            Err(e) => eprintln!(
+                "boxd: cannot restore the environment addresses of {}: {e}",
+                path.display()
+            ),
+        }
+    }
+
+    /// Opens the entries, prepares the kernel, starts the DNS server, takes
+    /// resolv.conf over and replaces the nftables table.
+    async fn bring_up(
+        &self,
+        assigned: &[addresses::Assigned],
+        uplink: &Uplink,
+        work: &Path,
+    ) -> Result<(), String> {
         let mut bound = Vec::new();
-        for a in &assigned {
+        for a in assigned {
             let (entry, listener) = entry::bind(a.endpoint.clone()).await.map_err(|e| {
                 format!(
                     "cannot open an entry for {}:{}: {e}",
@@ -139,7 +204,7 @@ impl PrivateNet {
         rules::prepare_kernel(&literals).await?;
         let (udp, tcp) = dns_sockets().await?;
         let upstreams = resolv::take_over(&resolv::ResolvPaths::default())?;
-        let dns = Arc::new(dns::Dns::new(addresses::names(&assigned), upstreams));
+        let dns = Arc::new(dns::Dns::new(addresses::names(assigned), upstreams));
         tokio::spawn(dns::serve_udp(dns.clone(), udp));
         tokio::spawn(dns::serve_tcp(dns, tcp));
         let redirects: Vec<rules::Redirect> = assigned
@@ -167,7 +232,6 @@ impl PrivateNet {
         if let Ok(mut all) = self.entries.lock() {
             *all = entries;
         }
-        *setup = Some(endpoints.to_vec());
         Ok(())
     }
 }

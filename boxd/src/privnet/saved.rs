@@ -1,0 +1,156 @@
+//! The box's setup kept for a restarted boxd: once a claim's addresses are in
+//! place, the claim's endpoints and the address each one got are written to
+//! `/run/psbx/privnet.json` (a tmpfs: it outlives boxd, not the box's boot),
+//! through a file beside it renamed over it, readable by root only. A boxd
+//! that starts and finds it sets the same addresses up again (`restore` in
+//! `mod.rs`): programs in the box cached what the names resolved to.
+
+use super::addresses::{self, Assigned};
+use psbx_wire::boxd::PrivateEndpoint;
+use std::path::{Path, PathBuf};
+
+/// Where the setup is kept.
+pub const PATH: &str = "/run/psbx/privnet.json";
+
+/// What a restarted boxd needs to set the same addresses up again.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Saved {
+    /// The claim's endpoints as they came (a later claim is compared with
+    /// them).
+    pub endpoints: Vec<PrivateEndpoint>,
+    /// Each address and where it is in the box.
+    pub assigned: Vec<Assigned>,
+}
+
+/// Writes `saved` to `path`, mode 0600, replacing it whole.
+pub fn write(path: &Path, saved: &Saved) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".psbx-new");
+    let temporary = PathBuf::from(temporary);
+    let _ = std::fs::remove_file(&temporary);
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    out.write_all(&serde_json::to_vec(saved).map_err(std::io::Error::other)?)?;
+    out.sync_all()?;
+    std::fs::rename(&temporary, path)
+}
+
+/// The setup kept at `path`: `Ok(None)` when there is none, an error when the
+/// file cannot be read or does not hold a setup boxd could have made.
+pub fn read(path: &Path) -> Result<Option<Saved>, String> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let saved: Saved = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+    if saved.endpoints.is_empty() {
+        return Err("it lists no endpoints".into());
+    }
+    addresses::check(&saved.endpoints, &saved.assigned)?;
+    Ok(Some(saved))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn endpoints() -> Vec<PrivateEndpoint> {
+        [
+            ("db.internal", 5432),
+            ("10.9.8.7", 8080),
+            ("DB.internal", 6432),
+        ]
+        .map(|(host, port)| PrivateEndpoint {
+            host: host.into(),
+            port,
+        })
+        .to_vec()
+    }
+
+    fn saved() -> Saved {
+        let endpoints = endpoints();
+        let assigned = addresses::assign(&endpoints).unwrap();
+        Saved {
+            endpoints,
+            assigned,
+        }
+    }
+
+    #[test]
+    fn a_written_setup_reads_back_the_same_and_only_root_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/psbx/privnet.json");
+        assert_eq!(read(&path), Ok(None));
+        write(&path, &saved()).unwrap();
+        assert_eq!(read(&path), Ok(Some(saved())));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // Written again (replaced whole), nothing is left beside it.
+        write(&path, &saved()).unwrap();
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["privnet.json"]);
+    }
+
+    #[test]
+    fn addresses_given_before_are_kept_not_given_again() {
+        // An older boxd gave db.internal .9: a restart keeps .9.
+        let mut kept = saved();
+        for a in &mut kept.assigned {
+            if a.endpoint.host == "db.internal" {
+                a.addr = Ipv4Addr::new(198, 18, 0, 9);
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("privnet.json");
+        write(&path, &kept).unwrap();
+        let read = read(&path).unwrap().unwrap();
+        assert_eq!(read.assigned[0].addr, Ipv4Addr::new(198, 18, 0, 9));
+        assert_eq!(read.endpoints[2].host, "DB.internal");
+    }
+
+    #[test]
+    fn a_damaged_setup_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("privnet.json");
+        let mut bad = vec![
+            b"{\"endpoints\": [".to_vec(),
+            b"{}".to_vec(),
+            b"{\"endpoints\": [], \"assigned\": []}".to_vec(),
+        ];
+        let edits: [fn(&mut Saved); 8] = [
+            |s| {
+                s.assigned.pop();
+            },
+            |s| s.assigned.swap(0, 1),
+            |s| s.assigned[0].addr = Ipv4Addr::new(198, 18, 0, 1),
+            |s| s.assigned[0].addr = Ipv4Addr::new(10, 0, 0, 1),
+            |s| s.assigned[1].addr = Ipv4Addr::new(10, 9, 8, 8),
+            |s| s.assigned[2].addr = Ipv4Addr::new(198, 18, 0, 3),
+            |s| s.assigned[0].addr = Ipv4Addr::new(10, 9, 8, 7),
+            |s| s.endpoints[0].host = "a b".into(),
+        ];
+        for edit in edits {
+            let mut s = saved();
+            edit(&mut s);
+            bad.push(serde_json::to_vec(&s).unwrap());
+        }
+        for bytes in bad {
+            std::fs::write(&path, &bytes).unwrap();
+            assert!(read(&path).is_err(), "{}", String::from_utf8_lossy(&bytes));
+        }
+    }
+}
