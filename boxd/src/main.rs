@@ -11,6 +11,7 @@
 
 mod exec;
 mod health;
+mod kept;
 mod port;
 mod privnet;
 mod serve;

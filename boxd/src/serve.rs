@@ -1,17 +1,18 @@
 //! boxd's side of the box channel: one wire session at a time over the
 //! virtio-serial port (a new one whenever the server reconnects), and a task
 //! per stream that serves the service its target names (`psbx_wire::boxd`).
-//! Before the first session, it restores the environment's addresses an
-//! earlier boxd of this boot set up (`privnet`).
+//! Before the first session, it restores what an earlier boxd of this boot
+//! took from a claim: the environment's addresses (`privnet`) and the
+//! commands' environment (`kept`).
 
 use crate::exec::{self, ExecSpec, Output, Processes};
 use crate::privnet::PrivateNet;
 use crate::uplink::Uplink;
-use crate::{health, port, unpack};
+use crate::{health, kept, port, unpack};
 use psbx_wire::Hello;
 use psbx_wire::boxd::{self as proto, BoxInfo, Configure, Done, Record, SyncDone};
 use psbx_wire::mux::{Config, Incoming, Role, Session, Stream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
@@ -45,7 +46,7 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
                 .map(str::to_owned)
                 .to_vec(),
         },
-        env: RwLock::new(Vec::new()),
+        env: RwLock::new(restore_env()),
         processes: Processes::default(),
         work: PathBuf::from("/work"),
         uplink: Uplink::default(),
@@ -170,10 +171,36 @@ async fn apply(state: &Boxd, configure: Configure) -> Result<(), String> {
         .private
         .configure(&configure.endpoints, &state.uplink, &state.work)
         .await?;
+    // The claim is served either way: only a restarted boxd would miss it.
+    if let Err(e) = kept::write(Path::new(kept::ENV), &configure.env) {
+        eprintln!(
+            "boxd: cannot keep the commands' environment in {}: {e}",
+            kept::ENV
+        );
+    }
     if let Ok(mut env) = state.env.write() {
         *env = configure.env;
     }
     Ok(())
+}
+
+/// At start: the commands' environment of a claim an earlier boxd of this
+/// boot took (none when there was none; a damaged file is reported and left).
+fn restore_env() -> Vec<(String, String)> {
+    match kept::read(Path::new(kept::ENV)) {
+        Ok(Some(env)) => {
+            println!(
+                "boxd: restored the commands' environment from {}",
+                kept::ENV
+            );
+            env
+        }
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            eprintln!("boxd: ignoring {}: {e}", kept::ENV);
+            Vec::new()
+        }
+    }
 }
 
 /// Writes the files of a claim under `<work>/.sbx/` (the server names them

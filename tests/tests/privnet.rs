@@ -50,10 +50,15 @@ fn environment_addresses_inside_a_box() {
             json!({"endpoints": [{"host": "db.internal", "port": 5432}, {"host": "10.9.8.7", "port": 8080}]}),
         ),
     );
+    s.ok(
+        "PUT",
+        "/v1/secrets/PRIVNET_SECRET",
+        Some(json!({"value": "kept across a boxd restart"})),
+    );
     let started = s.ok(
         "POST",
         "/v1/boxes",
-        Some(json!({"name": "privnet", "environment": "dev"})),
+        Some(json!({"name": "privnet", "environment": "dev", "secrets": ["PRIVNET_SECRET"]})),
     );
     let id = started["id"].as_str().unwrap().to_owned();
 
@@ -234,6 +239,17 @@ fn a_restarted_boxd_keeps_the_addresses(s: &BoxServer, id: &str) {
     let console = std::fs::read_to_string(s.box_dir(id).join("console.log")).unwrap();
     assert!(
         console.contains("boxd: restored 2 environment addresses from /run/psbx/privnet.json"),
+        "{console}"
+    );
+    // Commands still get the claim's secrets.
+    let (secret, _) = exec(
+        s,
+        id,
+        "[ \"$PRIVNET_SECRET\" = 'kept across a boxd restart' ] && echo secret-kept",
+    );
+    assert!(secret.contains("secret-kept"), "{secret}");
+    assert!(
+        console.contains("boxd: restored the commands' environment from /run/psbx/env.json"),
         "{console}"
     );
 

@@ -1,13 +1,13 @@
 //! The box's setup kept for a restarted boxd: once a claim's addresses are in
 //! place, the claim's endpoints and the address each one got are written to
-//! `/run/psbx/privnet.json` (a tmpfs: it outlives boxd, not the box's boot),
-//! through a file beside it renamed over it, readable by root only. A boxd
+//! `/run/psbx/privnet.json` (`crate::kept`: it outlives boxd, not the box's
+//! boot). A boxd
 //! that starts and finds it sets the same addresses up again (`restore` in
 //! `mod.rs`): programs in the box cached what the names resolved to.
 
 use super::addresses::{self, Assigned};
 use psbx_wire::boxd::PrivateEndpoint;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Where the setup is kept.
 pub const PATH: &str = "/run/psbx/privnet.json";
@@ -24,34 +24,15 @@ pub struct Saved {
 
 /// Writes `saved` to `path`, mode 0600, replacing it whole.
 pub fn write(path: &Path, saved: &Saved) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".psbx-new");
-    let temporary = PathBuf::from(temporary);
-    let _ = std::fs::remove_file(&temporary);
-    let mut out = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temporary)?;
-    out.write_all(&serde_json::to_vec(saved).map_err(std::io::Error::other)?)?;
-    out.sync_all()?;
-    std::fs::rename(&temporary, path)
+    crate::kept::write(path, saved)
 }
 
 /// The setup kept at `path`: `Ok(None)` when there is none, an error when the
 /// file cannot be read or does not hold a setup boxd could have made.
 pub fn read(path: &Path) -> Result<Option<Saved>, String> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+    let Some(saved) = crate::kept::read::<Saved>(path)? else {
+        return Ok(None);
     };
-    let saved: Saved = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
     if saved.endpoints.is_empty() {
         return Err("it lists no endpoints".into());
     }
@@ -63,7 +44,6 @@ pub fn read(path: &Path) -> Result<Option<Saved>, String> {
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
-    use std::os::unix::fs::PermissionsExt;
 
     fn endpoints() -> Vec<PrivateEndpoint> {
         [
@@ -88,21 +68,12 @@ mod tests {
     }
 
     #[test]
-    fn a_written_setup_reads_back_the_same_and_only_root_reads_it() {
+    fn a_written_setup_reads_back_the_same() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run/psbx/privnet.json");
         assert_eq!(read(&path), Ok(None));
         write(&path, &saved()).unwrap();
         assert_eq!(read(&path), Ok(Some(saved())));
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
-        // Written again (replaced whole), nothing is left beside it.
-        write(&path, &saved()).unwrap();
-        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, ["privnet.json"]);
     }
 
     #[test]
