@@ -396,9 +396,10 @@ impl Boxes {
         if done.ok {
             Ok(())
         } else {
-            Err(BoxError::NotFound(
-                done.error.unwrap_or_else(|| format!("process {pid}")),
-            ))
+            Err(BoxError::ProcessNotFound {
+                id: id.to_owned(),
+                pid,
+            })
         }
     }
 
@@ -411,7 +412,7 @@ impl Boxes {
         keep: usize,
     ) -> Result<Bounded, BoxError> {
         let (_, link, masker) = self.channel(account, id).await?;
-        let mut stream = open_log(&link, pid, 0, false).await?;
+        let mut stream = open_log(&link, id, pid, 0, false).await?;
         let mut kept = Bounded::new(keep, keep);
         let mut mask = MaskStream::new(masker);
         let mut chunk = vec![0u8; 64 * 1024];
@@ -419,7 +420,7 @@ impl Boxes {
             let n = stream
                 .read(&mut chunk)
                 .await
-                .map_err(|e| no_process(pid, e))?;
+                .map_err(|e| no_process(id, pid, e))?;
             if n == 0 {
                 break;
             }
@@ -442,9 +443,10 @@ impl Boxes {
         offset: u64,
     ) -> Result<mpsc::Receiver<Result<Vec<u8>, BoxError>>, BoxError> {
         let (addr, link, masker) = self.channel(account, id).await?;
-        let mut stream = open_log(&link, pid, offset, true).await?;
+        let mut stream = open_log(&link, id, pid, offset, true).await?;
         let keepalive = self.keepalive();
         let (tx, rx) = mpsc::channel(16);
+        let id = id.to_owned();
         tokio::spawn(async move {
             let mut mask = MaskStream::new(masker);
             let mut chunk = vec![0u8; 64 * 1024];
@@ -459,7 +461,7 @@ impl Boxes {
                             }
                         }
                         Err(e) => {
-                            let _ = tx.send(Err(no_process(pid, e))).await;
+                            let _ = tx.send(Err(no_process(&id, pid, e))).await;
                             return;
                         }
                     },
@@ -482,7 +484,10 @@ impl Boxes {
             .await?
             .into_iter()
             .find(|p| p.pid == pid)
-            .ok_or_else(|| BoxError::NotFound(format!("no background process {pid} in box {id}")))
+            .ok_or_else(|| BoxError::ProcessNotFound {
+                id: id.to_owned(),
+                pid,
+            })
     }
 
     /// A stream to one of boxd's services in a running box (sync).
@@ -515,6 +520,7 @@ impl Boxes {
 /// A stream of a background command's log from boxd.
 async fn open_log(
     link: &LinkHandle,
+    id: &str,
     pid: u32,
     offset: u64,
     follow: bool,
@@ -529,13 +535,25 @@ async fn open_log(
     stream
         .write_all(&body)
         .await
-        .map_err(|e| no_process(pid, e))?;
-    stream.shutdown().await.map_err(|e| no_process(pid, e))?;
+        .map_err(|e| no_process(id, pid, e))?;
+    stream
+        .shutdown()
+        .await
+        .map_err(|e| no_process(id, pid, e))?;
     Ok(stream)
 }
 
-fn no_process(pid: u32, e: std::io::Error) -> BoxError {
-    BoxError::NotFound(format!("no background process {pid} in this box ({e})"))
+/// boxd resets the log stream of a process it does not know; any other
+/// failure is the channel's.
+fn no_process(id: &str, pid: u32, e: std::io::Error) -> BoxError {
+    if e.kind() == std::io::ErrorKind::ConnectionReset {
+        BoxError::ProcessNotFound {
+            id: id.to_owned(),
+            pid,
+        }
+    } else {
+        BoxError::Internal(format!("reading the log of process {pid} in box {id}: {e}"))
+    }
 }
 
 fn send<T>(

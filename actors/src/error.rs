@@ -9,6 +9,10 @@ pub enum BoxError {
     /// No such box in this account (another account's box looks the same).
     #[error("no box {0} in this account")]
     NotFound(String),
+    /// No such background command in a box (it never was, it has ended for a
+    /// signal, or boxd restarted since and no longer tracks it).
+    #[error("no background process {pid} in box {id}")]
+    ProcessNotFound { id: String, pid: u32 },
     /// The box is over: stopped or failed.
     #[error("box {id} is {state}{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
     Over {

@@ -200,6 +200,10 @@ impl From<psbx_actors::error::BoxError> for ApiError {
         match e {
             E::NotFound(_) => Self::not_found("box_not_found", e.to_string())
                 .hint("`GET /v1/boxes` lists this account's boxes"),
+            E::ProcessNotFound { ref id, .. } => {
+                let hint = format!("`GET /v1/boxes/{id}/processes` lists them");
+                Self::not_found("process_not_found", e.to_string()).hint(hint)
+            }
             E::Over { state, .. } => {
                 let code = if state == BoxState::Failed {
                     "box_failed"

@@ -119,8 +119,22 @@ fn exec_masks_secrets_kills_on_timeout_keeps_background_work_and_bounds_output()
     let (status, logs) = s.call("GET", &format!("/v1/boxes/{id}/processes/{pid}/logs"), None);
     assert_eq!(status, 200, "{logs}");
     assert_eq!(logs["text"], "started ****\n", "{logs}");
-    let (status, _) = s.call("GET", &format!("/v1/boxes/{id}/processes/99999/logs"), None);
-    assert!(status >= 400);
+    // An unknown process: 404 that says so, and where to look.
+    let (status, missing) = s.call("GET", &format!("/v1/boxes/{id}/processes/99999/logs"), None);
+    assert_eq!(status, 404, "{missing}");
+    assert_eq!(missing["error"]["code"], "process_not_found", "{missing}");
+    assert_eq!(
+        missing["error"]["message"],
+        format!("no background process 99999 in box {id}"),
+        "{missing}"
+    );
+    assert!(
+        missing["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("/processes"),
+        "{missing}"
+    );
 
     // 200 MB of output: a bounded result that says what was cut; the server's
     // memory stays bounded.

@@ -121,6 +121,7 @@ pub(super) fn failed(message: impl Into<String>) -> CallToolResult {
 pub(super) fn box_failed(e: BoxError) -> CallToolResult {
     let next = match &e {
         BoxError::NotFound(_) => " Call sandbox_list to see this account's boxes.",
+        BoxError::ProcessNotFound { .. } => " sandbox_status lists the box's commands.",
         BoxError::Over { .. } => {
             " A stopped box does not come back: start a new one with sandbox_start."
         }

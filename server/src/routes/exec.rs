@@ -12,7 +12,6 @@ use futures_util::StreamExt;
 use psbx_actors::boxes::Boxes;
 use psbx_actors::connectors::private_endpoint_hint;
 use psbx_actors::duration;
-use psbx_actors::error::BoxError;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
 use psbx_actors::ids::AccountId;
@@ -349,17 +348,7 @@ pub async fn signal(
             ));
         }
     };
-    boxes
-        .signal(&who.account_id, &id, pid, number)
-        .await
-        .map_err(|e| match e {
-            BoxError::NotFound(_) => ApiError::not_found(
-                "process_not_found",
-                format!("no running background process {pid} in box {id}"),
-            )
-            .hint("`GET /v1/boxes/{id}/processes` lists them"),
-            other => other.into(),
-        })?;
+    boxes.signal(&who.account_id, &id, pid, number).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
