@@ -29,6 +29,12 @@ pub enum BoxError {
     /// No libvirt host is available to run boxes.
     #[error("{0}")]
     NoHost(String),
+    /// The channel to boxd broke while a command ran (boxd restarted, the
+    /// box froze or stopped under it): the command may still be running.
+    #[error(
+        "the connection to boxd broke while the command ran ({0}); the command may still be running in the box"
+    )]
+    ChannelLost(String),
     /// The box did not come up.
     #[error("the box did not start: {0}")]
     Boot(String),

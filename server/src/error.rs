@@ -224,6 +224,10 @@ impl From<psbx_actors::error::BoxError> for ApiError {
                 message,
             )
             .hint("the operator should check the server log and libvirt"),
+            E::ChannelLost(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "box_channel_lost", e.to_string())
+                    .hint("run it again once the box answers; `GET /v1/boxes/{id}/processes` lists its background commands")
+            }
             E::Boot(_) => {
                 tracing::error!(error = %e, "a box did not start");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "box_start_failed", e.to_string())

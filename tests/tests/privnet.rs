@@ -310,6 +310,21 @@ fn restart_boxd(s: &BoxServer, id: &str) {
         "setsid sh -c 'sleep 1; kill $(pidof boxd)' </dev/null >/dev/null 2>&1 &",
     );
     let killed = Instant::now();
+    // A command running when boxd goes: its caller is told what happened.
+    let (status, lost) = s.call(
+        "POST",
+        &format!("/v1/boxes/{id}/exec"),
+        Some(json!({ "cmd": "sleep 10", "timeout": "60s" })),
+    );
+    assert_eq!(status, 503, "{lost}");
+    assert_eq!(lost["error"]["code"], "box_channel_lost", "{lost}");
+    assert!(
+        lost["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("may still be running"),
+        "{lost}"
+    );
     let new_pid = wait_until(
         "the server to run a command through the restarted boxd",
         Duration::from_secs(120),

@@ -38,7 +38,7 @@ pub async fn run(
         .await
         .map_err(|e| BoxError::Internal(format!("cannot reach boxd: {e}")))?;
     let body = serde_json::to_vec(request).map_err(|e| BoxError::Internal(e.to_string()))?;
-    let io = |e: std::io::Error| BoxError::Internal(format!("the exec stream broke: {e}"));
+    let io = |e: std::io::Error| BoxError::ChannelLost(e.to_string());
     stream.write_all(&body).await.map_err(io)?;
     stream.shutdown().await.map_err(io)?;
     let mut out = MaskStream::new(masker.clone());

@@ -122,6 +122,9 @@ pub(super) fn box_failed(e: BoxError) -> CallToolResult {
     let next = match &e {
         BoxError::NotFound(_) => " Call sandbox_list to see this account's boxes.",
         BoxError::ProcessNotFound { .. } => " sandbox_status lists the box's commands.",
+        BoxError::ChannelLost(_) => {
+            " Run it again once the box answers; sandbox_status lists its commands."
+        }
         BoxError::Over { .. } => {
             " A stopped box does not come back: start a new one with sandbox_start."
         }
