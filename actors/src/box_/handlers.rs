@@ -133,18 +133,26 @@ impl BoxActor {
                 } else {
                     None
                 };
-                let health = match link {
-                    Some(link) => link.ping(PING_TIMEOUT).await.ok(),
-                    None => None,
+                let (health, hello) = match link {
+                    Some(link) => match link.ping(PING_TIMEOUT).await {
+                        // The hello of the session that answered: a boxd
+                        // restarted since the last one says hello again.
+                        Ok(health) => (Some(health), link.hello(PING_TIMEOUT).await.ok()),
+                        Err(_) => (None, None),
+                    },
+                    None => (None, None),
                 };
-                Ok::<_, BoxError>((touched, health))
+                Ok::<_, BoxError>((touched, health, hello))
             }
             .into_actor(self)
             .map(|result, act, ctx| {
-                let (touched, health) = result?;
+                let (touched, health, hello) = result?;
                 if let Some(at) = touched {
                     act.record.last_activity_at = at;
                     act.arm_timers(ctx);
+                }
+                if hello.is_some() {
+                    act.hello = hello;
                 }
                 Ok(act.snapshot(health))
             }),
