@@ -151,7 +151,7 @@ pub async fn run(
 }
 
 /// A background command.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Process {
     pub pid: u32,
@@ -165,12 +165,81 @@ pub struct Process {
 #[derive(Clone, Default)]
 pub struct Processes {
     inner: Arc<Mutex<HashMap<u32, Process>>>,
+    /// Where the list is kept for a restarted boxd (`crate::kept`; none in
+    /// tests).
+    kept: Option<PathBuf>,
 }
 
 /// Where background commands' output goes.
 pub const LOG_DIR: &str = "/run/psbx/processes";
 
 impl Processes {
+    /// The list kept at `path`, with the commands an earlier boxd of this
+    /// boot started: they are listed, signalled and logged again. Those still
+    /// running are watched until they end; their exit code is not known (they
+    /// are not this boxd's children), so it reads as none. Their time limit,
+    /// if they had one, is no longer enforced.
+    pub fn kept_at(path: PathBuf) -> Self {
+        let me = Self {
+            inner: Arc::default(),
+            kept: Some(path.clone()),
+        };
+        let earlier = match crate::kept::read::<Vec<Process>>(&path) {
+            Ok(list) => list.unwrap_or_default(),
+            Err(e) => {
+                eprintln!("boxd: ignoring {}: {e}", path.display());
+                Vec::new()
+            }
+        };
+        let mut watched = 0;
+        for mut process in earlier {
+            if process.exit.is_none() {
+                if alive(process.pid) {
+                    watched += 1;
+                    me.watch(process.pid);
+                } else {
+                    process.exit = Some(unknown_exit());
+                }
+            }
+            me.lock().insert(process.pid, process);
+        }
+        if !me.lock().is_empty() {
+            println!(
+                "boxd: restored {} background commands ({watched} running) from {}",
+                me.len(),
+                path.display()
+            );
+        }
+        me.save();
+        me
+    }
+
+    /// Waits for a command this boxd did not start to end.
+    fn watch(&self, pid: u32) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            while alive(pid) {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            if let Some(p) = me.lock().get_mut(&pid) {
+                p.exit = Some(unknown_exit());
+            }
+            me.save();
+        });
+    }
+
+    /// Keeps the list for a restarted boxd.
+    fn save(&self) {
+        if let Some(path) = &self.kept
+            && let Err(e) = crate::kept::write(path, &self.list())
+        {
+            eprintln!(
+                "boxd: cannot keep the background commands in {}: {e}",
+                path.display()
+            );
+        }
+    }
+
     /// Starts a background command; its stdout and stderr go to its log file.
     /// `caused`, given its pid once it ended, says which connections to
     /// environment addresses it made failed.
@@ -202,6 +271,7 @@ impl Processes {
             exit: None,
         };
         self.lock().insert(pid, process.clone());
+        self.save();
         let me = self.clone();
         let limit = spec.timeout_s.map(Duration::from_secs);
         tokio::spawn(async move {
@@ -221,6 +291,7 @@ impl Processes {
                 exit.private_endpoint_errors = caused(pid);
                 p.exit = Some(exit);
             }
+            me.save();
         });
         Ok(process)
     }
@@ -249,6 +320,27 @@ impl Processes {
     pub fn signal(&self, pid: u32, signal: nix::sys::signal::Signal) -> bool {
         self.get(pid)
             .is_some_and(|p| p.exit.is_none() && kill_group(pid, signal))
+    }
+}
+
+/// Whether `pid` runs (and is not a zombie waiting for its parent).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.split_whitespace().next().map(|state| state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// The end of a command whose exit status boxd could not collect.
+fn unknown_exit() -> Exit {
+    Exit {
+        code: None,
+        signal: None,
+        timed_out: false,
+        private_endpoint_errors: Vec::new(),
     }
 }
 
@@ -345,5 +437,67 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(procs.get(p.pid).unwrap().exit.unwrap().signal, Some(15));
         let _ = std::fs::remove_file(&p.log);
+    }
+
+    #[tokio::test]
+    async fn kept_commands_come_back_and_running_ones_are_watched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("processes.json");
+        // In its own process group, as boxd starts commands.
+        let mut running = std::os::unix::process::CommandExt::process_group(
+            &mut std::process::Command::new("sleep"),
+            0,
+        )
+        .arg("30")
+        .spawn()
+        .unwrap();
+        let gone = std::process::Command::new("true")
+            .spawn()
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert!(gone.success());
+        let process = |pid: u32, exit: Option<Exit>| Process {
+            pid,
+            cmd: format!("command {pid}"),
+            started_at_unix: 1,
+            log: format!("/run/psbx/processes/{pid}.log"),
+            exit,
+        };
+        let ended = Exit {
+            code: Some(3),
+            ..unknown_exit()
+        };
+        // A pid no process has (pid_max is below 2^22).
+        let vanished = 4_194_304 + 7;
+        crate::kept::write(
+            &path,
+            &vec![
+                process(running.id(), None),
+                process(vanished, None),
+                process(11, Some(ended.clone())),
+            ],
+        )
+        .unwrap();
+
+        let restored = Processes::kept_at(path.clone());
+        assert_eq!(restored.list().len(), 3);
+        assert!(restored.get(running.id()).unwrap().exit.is_none());
+        assert_eq!(restored.get(vanished).unwrap().exit, Some(unknown_exit()));
+        assert_eq!(restored.get(11).unwrap().exit, Some(ended));
+        // What it found is kept again as it is now.
+        let kept: Vec<Process> = crate::kept::read(&path).unwrap().unwrap();
+        assert_eq!(kept, restored.list());
+
+        // The running one is signalled like any other, and seen to end.
+        assert!(restored.signal(running.id(), nix::sys::signal::Signal::SIGKILL));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while restored.get(running.id()).unwrap().exit.is_none() {
+            assert!(std::time::Instant::now() < deadline, "never seen to end");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = running.wait();
+        let kept: Vec<Process> = crate::kept::read(&path).unwrap().unwrap();
+        assert!(kept.iter().all(|p| p.exit.is_some()), "{kept:?}");
     }
 }

@@ -2,7 +2,8 @@
 //! boot (it crashed, was killed): `/run` is a tmpfs, so a file there outlives
 //! boxd but not the box's boot. Each file is JSON, written whole through a
 //! file beside it renamed over it, readable by root only — it holds what boxd
-//! holds in memory anyway (the environment of commands, secrets included).
+//! holds in memory anyway (the environment of commands, secrets included; the
+//! background commands; the environment's addresses, `privnet/saved.rs`).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -10,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 /// The environment every command gets (secrets and settings of the claim).
 pub const ENV: &str = "/run/psbx/env.json";
+/// The background commands (`exec::Processes`).
+pub const PROCESSES: &str = "/run/psbx/processes.json";
 
 /// Writes `value` to `path`, mode 0600, replacing it whole.
 pub fn write<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {

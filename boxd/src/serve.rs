@@ -2,8 +2,8 @@
 //! virtio-serial port (a new one whenever the server reconnects), and a task
 //! per stream that serves the service its target names (`psbx_wire::boxd`).
 //! Before the first session, it restores what an earlier boxd of this boot
-//! took from a claim: the environment's addresses (`privnet`) and the
-//! commands' environment (`kept`).
+//! took from a claim or started: the environment's addresses (`privnet`), the
+//! commands' environment and the background commands (`kept`).
 
 use crate::exec::{self, ExecSpec, Output, Processes};
 use crate::privnet::PrivateNet;
@@ -34,8 +34,9 @@ pub struct Boxd {
     private: PrivateNet,
 }
 
-/// Sets up again what an earlier boxd of this boot kept (the environment's
-/// addresses), then serves the channel forever.
+/// Sets up again what an earlier boxd of this boot kept (the commands'
+/// environment, the background commands, the environment's addresses), then
+/// serves the channel forever.
 pub async fn run(path: PathBuf) -> std::io::Result<()> {
     let state = Arc::new(Boxd {
         info: BoxInfo {
@@ -47,7 +48,7 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
                 .to_vec(),
         },
         env: RwLock::new(restore_env()),
-        processes: Processes::default(),
+        processes: Processes::kept_at(PathBuf::from(kept::PROCESSES)),
         work: PathBuf::from("/work"),
         uplink: Uplink::default(),
         private: PrivateNet::default(),

@@ -225,7 +225,43 @@ fn a_restarted_boxd_keeps_the_addresses(s: &BoxServer, id: &str) {
         .unwrap_or_else(|| panic!("{before}"))
         .to_owned();
 
+    let started = s.ok(
+        "POST",
+        &format!("/v1/boxes/{id}/exec"),
+        Some(json!({"cmd": "echo before-restart; sleep 600", "background": true})),
+    );
+    let pid = started["pid"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{started}"));
+
     restart_boxd(s, id);
+
+    // The background command started before is listed, logged and signalled
+    // through the new boxd.
+    let process = |s: &BoxServer| {
+        let list = s.ok("GET", &format!("/v1/boxes/{id}/processes"), None);
+        list["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .cloned()
+            .unwrap_or_else(|| panic!("{pid} is not listed after the restart: {list}"))
+    };
+    assert_eq!(process(s)["running"], true);
+    let logs = s.ok("GET", &format!("/v1/boxes/{id}/processes/{pid}/logs"), None);
+    assert_eq!(logs["text"], "before-restart\n", "{logs}");
+    let (status, body) = s.call(
+        "DELETE",
+        &format!("/v1/boxes/{id}/processes/{pid}?signal=KILL"),
+        None,
+    );
+    assert_eq!(status, 204, "{body}");
+    wait_until(
+        "the killed command to be seen ended",
+        Duration::from_secs(15),
+        || (process(s)["running"] == false).then_some(()),
+    );
 
     // The same boot; the name resolves to what it did before the restart.
     let (dns, _) = exec(

@@ -139,8 +139,9 @@ pub struct Exit {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
-    /// Connections to environment addresses that failed while the command
-    /// ran (`<host>:<port> <code> <reason>`), foreground commands only.
+    /// Connections to environment addresses the command made that failed
+    /// (`<host>:<port> <code> <reason>`; boxd's `privnet/owner.rs` says how
+    /// they are told apart).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub private_endpoint_errors: Vec<String>,
 }
