@@ -15,7 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use psbx_tests::netns::Netns;
-use psbx_tests::vm::BoxServer;
+use psbx_tests::vm::{BoxServer, wait_until};
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -116,46 +116,86 @@ fn connector(
     ns.spawn(cmd)
 }
 
+/// The user's network and psbx beside it: a namespace with `hosts` and a TCP
+/// server on its 127.0.0.1:5432 greeting "hello from dev", a server on the
+/// namespace's link (`idle_freeze` as given), and environment `dev` whose
+/// connection `dc` lists `endpoints`. No connector runs yet.
+struct Dev {
+    ns: Netns,
+    s: BoxServer,
+    api: Api,
+    url: String,
+    conn_id: String,
+    token: String,
+    /// Where the connectors started with [`connector`] log.
+    log: std::path::PathBuf,
+    _logs: tempfile::TempDir,
+}
+
+impl Dev {
+    fn new(hosts: &[(&str, &str)], endpoints: Value, idle_freeze: &str) -> Self {
+        let mut ns = Netns::new(hosts);
+        ns.echo_server("127.0.0.1", 5432, "hello from dev");
+        let s = BoxServer::start_on(
+            &format!("{}:0", ns.host_ip),
+            "",
+            &format!("pool_size = 0\nidle_freeze = \"{idle_freeze}\""),
+        );
+        let url = s.url();
+        let api = Api {
+            url: url.clone(),
+            key: s.key.clone(),
+        };
+        let logs = tempfile::tempdir().unwrap();
+        api.ok("POST", "/environments", json!({"name": "dev"}));
+        let conn = api.ok(
+            "POST",
+            "/environments/dev/connections",
+            json!({"name": "dc"}),
+        );
+        let conn_id = conn["id"].as_str().unwrap().to_owned();
+        api.ok(
+            "PUT",
+            &format!("/environments/dev/connections/{conn_id}/endpoints"),
+            json!({ "endpoints": endpoints }),
+        );
+        Self {
+            ns,
+            s,
+            api,
+            url,
+            conn_id,
+            token: conn["token"].as_str().unwrap().to_owned(),
+            log: logs.path().join("connector.log"),
+            _logs: logs,
+        }
+    }
+}
+
 #[test]
 fn a_box_reaches_the_users_network_through_the_connector() {
-    let mut ns = Netns::new(&[
-        ("db.internal", "127.0.0.1"),
-        ("closed.internal", "127.0.0.1"),
-    ]);
-    ns.echo_server("127.0.0.1", 5432, "hello from dev");
-    let mut s = BoxServer::start_on(
-        &format!("{}:0", ns.host_ip),
-        "",
-        "pool_size = 0\nidle_freeze = \"1h\"",
-    );
-    let url = s.url();
-    let api = Api {
-        url: url.clone(),
-        key: s.key.clone(),
-    };
-    let logs = tempfile::tempdir().unwrap();
-    let log = logs.path().join("connector.log");
-
-    api.ok("POST", "/environments", json!({"name": "dev"}));
-    let conn = api.ok(
-        "POST",
-        "/environments/dev/connections",
-        json!({"name": "dc"}),
-    );
-    let (conn_id, token) = (
-        conn["id"].as_str().unwrap().to_owned(),
-        conn["token"].as_str().unwrap().to_owned(),
-    );
-    let endpoints = format!("/environments/dev/connections/{conn_id}/endpoints");
-    api.ok(
-        "PUT",
-        &endpoints,
-        json!({"endpoints": [
+    let Dev {
+        mut ns,
+        mut s,
+        api,
+        url,
+        conn_id,
+        token,
+        log,
+        _logs,
+    } = Dev::new(
+        &[
+            ("db.internal", "127.0.0.1"),
+            ("closed.internal", "127.0.0.1"),
+        ],
+        json!([
             {"host": "db.internal", "port": 5432},
             {"host": "closed.internal", "port": 5433},
             {"host": "db.internal", "port": 6000}
-        ]}),
+        ]),
+        "1h",
     );
+    let endpoints = format!("/environments/dev/connections/{conn_id}/endpoints");
     let first = connector(&mut ns, &url, &token, &[], &log);
     api.wait_online("dc", true, 2);
     let c = api.connection("dc");
@@ -350,15 +390,6 @@ fn held(ns: &Netns, port: u16) -> usize {
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
-fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    started.elapsed()
-}
-
 /// A box that freezes lets go of its connections in the user's network
 /// (spec: "When a box freezes or stops, ParallelSandbox closes its
 /// connections within about a minute"), and after the thaw the program that
@@ -366,40 +397,22 @@ fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) -> D
 /// that never answers; new connections work again.
 #[test]
 fn a_freeze_lets_go_of_the_boxs_connections() {
-    let mut ns = Netns::new(&[("db.internal", "127.0.0.1")]);
-    ns.echo_server("127.0.0.1", 5432, "hello from dev");
-    let s = BoxServer::start_on(
-        &format!("{}:0", ns.host_ip),
-        "",
-        "pool_size = 0\nidle_freeze = \"8s\"",
+    let Dev {
+        mut ns,
+        api,
+        url,
+        token,
+        log,
+        // Kept to the end of the test: the server and the connector's log.
+        s: _server,
+        _logs,
+        ..
+    } = Dev::new(
+        &[("db.internal", "127.0.0.1")],
+        json!([{"host": "db.internal", "port": 5432}]),
+        "8s",
     );
-    let url = s.url();
-    let api = Api {
-        url: url.clone(),
-        key: s.key.clone(),
-    };
-    let logs = tempfile::tempdir().unwrap();
-    api.ok("POST", "/environments", json!({"name": "dev"}));
-    let conn = api.ok(
-        "POST",
-        "/environments/dev/connections",
-        json!({"name": "dc"}),
-    );
-    api.ok(
-        "PUT",
-        &format!(
-            "/environments/dev/connections/{}/endpoints",
-            conn["id"].as_str().unwrap()
-        ),
-        json!({"endpoints": [{"host": "db.internal", "port": 5432}]}),
-    );
-    connector(
-        &mut ns,
-        &url,
-        conn["token"].as_str().unwrap(),
-        &[],
-        &logs.path().join("connector.log"),
-    );
+    connector(&mut ns, &url, &token, &[], &log);
     api.wait_online("dc", true, 2);
     let id = api.ok("POST", "/boxes", json!({"environment": "dev"}))["id"]
         .as_str()
@@ -413,7 +426,7 @@ fn a_freeze_lets_go_of_the_boxs_connections() {
     wait_until(
         "the box's connection reaching dev",
         Duration::from_secs(20),
-        || held(&ns, 5432) == 1,
+        || (held(&ns, 5432) == 1).then_some(()),
     );
 
     // Left alone, the box freezes; its connection in dev is closed.
@@ -428,11 +441,13 @@ fn a_freeze_lets_go_of_the_boxs_connections() {
             .unwrap()
     };
     wait_until("the box freezing", Duration::from_secs(60), || {
-        state() == "frozen"
+        (state() == "frozen").then_some(())
     });
-    let took = wait_until("dev's side closing", Duration::from_secs(60), || {
-        held(&ns, 5432) == 0
+    let frozen = Instant::now();
+    wait_until("dev's side closing", Duration::from_secs(60), || {
+        (held(&ns, 5432) == 0).then_some(())
     });
+    let took = frozen.elapsed();
     eprintln!("dev's side closed {took:?} after the freeze was seen");
 
     // The thaw (any call naming the box): the program holding the old
@@ -490,35 +505,22 @@ fn blackhole(ns: &Netns, on: bool) {
 /// itself and boxes reach dev again.
 #[test]
 fn a_silently_lost_network_is_noticed_and_recovered() {
-    let mut ns = Netns::new(&[("db.internal", "127.0.0.1")]);
-    ns.echo_server("127.0.0.1", 5432, "hello from dev");
-    let s = BoxServer::start_on(
-        &format!("{}:0", ns.host_ip),
-        "",
-        "pool_size = 0\nidle_freeze = \"1h\"",
+    let Dev {
+        mut ns,
+        api,
+        url,
+        token,
+        log,
+        // Kept to the end of the test: the server and the connector's log.
+        s: _server,
+        _logs,
+        ..
+    } = Dev::new(
+        &[("db.internal", "127.0.0.1")],
+        json!([{"host": "db.internal", "port": 5432}]),
+        "1h",
     );
-    let url = s.url();
-    let api = Api {
-        url: url.clone(),
-        key: s.key.clone(),
-    };
-    let logs = tempfile::tempdir().unwrap();
-    let log = logs.path().join("connector.log");
-    api.ok("POST", "/environments", json!({"name": "dev"}));
-    let conn = api.ok(
-        "POST",
-        "/environments/dev/connections",
-        json!({"name": "dc"}),
-    );
-    api.ok(
-        "PUT",
-        &format!(
-            "/environments/dev/connections/{}/endpoints",
-            conn["id"].as_str().unwrap()
-        ),
-        json!({"endpoints": [{"host": "db.internal", "port": 5432}]}),
-    );
-    connector(&mut ns, &url, conn["token"].as_str().unwrap(), &[], &log);
+    connector(&mut ns, &url, &token, &[], &log);
     api.wait_online("dc", true, 2);
     let id = api.ok("POST", "/boxes", json!({"environment": "dev"}))["id"]
         .as_str()
@@ -532,7 +534,7 @@ fn a_silently_lost_network_is_noticed_and_recovered() {
     wait_until(
         "the server seeing the connector gone",
         Duration::from_secs(40),
-        || api.connection("dc")["online"] == false,
+        || (api.connection("dc")["online"] == false).then_some(()),
     );
     eprintln!(
         "the server dropped the sessions {:?} after the loss",
@@ -554,13 +556,14 @@ fn a_silently_lost_network_is_noticed_and_recovered() {
         std::fs::read_to_string(&log)
             .unwrap_or_default()
             .contains("reconnecting in")
+            .then_some(())
     });
 
     blackhole(&ns, false);
     let back = Instant::now();
     wait_until("the connector coming back", Duration::from_secs(90), || {
         let c = api.connection("dc");
-        c["online"] == true && c["sessions"] == 2
+        (c["online"] == true && c["sessions"] == 2).then_some(())
     });
     eprintln!(
         "the connector was back {:?} after the network",
