@@ -15,6 +15,18 @@ use psbx_tests::vm::{BoxServer, wait_until};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
+/// Background command `pid` of the box as `GET .../processes` lists it.
+fn process(s: &BoxServer, id: &str, pid: u64) -> serde_json::Value {
+    let list = s.ok("GET", &format!("/v1/boxes/{id}/processes"), None);
+    list["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .cloned()
+        .unwrap_or_else(|| panic!("background command {pid} is not listed: {list}"))
+}
+
 /// Runs `cmd` in the box; its stdout and stderr, and how long the call took.
 fn exec(s: &BoxServer, id: &str, cmd: &str) -> (String, Duration) {
     let started = Instant::now();
@@ -178,22 +190,11 @@ fn environment_addresses_inside_a_box() {
     assert!(own_errors.starts_with("10.9.8.7:8080 "), "{own}");
     assert!(!own_errors.contains("db.internal"), "{own}");
     // The background command's own, once it ended.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let ended = loop {
-        let list = s.ok("GET", &format!("/v1/boxes/{id}/processes"), None);
-        let process = list["processes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["pid"] == noisy)
-            .cloned()
-            .unwrap_or_else(|| panic!("{list}"));
-        if process["running"] == false {
-            break process;
-        }
-        assert!(std::time::Instant::now() < deadline, "{process}");
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let ended = wait_until(
+        "the failing background command to end",
+        Duration::from_secs(60),
+        || Some(process(&s, &id, noisy)).filter(|p| p["running"] == false),
+    );
     let noisy_errors = errors(&ended);
     assert!(
         noisy_errors.lines().count() >= 10
@@ -238,17 +239,7 @@ fn a_restarted_boxd_keeps_the_addresses(s: &BoxServer, id: &str) {
 
     // The background command started before is listed, logged and signalled
     // through the new boxd.
-    let process = |s: &BoxServer| {
-        let list = s.ok("GET", &format!("/v1/boxes/{id}/processes"), None);
-        list["processes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["pid"] == pid)
-            .cloned()
-            .unwrap_or_else(|| panic!("{pid} is not listed after the restart: {list}"))
-    };
-    assert_eq!(process(s)["running"], true);
+    assert_eq!(process(s, id, pid)["running"], true);
     let logs = s.ok("GET", &format!("/v1/boxes/{id}/processes/{pid}/logs"), None);
     assert_eq!(logs["text"], "before-restart\n", "{logs}");
     let (status, body) = s.call(
@@ -260,7 +251,7 @@ fn a_restarted_boxd_keeps_the_addresses(s: &BoxServer, id: &str) {
     wait_until(
         "the killed command to be seen ended",
         Duration::from_secs(15),
-        || (process(s)["running"] == false).then_some(()),
+        || (process(s, id, pid)["running"] == false).then_some(()),
     );
 
     // The same boot; the name resolves to what it did before the restart.
