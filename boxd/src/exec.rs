@@ -184,13 +184,8 @@ impl Processes {
             inner: Arc::default(),
             kept: Some(path.clone()),
         };
-        let earlier = match crate::kept::read::<Vec<Process>>(&path) {
-            Ok(list) => list.unwrap_or_default(),
-            Err(e) => {
-                eprintln!("boxd: ignoring {}: {e}", path.display());
-                Vec::new()
-            }
-        };
+        let earlier: Vec<Process> =
+            crate::kept::usable(&path, crate::kept::read(&path)).unwrap_or_default();
         let mut watched = 0;
         for mut process in earlier {
             if process.exit.is_none() {
@@ -230,13 +225,8 @@ impl Processes {
 
     /// Keeps the list for a restarted boxd.
     fn save(&self) {
-        if let Some(path) = &self.kept
-            && let Err(e) = crate::kept::write(path, &self.list())
-        {
-            eprintln!(
-                "boxd: cannot keep the background commands in {}: {e}",
-                path.display()
-            );
+        if let Some(path) = &self.kept {
+            crate::kept::keep(path, &self.list(), "the background commands");
         }
     }
 

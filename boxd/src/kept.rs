@@ -35,6 +35,25 @@ pub fn write<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
     std::fs::rename(&temporary, path)
 }
 
+/// Writes `value` to `path` like [`write`]; a failure is reported on stderr
+/// as `what` that could not be kept: what boxd was doing goes on either way,
+/// only a restarted boxd would miss it.
+pub fn keep<T: Serialize>(path: &Path, value: &T, what: &str) {
+    if let Err(e) = write(path, value) {
+        eprintln!("boxd: cannot keep {what} in {}: {e}", path.display());
+    }
+}
+
+/// What [`read`] (or a reader built on it) found at `path`, with a file that
+/// cannot be used reported on stderr and taken as none: boxd serves without
+/// it rather than stopping over it.
+pub fn usable<T>(path: &Path, found: Result<Option<T>, String>) -> Option<T> {
+    found.unwrap_or_else(|e| {
+        eprintln!("boxd: ignoring {}: {e}", path.display());
+        None
+    })
+}
+
 /// What is kept at `path`: `Ok(None)` when nothing is, an error when the
 /// file cannot be read or parsed.
 pub fn read<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, String> {

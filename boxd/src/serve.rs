@@ -172,13 +172,11 @@ async fn apply(state: &Boxd, configure: Configure) -> Result<(), String> {
         .private
         .configure(&configure.endpoints, &state.uplink, &state.work)
         .await?;
-    // The claim is served either way: only a restarted boxd would miss it.
-    if let Err(e) = kept::write(Path::new(kept::ENV), &configure.env) {
-        eprintln!(
-            "boxd: cannot keep the commands' environment in {}: {e}",
-            kept::ENV
-        );
-    }
+    kept::keep(
+        Path::new(kept::ENV),
+        &configure.env,
+        "the commands' environment",
+    );
     if let Ok(mut env) = state.env.write() {
         *env = configure.env;
     }
@@ -188,20 +186,15 @@ async fn apply(state: &Boxd, configure: Configure) -> Result<(), String> {
 /// At start: the commands' environment of a claim an earlier boxd of this
 /// boot took (none when there was none; a damaged file is reported and left).
 fn restore_env() -> Vec<(String, String)> {
-    match kept::read(Path::new(kept::ENV)) {
-        Ok(Some(env)) => {
-            println!(
-                "boxd: restored the commands' environment from {}",
-                kept::ENV
-            );
-            env
-        }
-        Ok(None) => Vec::new(),
-        Err(e) => {
-            eprintln!("boxd: ignoring {}: {e}", kept::ENV);
-            Vec::new()
-        }
-    }
+    let path = Path::new(kept::ENV);
+    let Some(env) = kept::usable(path, kept::read(path)) else {
+        return Vec::new();
+    };
+    println!(
+        "boxd: restored the commands' environment from {}",
+        kept::ENV
+    );
+    env
 }
 
 /// Writes the files of a claim under `<work>/.sbx/` (the server names them

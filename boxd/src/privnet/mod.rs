@@ -137,13 +137,7 @@ impl PrivateNet {
             endpoints: endpoints.to_vec(),
             assigned,
         };
-        // The claim is served either way: only a restart would miss it.
-        if let Err(e) = saved::write(Path::new(saved::PATH), &kept) {
-            eprintln!(
-                "boxd: cannot keep the environment addresses in {}: {e}",
-                saved::PATH
-            );
-        }
+        crate::kept::keep(Path::new(saved::PATH), &kept, "the environment addresses");
         Ok(())
     }
 
@@ -153,13 +147,8 @@ impl PrivateNet {
     /// and left alone: boxd serves without it.
     pub async fn restore(&self, uplink: &Uplink, work: &Path) {
         let path = Path::new(saved::PATH);
-        let kept = match saved::read(path) {
-            Ok(Some(kept)) => kept,
-            Ok(None) => return,
-            Err(e) => {
-                eprintln!("boxd: ignoring {}: {e}", path.display());
-                return;
-            }
+        let Some(kept) = crate::kept::usable(path, saved::read(path)) else {
+            return;
         };
         let mut setup = self.setup.lock().await;
         match self.bring_up(&kept.assigned, uplink, work).await {

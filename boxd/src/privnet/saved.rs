@@ -22,11 +22,6 @@ pub struct Saved {
     pub assigned: Vec<Assigned>,
 }
 
-/// Writes `saved` to `path`, mode 0600, replacing it whole.
-pub fn write(path: &Path, saved: &Saved) -> std::io::Result<()> {
-    crate::kept::write(path, saved)
-}
-
 /// The setup kept at `path`: `Ok(None)` when there is none, an error when the
 /// file cannot be read or does not hold a setup boxd could have made.
 pub fn read(path: &Path) -> Result<Option<Saved>, String> {
@@ -72,7 +67,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run/psbx/privnet.json");
         assert_eq!(read(&path), Ok(None));
-        write(&path, &saved()).unwrap();
+        crate::kept::write(&path, &saved()).unwrap();
         assert_eq!(read(&path), Ok(Some(saved())));
     }
 
@@ -87,7 +82,7 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("privnet.json");
-        write(&path, &kept).unwrap();
+        crate::kept::write(&path, &kept).unwrap();
         let read = read(&path).unwrap().unwrap();
         assert_eq!(read.assigned[0].addr, Ipv4Addr::new(198, 18, 0, 9));
         assert_eq!(read.endpoints[2].host, "DB.internal");
