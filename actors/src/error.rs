@@ -29,6 +29,10 @@ pub enum BoxError {
     /// No libvirt host is available to run boxes.
     #[error("{0}")]
     NoHost(String),
+    /// The host's rules for boxes' network cards are not in place: no box
+    /// with a card starts or wakes without them.
+    #[error("{0}")]
+    NetworkUnavailable(String),
     /// The channel to boxd broke while a command ran (boxd restarted, the
     /// box froze or stopped under it): the command may still be running.
     #[error(
@@ -44,6 +48,12 @@ pub enum BoxError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Internal(String),
+}
+
+impl From<crate::boxnet::NetworkError> for BoxError {
+    fn from(e: crate::boxnet::NetworkError) -> Self {
+        Self::NetworkUnavailable(e.to_string())
+    }
 }
 
 /// Runs a blocking call (libvirt, the store, the file system) off the async threads.

@@ -6,6 +6,7 @@
 
 pub mod box_;
 pub mod boxes;
+pub mod boxnet;
 pub mod connectors;
 pub mod duration;
 pub mod environments;

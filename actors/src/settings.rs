@@ -39,8 +39,13 @@ pub struct BoxSettings {
     pub memory_overcommit: f64,
     /// How long a box may take from start to boxd's hello.
     pub boot_timeout: Duration,
-    /// Give boxes a network card (user-mode networking).
+    /// Give boxes a network card (user-mode networking, filtered on the
+    /// host: `boxnet`).
     pub network: bool,
+    /// What boxes with a card may reach.
+    pub egress: crate::boxnet::policy::EgressPolicy,
+    /// The resolvers boxes' names are asked of; `None`: the host's own.
+    pub resolvers: Option<Vec<std::net::SocketAddr>>,
 }
 
 impl BoxSettings {

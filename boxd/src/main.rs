@@ -3,7 +3,7 @@
 //! it has no network listener.
 //!
 //! It prints `boxd ready on <port>` on its stdout (the console) once the port
-//! is found, then serves the server's streams: info, health, configure, exec,
+//! is found, sets the box's network card up (`net`) and its DNS, then serves the server's streams: info, health, configure, exec,
 //! sync, processes, signal, logs (`serve.rs`). At claim it sets up the way to
 //! the environment's private addresses (`privnet`), whose connections go out
 //! as streams it opens on the current session (`uplink.rs`); restarted in the
@@ -12,6 +12,7 @@
 mod exec;
 mod health;
 mod kept;
+mod net;
 mod port;
 mod privnet;
 mod serve;

@@ -38,6 +38,15 @@ pub struct Boxd {
 /// environment, the background commands, the environment's addresses), then
 /// serves the channel forever.
 pub async fn run(path: PathBuf) -> std::io::Result<()> {
+    match crate::net::up().await {
+        Ok(Some(nic)) => println!(
+            "boxd: network card up: {}/{} via {}",
+            nic.address, nic.prefix, nic.gateway
+        ),
+        Ok(None) => println!("boxd: no network card"),
+        Err(e) => eprintln!("boxd: {e}"),
+    }
+    let uplink = Uplink::default();
     let state = Arc::new(Boxd {
         info: BoxInfo {
             protocol: psbx_wire::PROTOCOL_VERSION,
@@ -50,9 +59,10 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
         env: RwLock::new(restore_env()),
         processes: Processes::kept_at(PathBuf::from(kept::PROCESSES)),
         work: PathBuf::from("/work"),
-        uplink: Uplink::default(),
-        private: PrivateNet::default(),
+        private: PrivateNet::new(&uplink),
+        uplink,
     });
+    state.private.start().await;
     state.private.restore(&state.uplink, &state.work).await;
     loop {
         let io = match port::PortIo::open(&path) {
@@ -428,7 +438,7 @@ mod tests {
             processes: Processes::default(),
             work: std::env::temp_dir(),
             uplink: Uplink::default(),
-            private: PrivateNet::default(),
+            private: PrivateNet::new(&Uplink::default()),
         })
     }
 

@@ -31,8 +31,13 @@ pub struct Disk {
 /// The box's network card.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Nic {
-    /// User-mode networking (QEMU's slirp): outbound only, no host setup.
-    User,
+    /// User-mode networking (QEMU's slirp) on the given IPv4 network:
+    /// outbound only, every connection a socket of the QEMU process (which
+    /// the host filters by the process's uid, [`DomainSpec::run_as`]).
+    User {
+        network: std::net::Ipv4Addr,
+        prefix: u8,
+    },
 }
 
 /// Everything libvirt needs to know about one box's VM.
@@ -52,6 +57,9 @@ pub struct DomainSpec {
     pub console_log: Option<PathBuf>,
     /// None: the box has no network card at all.
     pub nic: Option<Nic>,
+    /// The uid and gid QEMU runs as (a DAC seclabel), instead of libvirt's
+    /// default user.
+    pub run_as: Option<(u32, u32)>,
     /// The psbx installation the domain belongs to, kept in the domain's
     /// metadata: reconciliation only ever touches its own installation's
     /// domains (several installations, or test runs, may share a libvirt).
@@ -113,6 +121,12 @@ impl DomainSpec {
         if self.accel == Accel::Kvm {
             x.push_str("  <cpu mode='host-passthrough'/>\n");
         }
+        if let Some((uid, gid)) = self.run_as {
+            let _ = writeln!(
+                x,
+                "  <seclabel type='static' model='dac' relabel='yes'><label>+{uid}:+{gid}</label></seclabel>"
+            );
+        }
         x.push_str("  <clock offset='utc'/>\n");
         x.push_str("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>destroy</on_reboot>\n");
         x.push_str("  <on_crash>destroy</on_crash>\n  <devices>\n");
@@ -143,8 +157,12 @@ impl DomainSpec {
              <target type='virtio' name='org.psbx.boxd'/></channel>",
             path(&self.channel_socket)
         );
-        if let Some(Nic::User) = self.nic {
-            x.push_str("    <interface type='user'><model type='virtio'/></interface>\n");
+        if let Some(Nic::User { network, prefix }) = self.nic {
+            let _ = writeln!(
+                x,
+                "    <interface type='user'><ip family='ipv4' address='{network}' prefix='{prefix}'/>\
+                 <model type='virtio'/></interface>"
+            );
         }
         x.push_str(
             "    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>\n",
@@ -176,6 +194,7 @@ mod tests {
             channel_socket: "/data/boxes/box_abc/boxd.sock".into(),
             console_log: Some("/data/boxes/box_abc/console.log".into()),
             nic: None,
+            run_as: None,
             owner: "inst_abc".into(),
         }
     }
@@ -199,18 +218,31 @@ mod tests {
         ));
         assert!(!xml.contains("<interface"), "a box without a NIC got one");
         assert!(!xml.contains("host-passthrough"));
+        assert!(
+            !xml.contains("<seclabel type"),
+            "runs as libvirt's own user"
+        );
     }
 
     #[test]
     fn renders_kvm_nic_and_disk_boot() {
         let mut s = spec();
         s.accel = Accel::Kvm;
-        s.nic = Some(Nic::User);
+        s.nic = Some(Nic::User {
+            network: std::net::Ipv4Addr::new(10, 0, 2, 0),
+            prefix: 24,
+        });
+        s.run_as = Some((1879048200, 64055));
         s.boot = Boot::Disk;
         s.console_log = None;
         let xml = s.to_xml();
         assert!(xml.starts_with("<domain type='kvm'>"));
-        assert!(xml.contains("<interface type='user'><model type='virtio'/></interface>"));
+        assert!(xml.contains(
+            "<interface type='user'><ip family='ipv4' address='10.0.2.0' prefix='24'/><model type='virtio'/></interface>"
+        ));
+        assert!(xml.contains(
+            "<seclabel type='static' model='dac' relabel='yes'><label>+1879048200:+64055</label></seclabel>"
+        ));
         assert!(xml.contains("<boot dev='hd'/>"));
         assert!(!xml.contains("<kernel>"));
         assert!(xml.contains("<serial type='null'>"));

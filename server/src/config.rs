@@ -7,6 +7,7 @@
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use psbx_actors::boxnet::policy::EgressPolicy;
 use psbx_actors::settings::{BoxSettings, SIZES, Unit};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -99,8 +100,30 @@ pub struct BoxesConfig {
     pub memory_overcommit: f64,
     /// Longest time from starting a box to boxd's hello.
     pub boot_timeout: String,
-    /// Give boxes a network card (user-mode networking, outbound only).
+    /// Give boxes a network card: QEMU's user networking, filtered on the
+    /// host by nftables so that boxes reach the public internet and nothing
+    /// of the host's (loopback, its addresses and networks, private and
+    /// link-local ranges, metadata services, other boxes).
     pub network: bool,
+    pub egress: EgressConfig,
+}
+
+/// What boxes with a network card may reach, and who answers their names.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressConfig {
+    /// The resolvers boxes' names are asked of (`1.1.1.1`, `1.1.1.1:53`);
+    /// empty: this host's, from /etc/resolv.conf. Name public resolvers when
+    /// the host's also answer private zones.
+    pub resolvers: Vec<String>,
+    /// IPv4 ranges boxes never reach, on top of the built-in list.
+    pub deny: Vec<String>,
+    /// Ranges boxes may reach although the built-in list covers them (an
+    /// internal package mirror, say).
+    pub allow: Vec<String>,
+    /// The allow-list mode: when set, boxes reach these ranges (and `allow`)
+    /// and nothing else.
+    pub only: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -130,6 +153,7 @@ impl Default for BoxesConfig {
             memory_overcommit: 1.0,
             boot_timeout: "120s".to_owned(),
             network: true,
+            egress: EgressConfig::default(),
         }
     }
 }
@@ -162,6 +186,18 @@ impl BoxesConfig {
             memory_overcommit: self.memory_overcommit,
             boot_timeout: duration("boot_timeout", &self.boot_timeout)?,
             network: self.network,
+            egress: EgressPolicy::parse(
+                "boxes.egress",
+                &self.egress.deny,
+                &self.egress.allow,
+                &self.egress.only,
+            )
+            .map_err(ConfigError::Invalid)?,
+            resolvers: psbx_actors::boxnet::resolver::configured(
+                "boxes.egress.resolvers",
+                &self.egress.resolvers,
+            )
+            .map_err(ConfigError::Invalid)?,
         };
         if settings.default_keep > settings.max_keep {
             return Err(ConfigError::Invalid(
@@ -479,6 +515,10 @@ mod tests {
             jail.create_file("psbx.toml", "[tls]\ncert = \"/c.pem\"\n")?;
             let err = Config::load(None, &Overrides::default()).unwrap_err();
             assert!(err.to_string().contains("tls.key"), "{err}");
+            jail.create_file("psbx.toml", "[boxes.egress]\nallow = [\"fd00::/8\"]\n")?;
+            let err = Config::load(None, &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains("boxes.egress.allow"), "{err}");
+            assert!(err.to_string().contains("IPv6"), "{err}");
             Ok(())
         });
     }

@@ -218,6 +218,15 @@ impl From<psbx_actors::error::BoxError> for ApiError {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "host_full", message)
                     .hint("stop boxes you no longer need, or ask for a smaller size")
             }
+            E::NetworkUnavailable(message) => {
+                tracing::error!(error = %message, "the box network rules are not in place");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "box_network_unavailable",
+                    format!("boxes cannot start or wake now: {message}"),
+                )
+                .hint("the operator should check the server log and nftables (nft list ruleset)")
+            }
             E::NoHost(message) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "boxes_unavailable",

@@ -1,9 +1,13 @@
-//! A network namespace standing for a user's network: made by the test,
-//! joined to the host by a veth pair with a private /30 of its own (the only
-//! route out of it), with its own hosts file (`/etc/netns/<name>/hosts`, which
-//! `ip netns exec` mounts over `/etc/hosts`). Processes started in it are
-//! killed, and the namespace, its veth and its files removed, when the value
-//! is dropped — also when the test fails.
+//! A network namespace standing for a user's network, or for "the internet":
+//! made by the test, joined to the host by a veth pair with a private /30 of
+//! its own (the only route out of it), with its own hosts file
+//! (`/etc/netns/<name>/hosts`, which `ip netns exec` mounts over
+//! `/etc/hosts`). Test addresses of other ranges (198.51.100.0/24 for a
+//! public host, 169.254.x.y for a link-local one) are put in it and routed to
+//! it from the host ([`Netns::routed`]), each route checked with `ip route
+//! get` before anything is sent. Processes started in it are killed, and the
+//! namespace, its veth, its routes and its files removed, when the value is
+//! dropped — also when the test fails. [`Listener`]s count what reached them.
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -79,6 +83,100 @@ impl Netns {
         me
     }
 
+    /// An address of `net.0/24` (not .0, .1 or .255) put on the namespace's
+    /// `lo` and routed to it from the host through its veth; fails the test
+    /// unless `ip route get` then says the address leaves through that veth.
+    pub fn routed(&mut self, net: [u8; 3]) -> Ipv4Addr {
+        for _ in 0..50 {
+            let mut byte = [0u8; 1];
+            getrandom::fill(&mut byte).expect("random");
+            if byte[0] < 2 || byte[0] == 255 {
+                continue;
+            }
+            let addr = Ipv4Addr::new(net[0], net[1], net[2], byte[0]);
+            // Taken by another test's namespace: try another.
+            let added = Command::new("ip")
+                .args(["route", "add", &format!("{addr}/32"), "via"])
+                .arg(self.ns_ip.to_string())
+                .args(["dev", &self.veth])
+                .output()
+                .expect("running ip");
+            if !added.status.success() {
+                continue;
+            }
+            ip(&[
+                "-n",
+                &self.name,
+                "addr",
+                "add",
+                &format!("{addr}/32"),
+                "dev",
+                "lo",
+            ]);
+            self.assert_routed(addr);
+            return addr;
+        }
+        panic!(
+            "no free address in {}.{}.{}.0/24 for {}",
+            net[0], net[1], net[2], self.name
+        );
+    }
+
+    /// Fails the test unless the host sends `addr` through this namespace's veth.
+    pub fn assert_routed(&self, addr: Ipv4Addr) {
+        let out = Command::new("ip")
+            .args(["route", "get", &addr.to_string()])
+            .output()
+            .expect("running ip route get");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.split_whitespace()
+                .collect::<Vec<_>>()
+                .windows(2)
+                .any(|w| w == ["dev", self.veth.as_str()]),
+            "{addr} does not leave through {} (ip route get: {text}): not sending anything to it",
+            self.veth
+        );
+    }
+
+    /// A [`Listener`] in the namespace.
+    pub fn listener(&mut self, addr: Ipv4Addr, port: u16, greeting: &str) -> Listener {
+        let log = self.etc.join(format!("listener-{addr}-{port}.log"));
+        let mut cmd = self.command(crate::python::python().to_str().expect("utf-8 path"));
+        cmd.arg(script("listener.py"))
+            .args([&addr.to_string(), &port.to_string()])
+            .arg(&log)
+            .arg(greeting);
+        let child = ready(
+            cmd,
+            &format!("the listener on {addr}:{port} in {}", self.name),
+        );
+        self.children.push(child);
+        Listener {
+            addr: std::net::SocketAddrV4::new(addr, port),
+            log,
+            child: None,
+        }
+    }
+
+    /// A DNS server in the namespace on `addr:53` holding the A `records`;
+    /// every other name is NXDOMAIN. Returns the log of the names it was asked.
+    pub fn dns_server(&mut self, addr: Ipv4Addr, records: &[(&str, Ipv4Addr)]) -> PathBuf {
+        let log = self.etc.join(format!("dns-{addr}.log"));
+        let map: serde_json::Map<String, serde_json::Value> = records
+            .iter()
+            .map(|(name, a)| ((*name).to_owned(), a.to_string().into()))
+            .collect();
+        let mut cmd = self.command(crate::python::python().to_str().expect("utf-8 path"));
+        cmd.arg(script("dns_server.py"))
+            .arg(addr.to_string())
+            .arg(serde_json::Value::Object(map).to_string())
+            .arg(&log);
+        let child = ready(cmd, &format!("the DNS server on {addr} in {}", self.name));
+        self.children.push(child);
+        log
+    }
+
     /// A command that runs inside the namespace.
     pub fn command(&self, program: &str) -> Command {
         let mut cmd = Command::new("ip");
@@ -147,6 +245,97 @@ impl Netns {
             "the echo server in {} did not listen on {addr}:{port}",
             self.name
         );
+    }
+}
+
+/// `tests/net/<name>`.
+fn script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("net")
+        .join(name)
+}
+
+/// Starts `cmd` and waits for the line `ready` on its stdout.
+fn ready(mut cmd: Command, what: &str) -> Child {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {what}: {e}"));
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap_or_else(|e| panic!("reading from {what}: {e}"));
+    assert_eq!(line.trim(), "ready", "{what} did not start");
+    child
+}
+
+/// A TCP listener that greets each connection and counts them.
+pub struct Listener {
+    pub addr: std::net::SocketAddrV4,
+    log: PathBuf,
+    /// Its process, when it runs on the host (a namespace's are the namespace's).
+    child: Option<(Child, tempfile::TempDir)>,
+}
+
+impl Listener {
+    /// A listener on the host itself (loopback, or one of its addresses).
+    pub fn on_host(addr: Ipv4Addr, port: u16, greeting: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("accepted.log");
+        let mut cmd = Command::new(crate::python::python());
+        cmd.arg(script("listener.py"))
+            .args([&addr.to_string(), &port.to_string()])
+            .arg(&log)
+            .arg(greeting);
+        let child = ready(cmd, &format!("the listener on {addr}:{port}"));
+        Self {
+            addr: std::net::SocketAddrV4::new(addr, port),
+            log,
+            child: Some((child, dir)),
+        }
+    }
+
+    /// How many connections it accepted.
+    pub fn accepted(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    }
+
+    /// Fails the test unless a connection from the host (in the host's
+    /// network namespace) gets the listener's greeting.
+    pub fn assert_answers_the_host(&self) {
+        use std::io::Read;
+        let before = self.accepted();
+        let mut stream = std::net::TcpStream::connect_timeout(
+            &self.addr.into(),
+            std::time::Duration::from_secs(3),
+        )
+        .unwrap_or_else(|e| panic!("{} does not answer the host: {e}", self.addr));
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        assert!(!text.is_empty(), "{} sent no greeting", self.addr);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while self.accepted() == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} did not count the connection",
+                self.addr
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some((child, _)) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 

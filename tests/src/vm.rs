@@ -79,7 +79,8 @@ pub struct BoxServer {
 impl BoxServer {
     /// Starts `psbx serve` with `[boxes]` settings for 1 vCPU / 256 MiB / 2 GB
     /// TCG boxes without network, plus `extra` TOML lines in `[boxes]` (which
-    /// may set `accel` instead).
+    /// may set `accel` or `network` instead, and may end with tables of their
+    /// own, such as `[boxes.egress]`).
     pub fn start(extra: &str) -> Self {
         Self::start_with("", extra)
     }
@@ -106,9 +107,18 @@ impl BoxServer {
         std::fs::write(
             &config,
             format!(
-                "{top}\n[boxes]\n{}images_dir = \"{}\"\nimage = \"test\"\nunit_vcpus = 1\n\
-                 unit_memory_mib = 256\nunit_disk_gb = 2\nnetwork = false\nboot_timeout = \"120s\"\n{extra}\n",
-                if extra.contains("accel") { "" } else { "accel = \"tcg\"\n" },
+                "{top}\n[boxes]\n{}{}images_dir = \"{}\"\nimage = \"test\"\nunit_vcpus = 1\n\
+                 unit_memory_mib = 256\nunit_disk_gb = 2\nboot_timeout = \"120s\"\n{extra}\n",
+                if extra.contains("accel") {
+                    ""
+                } else {
+                    "accel = \"tcg\"\n"
+                },
+                if extra.contains("network") {
+                    ""
+                } else {
+                    "network = false\n"
+                },
                 images.display()
             ),
         )
@@ -201,6 +211,13 @@ impl BoxServer {
         .pop()
     }
 
+    /// This server's installation id.
+    pub fn installation(&self) -> String {
+        self.db_query("SELECT value AS v FROM meta WHERE key = 'installation_id'")
+            .pop()
+            .expect("the server recorded its installation")
+    }
+
     /// Every box id in the database, pooled ones included.
     pub fn db_box_ids(&self) -> Vec<String> {
         self.db_query("SELECT id AS v FROM boxes")
@@ -237,7 +254,8 @@ impl Drop for BoxServer {
     }
 }
 
-/// Removes the libvirt domain of every box in a test database.
+/// Removes the libvirt domain of every box in a test database, and the box
+/// network rules of its installation (a killed server leaves them).
 struct DomainGuard {
     url: String,
 }
@@ -261,7 +279,25 @@ impl Drop for DomainGuard {
             let _ = virsh(&["destroy", &name]);
             let _ = virsh(&["undefine", &name, "--managed-save"]);
         }
+        let installation: Vec<Id> =
+            diesel::sql_query("SELECT value AS id FROM meta WHERE key = 'installation_id'")
+                .load(&mut conn)
+                .unwrap_or_default();
+        for Id { id } in installation {
+            let _ = Command::new("nft")
+                .args(["delete", "table", "inet", &network_table(&id)])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
     }
+}
+
+/// The nftables table of an installation's box network.
+pub fn network_table(installation: &str) -> String {
+    format!(
+        "psbx_{}",
+        installation.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+    )
 }
 
 /// Restarts libvirtd (as `scripts/setup` starts it: no systemd here) and waits

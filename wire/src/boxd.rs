@@ -15,7 +15,8 @@
 //!
 //! boxd opens streams the other way too: `env:<host>:<port>` for each
 //! connection a program in the box makes to an environment address
-//! ([`ENV_TARGET_PREFIX`]).
+//! ([`ENV_TARGET_PREFIX`]), and `dns:udp` / `dns:tcp` for each DNS query its
+//! resolver forwards ([`crate::dns`]).
 
 use serde::{Deserialize, Serialize};
 

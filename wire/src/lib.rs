@@ -6,6 +6,8 @@
 //! * [`mux`]: the stream multiplexer ([`Session`], [`Stream`]) with credit
 //!   flow control, half-close, liveness, `GOAWAY` and control messages;
 //! * [`hello`]: the first control message, with version negotiation;
+//! * [`dns`]: the box's DNS queries through the channel, and asking the
+//!   platform's resolvers;
 //! * [`control`]: the typed control messages boxd and the server exchange,
 //!   and [`lines`], their line-per-message carriage until boxd moves to the
 //!   multiplexer.
@@ -16,6 +18,7 @@
 pub mod boxd;
 pub mod codec;
 pub mod control;
+pub mod dns;
 pub mod frame;
 pub mod hello;
 pub mod lines;

@@ -79,7 +79,11 @@ impl BoxActor {
         Box::pin(
             async move {
                 let h = hctx.clone();
-                blocking(move || h.host.start(&name)).await?;
+                blocking(move || {
+                    h.network_ready()?;
+                    h.host.start(&name).map_err(BoxError::from)
+                })
+                .await?;
                 let restored_ms = started.elapsed().as_millis() as u64;
                 let link = hctx.link_of(&record);
                 let hello = link

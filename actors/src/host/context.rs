@@ -3,7 +3,8 @@
 //! ledger and the registry of live box actors.
 
 use crate::box_::BoxActor;
-use crate::box_::link::BoxdLink;
+use crate::box_::link::{BoxdLink, StreamHandler};
+use crate::boxnet::{self, BoxNetwork};
 use crate::connectors::Router;
 use crate::connectors::route::BoxRoute;
 use crate::error::BoxError;
@@ -15,6 +16,8 @@ use crate::settings::{BoxSettings, Unit};
 use crate::store::{BoxRecord, Store};
 use actix::Addr;
 use psbx_libvirt::{Accel, Boot, Disk, DomainSpec, Host, Nic};
+use psbx_wire::dns::Transport;
+use psbx_wire::mux::Incoming;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -31,6 +34,8 @@ pub struct HostContext {
     pub secrets: Option<Secrets>,
     /// Where boxes' streams to environment addresses go.
     pub router: Option<Router>,
+    /// The host's rules for boxes' network cards (none: boxes have no card).
+    pub network: Option<Arc<BoxNetwork>>,
     capacity: Mutex<Capacity>,
     registry: Mutex<HashMap<BoxId, Addr<BoxActor>>>,
 }
@@ -50,6 +55,7 @@ pub struct HostFacts {
     pub installation: String,
     pub cpus: u32,
     pub memory_mib: u64,
+    pub network: Option<Arc<BoxNetwork>>,
 }
 
 impl HostContext {
@@ -75,6 +81,7 @@ impl HostContext {
             installation: facts.installation,
             secrets,
             router,
+            network: facts.network,
             capacity: Mutex::new(capacity),
             registry: Mutex::new(HashMap::new()),
         })
@@ -96,9 +103,22 @@ impl HostContext {
         Image::load(&self.settings.images_dir, name).map_err(|e| BoxError::NoHost(e.to_string()))
     }
 
-    /// The domain of a box record.
+    /// The domain of a box record: with a network card (run as the
+    /// installation's uid, which the host's rules filter) when the box
+    /// network is on.
     pub fn domain_spec(&self, record: &BoxRecord, image: &Image) -> DomainSpec {
         let dir = self.box_dir(&record.id);
+        let (nic, run_as, cmdline) = match &self.network {
+            Some(network) => (
+                Some(Nic::User {
+                    network: boxnet::GUEST_NETWORK.0,
+                    prefix: boxnet::GUEST_NETWORK.1,
+                }),
+                Some(network.run_as()),
+                format!("{} {}", image.cmdline, boxnet::NIC_CMDLINE),
+            ),
+            None => (None, None, image.cmdline.clone()),
+        };
         DomainSpec {
             name: Self::domain_name(&record.id),
             accel: self.accel,
@@ -107,7 +127,7 @@ impl HostContext {
             boot: Boot::Kernel {
                 kernel: image.kernel.clone(),
                 initrd: image.initrd.clone(),
-                cmdline: image.cmdline.clone(),
+                cmdline,
             },
             disk: Some(Disk {
                 overlay: dir.join("disk.qcow2"),
@@ -115,20 +135,33 @@ impl HostContext {
             }),
             channel_socket: dir.join("boxd.sock"),
             console_log: Some(dir.join("console.log")),
-            nic: self.settings.network.then_some(Nic::User),
+            nic,
+            run_as,
             owner: self.installation.clone(),
         }
     }
 
-    /// The link to a box's boxd, its streams routed for the account that
-    /// holds it (none while pooled) and the environment its spec names.
+    /// Checks the host's rules for boxes' cards are in place (putting them
+    /// back if they are not) before a box starts or wakes; a box is not
+    /// started without them.
+    pub fn network_ready(&self) -> Result<(), BoxError> {
+        match &self.network {
+            Some(network) => Ok(network.ensure()?),
+            None => Ok(()),
+        }
+    }
+
+    /// The link to a box's boxd: the DNS queries it forwards go to the
+    /// platform's resolvers, its environment streams are routed for the
+    /// account that holds it (none while pooled) and the environment its
+    /// spec names.
     pub fn link(
         &self,
         id: &BoxId,
         account: Option<&AccountId>,
         spec: &serde_json::Value,
     ) -> BoxdLink {
-        let streams = match (&self.router, account) {
+        let environment = match (&self.router, account) {
             (Some(router), Some(account)) => Some(router.handler(BoxRoute {
                 box_id: id.clone(),
                 account: account.clone(),
@@ -136,7 +169,27 @@ impl HostContext {
             })),
             _ => None,
         };
-        BoxdLink::open(self.socket(id), streams)
+        let relay = self.network.as_ref().map(|n| n.relay());
+        let streams: StreamHandler = Arc::new(move |incoming: Incoming| {
+            match (
+                Transport::of_target(incoming.target()),
+                &relay,
+                &environment,
+            ) {
+                (Some(transport), Some(relay), _) => {
+                    let relay = relay.clone();
+                    tokio::spawn(async move { relay.serve(incoming, transport).await });
+                }
+                (Some(_), None, _) => {
+                    incoming.refuse(503, "this box has no network: psbx answers no names for it")
+                }
+                (None, _, Some(environment)) => environment(incoming),
+                (None, _, None) => {
+                    incoming.refuse(403, "this box was not started in an environment")
+                }
+            }
+        });
+        BoxdLink::open(self.socket(id), Some(streams))
     }
 
     /// [`HostContext::link`] for a box as stored.
@@ -235,6 +288,7 @@ impl HostContext {
         let dir = self.box_dir(&record.id);
         std::fs::create_dir_all(&dir)?;
         allow_qemu(&dir)?;
+        self.network_ready()?;
         psbx_libvirt::create_overlay(&image.disk, &dir.join("disk.qcow2"), record.disk_gb)?;
         self.host.define(&self.domain_spec(record, &image))?;
         self.host.start(&Self::domain_name(&record.id))?;

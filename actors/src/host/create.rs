@@ -153,7 +153,11 @@ async fn claim(
     let started = Instant::now();
     let result = async {
         let (h, name) = (hctx.clone(), HostContext::domain_name(&record.id));
-        blocking(move || h.host.resume(&name)).await?;
+        blocking(move || {
+            h.network_ready()?;
+            h.host.resume(&name).map_err(BoxError::from)
+        })
+        .await?;
         let link = hctx.link(&record.id, Some(&claim.account_id), &claim.spec);
         let hello = link
             .handle()

@@ -51,10 +51,23 @@ impl Actor for HostSupervisor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.notify(create::Refill);
+        if self.ctx.network.is_some() {
+            // Rules removed under the server (an `nft flush ruleset`) are put
+            // back, and a change of the host's networks reaches them.
+            ctx.run_interval(crate::boxnet::CHECK_EVERY, |act, _| {
+                let hctx = act.ctx.clone();
+                actix::spawn(async move {
+                    if let Err(e) = crate::error::blocking(move || hctx.network_ready()).await {
+                        tracing::error!(error = %e, "the box network rules are not in place");
+                    }
+                });
+            });
+        }
     }
 }
 
-/// Tear down the pool (the server is shutting down; running boxes stay).
+/// Tear down the pool (the server is shutting down; running boxes stay,
+/// and with them the box network rules; without any, the rules go too).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Shutdown;
@@ -74,6 +87,21 @@ impl Handler<Shutdown> for HostSupervisor {
                     if row.state == crate::box_::state::BoxState::Pooled {
                         hctx.teardown(&row.id)?;
                         hctx.store.delete_pooled_box(&row.id)?;
+                    }
+                }
+                if let Some(network) = &hctx.network {
+                    let running = hctx
+                        .host
+                        .list()?
+                        .into_iter()
+                        .filter(|d| d.owner.as_deref() == Some(hctx.installation.as_str()))
+                        .filter(|d| matches!(d.status, psbx_libvirt::DomainStatus::Running | psbx_libvirt::DomainStatus::Paused))
+                        .count();
+                    if running == 0 {
+                        network.remove()?;
+                        tracing::info!(table = %network.table(), "no box runs: removed the box network rules");
+                    } else {
+                        tracing::info!(table = %network.table(), running, "boxes keep running: the box network rules stay");
                     }
                 }
                 Ok::<_, crate::error::BoxError>(())

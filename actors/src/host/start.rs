@@ -6,6 +6,7 @@ use super::context::{HostContext, HostFacts};
 use super::reconcile::{self, Adopt};
 use crate::box_::BoxActor;
 use crate::box_::state::BoxState;
+use crate::boxnet::BoxNetwork;
 use crate::connectors::Router;
 use crate::error::{BoxError, blocking};
 use crate::secrets::Secrets;
@@ -55,12 +56,32 @@ pub async fn start_host(
         s.installation_id()
     })
     .await?;
+    let network = if settings.network {
+        let (inst, uri) = (installation.clone(), host.uri().to_owned());
+        let (policy, resolvers) = (settings.egress.clone(), settings.resolvers.clone());
+        let network = blocking(move || {
+            let network = BoxNetwork::new(&inst, &uri, policy, resolvers)?;
+            network.ensure()?;
+            Ok::<_, crate::boxnet::NetworkError>(network)
+        })
+        .await?;
+        tracing::info!(
+            table = %network.table(),
+            uid = network.run_as().0,
+            resolvers = ?network.resolvers(),
+            "box network rules in place"
+        );
+        Some(Arc::new(network))
+    } else {
+        None
+    };
     let facts = HostFacts {
         accel,
         server_id,
         installation,
         cpus: resources.cpus,
         memory_mib: resources.memory_mib,
+        network,
     };
     let ctx = HostContext::new(host, store, settings, facts, secrets, router);
     let rctx = ctx.clone();
@@ -260,6 +281,7 @@ fn probe(host: &Host, settings: &BoxSettings) -> Result<bool, BoxError> {
         channel_socket: dir.join("boxd.sock"),
         console_log: None,
         nic: None,
+        run_as: None,
         owner: "kvm-probe".to_owned(),
     };
     let result = psbx_libvirt::probe_kvm(

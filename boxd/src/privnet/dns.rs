@@ -1,8 +1,10 @@
-//! boxd's DNS server on 198.18.0.1:53, UDP and TCP: A records (TTL 5 s) for
-//! the environment's host names, an empty NOERROR for their other types
-//! (AAAA included, so clients fall back to IPv4 at once), and every other
-//! query relayed byte for byte to the box's previous upstream resolvers
-//! (SERVFAIL when there are none or none answers).
+//! boxd's DNS server on 198.18.0.1:53, UDP and TCP, from boot: A records (TTL
+//! 5 s) for the environment's host names (none until a claim brings them), an
+//! empty NOERROR for their other types (AAAA included, so clients fall back
+//! to IPv4 at once), and every other query relayed byte for byte to the
+//! platform's resolvers through the box channel (a `dns:udp`/`dns:tcp`
+//! stream, `psbx_wire::dns`): the box's network card never reaches a
+//! resolver of the host's. SERVFAIL when the server does not answer.
 //!
 //! Messages are parsed and built with `hickory-proto`. `hickory-server` is not
 //! used: its forwarding authority re-resolves through `hickory-resolver`
@@ -11,32 +13,47 @@
 //! (EDNS, DNSSEC bits, truncation) intact; what is left — a name table and
 //! two socket loops — is smaller than adapting its catalog to it.
 
+use crate::uplink::Uplink;
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{DNSClass, RData, Record, RecordType};
+use psbx_wire::dns::{Transport, read_framed, write_framed};
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, UdpSocket};
 
 /// The TTL of the answers for environment names.
 const TTL: u32 = 5;
-/// How long one upstream gets to answer.
-const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the server gets to answer a relayed query (it tries its
+/// resolvers in turn, 3 s each).
+const RELAY_TIMEOUT: Duration = Duration::from_secs(8);
+/// How long a query waits for a session when there is none (right after a
+/// thaw, or before the server first connects).
+const SESSION_WAIT: Duration = Duration::from_secs(2);
 /// A TCP client idle this long is dropped.
 const TCP_IDLE: Duration = Duration::from_secs(10);
 
-/// The names boxd answers and where the rest goes.
+/// The names boxd answers, and the channel the rest goes through.
 pub struct Dns {
-    names: BTreeMap<String, Ipv4Addr>,
-    upstreams: Vec<SocketAddr>,
+    names: RwLock<BTreeMap<String, Ipv4Addr>>,
+    uplink: Uplink,
 }
 
 impl Dns {
-    pub fn new(names: BTreeMap<String, Ipv4Addr>, upstreams: Vec<SocketAddr>) -> Self {
-        Self { names, upstreams }
+    pub fn new(uplink: Uplink) -> Self {
+        Self {
+            names: RwLock::default(),
+            uplink,
+        }
+    }
+
+    /// The environment's names, from now on.
+    pub fn set_names(&self, names: BTreeMap<String, Ipv4Addr>) {
+        if let Ok(mut held) = self.names.write() {
+            *held = names;
+        }
     }
 
     /// The answer to one query message; `None` to stay silent (garbage).
@@ -60,7 +77,8 @@ impl Dns {
         if let Some(local) = self.local(&message) {
             return local;
         }
-        match self.forward(query, message.id(), tcp).await {
+        let transport = if tcp { Transport::Tcp } else { Transport::Udp };
+        match self.forward(query, message.id(), transport).await {
             Some(answer) => Some(answer),
             None => error(&message, ResponseCode::ServFail),
         }
@@ -71,7 +89,7 @@ impl Dns {
     fn local(&self, message: &Message) -> Option<Option<Vec<u8>>> {
         let query = message.queries().first()?;
         let name = query.name().to_ascii().to_ascii_lowercase();
-        let addr = *self.names.get(name.trim_end_matches('.'))?;
+        let addr = *self.names.read().ok()?.get(name.trim_end_matches('.'))?;
         let mut answer = reply(message, ResponseCode::NoError);
         answer.set_authoritative(true);
         let class = query.query_class();
@@ -87,22 +105,18 @@ impl Dns {
         Some(answer.to_vec().ok())
     }
 
-    /// The first upstream's answer to `query` (over the transport it came on).
-    async fn forward(&self, query: &[u8], id: u16, tcp: bool) -> Option<Vec<u8>> {
-        for upstream in &self.upstreams {
-            let asked = if tcp {
-                ask_tcp(*upstream, query).await
-            } else {
-                ask_udp(*upstream, query).await
-            };
-            match asked {
-                Ok(answer) if answer.get(..2) == Some(&id.to_be_bytes()[..]) => {
-                    return Some(answer);
-                }
-                _ => continue,
-            }
-        }
-        None
+    /// The platform resolvers' answer to `query`, through the server.
+    async fn forward(&self, query: &[u8], id: u16, transport: Transport) -> Option<Vec<u8>> {
+        let live = self.uplink.current(SESSION_WAIT).await?;
+        let asked = tokio::time::timeout(RELAY_TIMEOUT, async {
+            let mut stream = live.session.open(transport.target()).await.ok()?;
+            write_framed(&mut stream, query).await.ok()?;
+            tokio::io::AsyncWriteExt::shutdown(&mut stream).await.ok()?;
+            read_framed(&mut stream).await.ok()
+        })
+        .await
+        .ok()??;
+        (asked.get(..2) == Some(&id.to_be_bytes()[..])).then_some(asked)
     }
 }
 
@@ -123,48 +137,6 @@ fn reply(message: &Message, code: ResponseCode) -> Message {
 
 fn error(message: &Message, code: ResponseCode) -> Option<Vec<u8>> {
     reply(message, code).to_vec().ok()
-}
-
-async fn ask_udp(upstream: SocketAddr, query: &[u8]) -> std::io::Result<Vec<u8>> {
-    let local: SocketAddr = if upstream.is_ipv4() {
-        (Ipv4Addr::UNSPECIFIED, 0).into()
-    } else {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    let socket = UdpSocket::bind(local).await?;
-    socket.connect(upstream).await?;
-    socket.send(query).await?;
-    let mut buf = vec![0u8; 65535];
-    let n = tokio::time::timeout(UPSTREAM_TIMEOUT, socket.recv(&mut buf))
-        .await
-        .map_err(|_| std::io::ErrorKind::TimedOut)??;
-    buf.truncate(n);
-    Ok(buf)
-}
-
-async fn ask_tcp(upstream: SocketAddr, query: &[u8]) -> std::io::Result<Vec<u8>> {
-    tokio::time::timeout(UPSTREAM_TIMEOUT, async {
-        let mut stream = TcpStream::connect(upstream).await?;
-        write_framed(&mut stream, query).await?;
-        read_framed(&mut stream).await
-    })
-    .await
-    .map_err(|_| std::io::ErrorKind::TimedOut)?
-}
-
-async fn read_framed(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    let len = stream.read_u16().await?;
-    let mut buf = vec![0u8; usize::from(len)];
-    stream.read_exact(&mut buf).await?;
-    Ok(buf)
-}
-
-async fn write_framed(stream: &mut TcpStream, message: &[u8]) -> std::io::Result<()> {
-    let len = u16::try_from(message.len()).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-    let mut out = Vec::with_capacity(2 + message.len());
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(message);
-    stream.write_all(&out).await
 }
 
 /// Serves UDP queries forever (a task per query: forwarding waits).
@@ -212,6 +184,9 @@ mod tests {
     use super::*;
     use hickory_proto::op::Query;
     use hickory_proto::rr::Name;
+    use psbx_wire::dns::{ask_tcp, ask_udp};
+    use psbx_wire::{Config, Hello, Role, Session};
+    use std::net::SocketAddr;
 
     fn query(name: &str, kind: RecordType) -> Vec<u8> {
         let mut m = Message::new();
@@ -223,15 +198,55 @@ mod tests {
         m.to_vec().unwrap()
     }
 
-    async fn serve(upstreams: Vec<SocketAddr>) -> SocketAddr {
-        let names = BTreeMap::from([("db.internal".to_owned(), Ipv4Addr::new(198, 18, 0, 2))]);
-        let dns = Arc::new(Dns::new(names, upstreams));
+    /// boxd's DNS on loopback, its uplink to a server session that answers
+    /// `dns:` streams as the platform's resolver would (every name is
+    /// 203.0.113.9, TTL 60), or none at all.
+    async fn serve(with_server: bool) -> (SocketAddr, Option<Session>) {
+        let uplink = Uplink::default();
+        let mut server = None;
+        if with_server {
+            let (a, b) = tokio::io::duplex(1 << 16);
+            let client = tokio::spawn(Session::over_io(
+                b,
+                Role::Client,
+                Config::default(),
+                Hello::new("server test"),
+            ));
+            let boxd = Session::over_io(a, Role::Server, Config::default(), Hello::new("boxd"))
+                .await
+                .unwrap();
+            let session = client.await.unwrap().unwrap();
+            let accepting = session.clone();
+            tokio::spawn(async move {
+                while let Some(incoming) = accepting.accept().await {
+                    assert!(Transport::of_target(incoming.target()).is_some());
+                    let mut stream = incoming.accept();
+                    let q = Message::from_vec(&read_framed(&mut stream).await.unwrap()).unwrap();
+                    let mut a = reply(&q, ResponseCode::NoError);
+                    a.add_answer(Record::from_rdata(
+                        q.queries()[0].name().clone(),
+                        60,
+                        RData::A(A(Ipv4Addr::new(203, 0, 113, 9))),
+                    ));
+                    write_framed(&mut stream, &a.to_vec().unwrap())
+                        .await
+                        .unwrap();
+                }
+            });
+            uplink.set(boxd);
+            server = Some(session);
+        }
+        let dns = Arc::new(Dns::new(uplink));
+        dns.set_names(BTreeMap::from([(
+            "db.internal".to_owned(),
+            Ipv4Addr::new(198, 18, 0, 2),
+        )]));
         let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let addr = udp.local_addr().unwrap();
         let tcp = TcpListener::bind(addr).await.unwrap();
         tokio::spawn(serve_udp(dns.clone(), udp));
         tokio::spawn(serve_tcp(dns, tcp));
-        addr
+        (addr, server)
     }
 
     async fn ask(server: SocketAddr, q: &[u8]) -> Message {
@@ -239,8 +254,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn answers_environment_names_and_servfails_without_upstream() {
-        let server = serve(vec![]).await;
+    async fn answers_environment_names_and_servfails_without_a_server() {
+        let (server, _) = serve(false).await;
         let a = ask(server, &query("DB.internal.", RecordType::A)).await;
         assert_eq!(a.id(), 4242);
         assert_eq!(a.response_code(), ResponseCode::NoError);
@@ -271,35 +286,26 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn relays_other_names_to_the_upstream() {
-        // A fake upstream answering every query with one fixed A record.
-        let upstream = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let upstream_addr = upstream.local_addr().unwrap();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            loop {
-                let (n, from) = upstream.recv_from(&mut buf).await.unwrap();
-                let q = Message::from_vec(&buf[..n]).unwrap();
-                let mut a = reply(&q, ResponseCode::NoError);
-                a.add_answer(Record::from_rdata(
-                    q.queries()[0].name().clone(),
-                    60,
-                    RData::A(A(Ipv4Addr::new(203, 0, 113, 9))),
-                ));
-                upstream.send_to(&a.to_vec().unwrap(), from).await.unwrap();
-            }
-        });
-        // A dead upstream first (nothing listens: refused): the next one is asked.
-        let dead = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let dead_addr = dead.local_addr().unwrap();
-        drop(dead);
-        let server = serve(vec![dead_addr, upstream_addr]).await;
-        let a = ask(server, &query("example.com.", RecordType::A)).await;
-        assert_eq!(a.response_code(), ResponseCode::NoError);
-        assert_eq!(
-            a.answers()[0].data(),
-            &RData::A(A(Ipv4Addr::new(203, 0, 113, 9)))
-        );
-        assert_eq!(a.answers()[0].ttl(), 60);
+    async fn relays_other_names_through_the_channel() {
+        let (server, _session) = serve(true).await;
+        for answer in [
+            ask(server, &query("example.com.", RecordType::A)).await,
+            Message::from_vec(
+                &ask_tcp(server, &query("example.com.", RecordType::A))
+                    .await
+                    .unwrap(),
+            )
+            .unwrap(),
+        ] {
+            assert_eq!(answer.response_code(), ResponseCode::NoError);
+            assert_eq!(
+                answer.answers()[0].data(),
+                &RData::A(A(Ipv4Addr::new(203, 0, 113, 9)))
+            );
+            assert_eq!(answer.answers()[0].ttl(), 60);
+        }
+        // Environment names are still boxd's own.
+        let a = ask(server, &query("db.internal.", RecordType::A)).await;
+        assert_eq!(a.answers()[0].ttl(), TTL);
     }
 }

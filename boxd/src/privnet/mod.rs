@@ -1,10 +1,13 @@
-//! The box's way to its environment's private addresses (DESIGN.md §6), set
-//! up at claim (`configure` with `endpoints`): an address per host name
-//! (`addresses`), an entry per address (`entry`), boxd's DNS on 198.18.0.1
-//! (`dns`), `/etc/resolv.conf` pointing at it (`resolv`), and the nftables
-//! rules that send each address to its entry (`rules`). Everything is in place
-//! before the claim is answered. A failed connection is traced to the program
-//! that made it (`owner`), for the command's `privateEndpointErrors`.
+//! The box's names and its way to its environment's private addresses
+//! (DESIGN.md §6). From boot ([`PrivateNet::start`]): boxd's DNS on
+//! 198.18.0.1 (`dns`), which forwards through the box channel,
+//! `/etc/resolv.conf` pointing at it (`resolv`), and the nftables table
+//! (`rules`) that keeps private ranges out of reach. At claim (`configure`
+//! with `endpoints`): an address per host name (`addresses`), an entry per
+//! address (`entry`), those names in the DNS, and the rules that send each
+//! address to its entry. Everything is in place before the claim is
+//! answered. A failed connection is traced to the program that made it
+//! (`owner`), for the command's `privateEndpointErrors`.
 //!
 //! The setup is then kept in `/run/psbx/` (`saved`): a boxd restarted in the
 //! same boot (it crashed, was killed) finds it at start and sets the same
@@ -17,7 +20,7 @@ mod dns;
 mod entry;
 mod owner;
 mod resolv;
-mod rules;
+pub mod rules;
 mod saved;
 
 use crate::uplink::Uplink;
@@ -29,12 +32,13 @@ use std::sync::{Arc, Mutex};
 /// The log of failed connections, under the box's work directory.
 pub const LOG: &str = ".sbx/logs/private-endpoints.log";
 
-/// The entries of the box (none until a claim brings addresses).
-#[derive(Default)]
+/// The box's DNS and the entries of the box (none until a claim brings
+/// addresses).
 pub struct PrivateNet {
     setup: tokio::sync::Mutex<Option<Vec<PrivateEndpoint>>>,
     entries: Mutex<Vec<Arc<entry::Entry>>>,
     failures: Arc<Failures>,
+    dns: Arc<dns::Dns>,
 }
 
 /// The latest failed connections, numbered, so that a command can be told
@@ -96,6 +100,39 @@ impl Failures {
 }
 
 impl PrivateNet {
+    /// The box's names, forwarded through `uplink`; nothing runs until
+    /// [`PrivateNet::start`].
+    pub fn new(uplink: &Uplink) -> Self {
+        Self {
+            setup: tokio::sync::Mutex::default(),
+            entries: Mutex::default(),
+            failures: Arc::default(),
+            dns: Arc::new(dns::Dns::new(uplink.clone())),
+        }
+    }
+
+    /// At boot: the range on `lo`, boxd's DNS and resolv.conf naming it, the
+    /// filter rules. Each part that fails is reported and the rest still
+    /// set up: boxd serves without it.
+    pub async fn start(&self) {
+        if let Err(e) = rules::prepare_kernel().await {
+            eprintln!("boxd: {e}");
+        }
+        match dns_sockets().await {
+            Ok((udp, tcp)) => {
+                tokio::spawn(dns::serve_udp(self.dns.clone(), udp));
+                tokio::spawn(dns::serve_tcp(self.dns.clone(), tcp));
+                if let Err(e) = resolv::take_over(&resolv::ResolvPaths::default()) {
+                    eprintln!("boxd: {e}");
+                }
+            }
+            Err(e) => eprintln!("boxd: {e}"),
+        }
+        if let Err(e) = rules::apply(&[], &[]).await {
+            eprintln!("boxd: {e}");
+        }
+    }
+
     /// The failed connections, for commands to report theirs.
     pub fn failures(&self) -> &Arc<Failures> {
         &self.failures
@@ -167,8 +204,8 @@ impl PrivateNet {
         }
     }
 
-    /// Opens the entries, prepares the kernel, starts the DNS server, takes
-    /// resolv.conf over and replaces the nftables table.
+    /// Opens the entries, routes the listed IPv4 addresses, gives the DNS
+    /// its names and replaces the nftables table.
     async fn bring_up(
         &self,
         assigned: &[addresses::Assigned],
@@ -190,12 +227,8 @@ impl PrivateNet {
             .filter(|a| a.endpoint.host.parse::<std::net::Ipv4Addr>().is_ok())
             .map(|a| a.addr)
             .collect();
-        rules::prepare_kernel(&literals).await?;
-        let (udp, tcp) = dns_sockets().await?;
-        let upstreams = resolv::take_over(&resolv::ResolvPaths::default())?;
-        let dns = Arc::new(dns::Dns::new(addresses::names(assigned), upstreams));
-        tokio::spawn(dns::serve_udp(dns.clone(), udp));
-        tokio::spawn(dns::serve_tcp(dns, tcp));
+        rules::route_literals(&literals).await?;
+        self.dns.set_names(addresses::names(assigned));
         let redirects: Vec<rules::Redirect> = assigned
             .iter()
             .zip(&bound)
@@ -205,7 +238,7 @@ impl PrivateNet {
                 entry_port: entry.local.port(),
             })
             .collect();
-        rules::apply(&redirects).await?;
+        rules::apply(&redirects, &literals).await?;
         let log = work.join(LOG);
         let mut entries = Vec::new();
         for (entry, listener) in bound {

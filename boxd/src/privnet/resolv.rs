@@ -1,10 +1,10 @@
-//! `/etc/resolv.conf`: the box's upstream resolvers are read from it as it
-//! was (kept in `/run/psbx/resolv.conf.orig` the first time, so a restarted
-//! boxd still finds them), and it is rewritten to name boxd's DNS only,
-//! keeping the `search`, `domain` and `options` lines.
+//! `/etc/resolv.conf`, rewritten at boot to name boxd's DNS only, keeping the
+//! `search`, `domain` and `options` lines of the image's version (kept in
+//! `/run/psbx/resolv.conf.orig` the first time, so a restarted boxd still
+//! finds them). Its `nameserver`s are dropped: the box reaches no resolver
+//! but through boxd.
 
 use super::addresses::DNS_ADDR;
-use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 /// Where the file is, and where its first version is kept.
@@ -23,25 +23,11 @@ impl Default for ResolvPaths {
     }
 }
 
-/// The `nameserver`s of a resolv.conf, on port 53, without boxd's own.
-pub fn upstreams(text: &str) -> Vec<SocketAddr> {
-    text.lines()
-        .filter_map(|l| {
-            let mut words = l.split_whitespace();
-            (words.next() == Some("nameserver")).then(|| words.next())?
-        })
-        // An IPv6 address may carry a zone (`fe80::1%eth0`): not supported.
-        .filter_map(|a| a.parse::<IpAddr>().ok())
-        .filter(|ip| *ip != IpAddr::V4(DNS_ADDR))
-        .map(|ip| SocketAddr::new(ip, 53))
-        .collect()
-}
-
 /// The resolv.conf that names boxd's DNS only.
 pub fn rewritten(text: &str) -> String {
     let mut out = format!(
         "# Written by psbx's boxd: {DNS_ADDR} answers the environment's host names\n\
-         # and forwards every other name to the resolvers this file named before.\n\
+         # and forwards every other name to psbx's resolvers.\n\
          nameserver {DNS_ADDR}\n"
     );
     for line in text.lines() {
@@ -54,10 +40,9 @@ pub fn rewritten(text: &str) -> String {
     out
 }
 
-/// Reads the upstreams (from the kept first version, if any) and rewrites the
-/// file (replacing it, not writing through a symlink such as
-/// systemd-resolved's).
-pub fn take_over(paths: &ResolvPaths) -> Result<Vec<SocketAddr>, String> {
+/// Rewrites the file from its first version (replacing it, not writing
+/// through a symlink such as systemd-resolved's).
+pub fn take_over(paths: &ResolvPaths) -> Result<(), String> {
     let original = match std::fs::read_to_string(&paths.saved) {
         Ok(text) => text,
         Err(_) => {
@@ -68,8 +53,7 @@ pub fn take_over(paths: &ResolvPaths) -> Result<Vec<SocketAddr>, String> {
         }
     };
     write_replacing(&paths.conf, &rewritten(&original))
-        .map_err(|e| format!("cannot write {}: {e}", paths.conf.display()))?;
-    Ok(upstreams(&original))
+        .map_err(|e| format!("cannot write {}: {e}", paths.conf.display()))
 }
 
 /// Writes `path` through a file beside it renamed over it.
@@ -93,19 +77,6 @@ mod tests {
     const DEBIAN: &str = "# from dhcp\ndomain corp.example\nsearch corp.example lan\n\
                           nameserver 10.0.0.2\nnameserver 2001:db8::53\nnameserver fe80::1%eth0\n\
                           options edns0 timeout:2\n";
-
-    #[test]
-    fn upstreams_are_the_nameservers_but_boxd_itself() {
-        assert_eq!(
-            upstreams(DEBIAN),
-            vec![
-                "10.0.0.2:53".parse().unwrap(),
-                "[2001:db8::53]:53".parse().unwrap()
-            ]
-        );
-        assert!(upstreams("nameserver 198.18.0.1\n").is_empty());
-        assert!(upstreams("").is_empty());
-    }
 
     #[test]
     fn the_rewrite_names_boxd_and_keeps_search_and_options() {
@@ -133,8 +104,7 @@ mod tests {
             conf: conf.clone(),
             saved: dir.path().join("run/resolv.conf.orig"),
         };
-        let ups = take_over(&paths).unwrap();
-        assert_eq!(ups, vec!["127.0.0.53:53".parse().unwrap()]);
+        take_over(&paths).unwrap();
         assert!(!conf.is_symlink());
         assert!(
             std::fs::read_to_string(&conf)
@@ -145,7 +115,12 @@ mod tests {
             std::fs::read_to_string(&stub).unwrap(),
             "nameserver 127.0.0.53\nsearch lan\n"
         );
-        // Again (a restarted boxd): the upstreams come from the kept copy.
-        assert_eq!(take_over(&paths).unwrap(), ups);
+        // Again (a restarted boxd, the file already rewritten): from the kept copy.
+        take_over(&paths).unwrap();
+        assert!(
+            std::fs::read_to_string(&conf)
+                .unwrap()
+                .contains("nameserver 198.18.0.1\nsearch lan\n")
+        );
     }
 }

@@ -17,7 +17,20 @@
 //! Docker's own nat chains (-100, which DNAT published ports for every local
 //! destination, the range on `lo` included): the first NAT binding made for a
 //! connection wins, so a published port never takes an environment address.
-//! The table is replaced as a whole in one `nft -f -` transaction.
+//!
+//! The same table filters what leaves the box (environments.txt, "What is
+//! not listed stays out of reach"), in filter chains after the NAT ones: a
+//! private or link-local address (10/8, 172.16/12, 192.168/16, 100.64/10,
+//! 169.254/16) is dropped on its way out of the network card, so a connection
+//! to one times out, and a listed IPv4 address that was not sent to an entry
+//! (a port that is not listed) is dropped too, so it times out like an
+//! unlisted one instead of being refused by `lo`. The box's own containers'
+//! bridges (Docker's 172.17/16 and the like) are not the network card, so
+//! they stay reachable. Nothing of it is the box's isolation — root in the
+//! box can change it; that is the host's (`psbx_actors::boxnet`).
+//!
+//! The table is in place from boot (no redirects yet) and replaced as a whole
+//! in one `nft -f -` transaction at claim.
 
 use super::addresses::{DNS_ADDR, RANGE};
 use std::fmt::Write as _;
@@ -33,8 +46,17 @@ pub struct Redirect {
     pub entry_port: u16,
 }
 
-/// The nft script that replaces table `ip psbx` with these redirects.
-pub fn ruleset(redirects: &[Redirect]) -> String {
+/// The name of the box's network card (the images keep kernel names:
+/// `net.ifnames=0`, or no udev at all).
+pub const NIC: &str = "eth0";
+
+/// Private and link-local ranges: never reached through the network card.
+pub const PRIVATE: &str =
+    "10.0.0.0/8, 100.64.0.0/10, 169.254.0.0/16, 172.16.0.0/12, 192.168.0.0/16";
+
+/// The nft script that replaces table `ip psbx` with these redirects, and the
+/// filter for the listed IPv4 addresses `literals`.
+pub fn ruleset(redirects: &[Redirect], literals: &[Ipv4Addr]) -> String {
     let mut rules = String::new();
     for r in redirects {
         let _ = writeln!(
@@ -43,18 +65,33 @@ pub fn ruleset(redirects: &[Redirect]) -> String {
             r.addr, r.port, r.entry_port
         );
     }
+    let mut filter = format!("\t\toifname \"{NIC}\" ip daddr @private drop\n");
+    let mut listed = String::new();
+    if !literals.is_empty() {
+        let list: Vec<String> = literals.iter().map(Ipv4Addr::to_string).collect();
+        let _ = writeln!(
+            listed,
+            "\tset listed {{\n\t\ttype ipv4_addr\n\t\telements = {{ {} }}\n\t}}",
+            list.join(", ")
+        );
+        filter.push_str("\t\tip daddr @listed drop\n");
+    }
     // Declaring the table first makes the delete succeed when it is new.
     format!(
         "table ip psbx\ndelete table ip psbx\ntable ip psbx {{\n\
+         \tset private {{\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = {{ {PRIVATE} }}\n\t}}\n\
+         {listed}\
          \tchain output {{\n\t\ttype nat hook output priority -110; policy accept;\n{rules}\t}}\n\
          \tchain prerouting {{\n\t\ttype nat hook prerouting priority -110; policy accept;\n{rules}\t}}\n\
+         \tchain out {{\n\t\ttype filter hook output priority 10; policy accept;\n{filter}\t}}\n\
+         \tchain forward {{\n\t\ttype filter hook forward priority 10; policy accept;\n{filter}\t}}\n\
          }}\n"
     )
 }
 
-/// Puts the range on `lo` (once: a second time is not an error), routes the
-/// listed IPv4 addresses through it, and sets `route_localnet`.
-pub async fn prepare_kernel(literals: &[Ipv4Addr]) -> Result<(), String> {
+/// Puts the range on `lo` (once: a second time is not an error) and sets
+/// `route_localnet`.
+pub async fn prepare_kernel() -> Result<(), String> {
     let cidr = format!("{DNS_ADDR}/{}", RANGE.1);
     let added = run("ip", &["addr", "add", &cidr, "dev", "lo"], None).await;
     if let Err(e) = added {
@@ -65,26 +102,31 @@ pub async fn prepare_kernel(literals: &[Ipv4Addr]) -> Result<(), String> {
             return Err(format!("cannot put {cidr} on lo: {e}"));
         }
     }
+    std::fs::write("/proc/sys/net/ipv4/conf/all/route_localnet", "1")
+        .map_err(|e| format!("cannot set net.ipv4.conf.all.route_localnet: {e}"))
+}
+
+/// Routes the listed IPv4 addresses through `lo`.
+pub async fn route_literals(literals: &[Ipv4Addr]) -> Result<(), String> {
     for ip in literals {
         let dest = format!("{ip}/32");
         run("ip", &["route", "replace", &dest, "dev", "lo"], None)
             .await
             .map_err(|e| format!("cannot route {ip} to its entry: {e}"))?;
     }
-    std::fs::write("/proc/sys/net/ipv4/conf/all/route_localnet", "1")
-        .map_err(|e| format!("cannot set net.ipv4.conf.all.route_localnet: {e}"))
+    Ok(())
 }
 
 /// Replaces table `ip psbx`.
-pub async fn apply(redirects: &[Redirect]) -> Result<(), String> {
-    run("nft", &["-f", "-"], Some(&ruleset(redirects)))
+pub async fn apply(redirects: &[Redirect], literals: &[Ipv4Addr]) -> Result<(), String> {
+    run("nft", &["-f", "-"], Some(&ruleset(redirects, literals)))
         .await
         .map(drop)
         .map_err(|e| format!("cannot install the nftables rules: {e}"))
 }
 
 /// Runs a command, feeding it `input`; its stdout, or why it failed.
-async fn run(program: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
+pub async fn run(program: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
     let mut child = tokio::process::Command::new(program)
         .args(args)
         .stdin(if input.is_some() {
@@ -124,24 +166,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_ruleset_replaces_the_table_with_both_chains() {
-        let text = ruleset(&[
-            Redirect {
-                addr: Ipv4Addr::new(198, 18, 0, 2),
-                port: 5432,
-                entry_port: 40001,
-            },
-            Redirect {
-                addr: Ipv4Addr::new(10, 9, 8, 7),
-                port: 8080,
-                entry_port: 40002,
-            },
-        ]);
+    fn the_ruleset_replaces_the_table_with_its_chains() {
+        let text = ruleset(
+            &[
+                Redirect {
+                    addr: Ipv4Addr::new(198, 18, 0, 2),
+                    port: 5432,
+                    entry_port: 40001,
+                },
+                Redirect {
+                    addr: Ipv4Addr::new(10, 9, 8, 7),
+                    port: 8080,
+                    entry_port: 40002,
+                },
+            ],
+            &[Ipv4Addr::new(10, 9, 8, 7)],
+        );
         assert_eq!(
             text,
             "table ip psbx\n\
              delete table ip psbx\n\
              table ip psbx {\n\
+             \tset private {\n\
+             \t\ttype ipv4_addr\n\
+             \t\tflags interval\n\
+             \t\telements = { 10.0.0.0/8, 100.64.0.0/10, 169.254.0.0/16, 172.16.0.0/12, 192.168.0.0/16 }\n\
+             \t}\n\
+             \tset listed {\n\
+             \t\ttype ipv4_addr\n\
+             \t\telements = { 10.9.8.7 }\n\
+             \t}\n\
              \tchain output {\n\
              \t\ttype nat hook output priority -110; policy accept;\n\
              \t\tip daddr 198.18.0.2 tcp dport 5432 dnat to 127.0.0.1:40001\n\
@@ -152,7 +206,27 @@ mod tests {
              \t\tip daddr 198.18.0.2 tcp dport 5432 dnat to 127.0.0.1:40001\n\
              \t\tip daddr 10.9.8.7 tcp dport 8080 dnat to 127.0.0.1:40002\n\
              \t}\n\
+             \tchain out {\n\
+             \t\ttype filter hook output priority 10; policy accept;\n\
+             \t\toifname \"eth0\" ip daddr @private drop\n\
+             \t\tip daddr @listed drop\n\
+             \t}\n\
+             \tchain forward {\n\
+             \t\ttype filter hook forward priority 10; policy accept;\n\
+             \t\toifname \"eth0\" ip daddr @private drop\n\
+             \t\tip daddr @listed drop\n\
+             \t}\n\
              }\n"
+        );
+        // At boot: no redirects, no listed addresses, the filter already there.
+        let boot = ruleset(&[], &[]);
+        assert!(
+            !boot.contains("set listed") && !boot.contains("@listed"),
+            "{boot}"
+        );
+        assert!(
+            boot.contains("oifname \"eth0\" ip daddr @private drop"),
+            "{boot}"
         );
     }
 }
