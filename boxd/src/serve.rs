@@ -52,7 +52,7 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
             protocol: psbx_wire::PROTOCOL_VERSION,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             boot_id: health::boot_id(),
-            features: ["health", "exec", "sync", "processes", "logs"]
+            features: ["health", "exec", "sync", "processes", "logs", "clock"]
                 .map(str::to_owned)
                 .to_vec(),
         },
@@ -168,10 +168,32 @@ async fn handle(incoming: Incoming, state: Arc<Boxd>) {
             };
             answer_json(stream, &done).await;
         }
+        "clock" => {
+            let mut stream = incoming.accept();
+            let done = match read_request(&mut stream)
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|b| parse::<proto::Clock>(&b))
+            {
+                Ok(clock) => set_clock(clock),
+                Err(e) => Done::failed(e),
+            };
+            answer_json(stream, &done).await;
+        }
         "logs" => logs(incoming.accept(), &state).await,
         "exec" => exec_stream(incoming.accept(), &state).await,
         "sync" => sync(incoming.accept(), &state).await,
         _ => incoming.refuse(404, &format!("boxd has no service {target:?}")),
+    }
+}
+
+/// Sets the box's clock to the server's.
+fn set_clock(clock: proto::Clock) -> Done {
+    let nanos = i64::try_from(clock.unix_nanos).unwrap_or(i64::MAX);
+    let time = nix::sys::time::TimeSpec::new(nanos / 1_000_000_000, nanos % 1_000_000_000);
+    match nix::time::clock_settime(nix::time::ClockId::CLOCK_REALTIME, time) {
+        Ok(()) => Done::ok(),
+        Err(e) => Done::failed(format!("cannot set the clock: {e}")),
     }
 }
 

@@ -58,7 +58,10 @@ pub struct DomainSpec {
     /// None: the box has no network card at all.
     pub nic: Option<Nic>,
     /// The uid and gid QEMU runs as (a DAC seclabel), instead of libvirt's
-    /// default user.
+    /// default user. libvirt then relabels nothing: the files QEMU writes (the
+    /// overlay) must be that user's already, and the shared read-only files
+    /// (kernel, initrd, base image) readable by all. Relabelling them would
+    /// fail while a domain of another user (another installation) uses them.
     pub run_as: Option<(u32, u32)>,
     /// The psbx installation the domain belongs to, kept in the domain's
     /// metadata: reconciliation only ever touches its own installation's
@@ -124,18 +127,25 @@ impl DomainSpec {
         if let Some((uid, gid)) = self.run_as {
             let _ = writeln!(
                 x,
-                "  <seclabel type='static' model='dac' relabel='yes'><label>+{uid}:+{gid}</label></seclabel>"
+                "  <seclabel type='static' model='dac' relabel='no'><label>+{uid}:+{gid}</label></seclabel>"
             );
         }
         x.push_str("  <clock offset='utc'/>\n");
         x.push_str("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>destroy</on_reboot>\n");
         x.push_str("  <on_crash>destroy</on_crash>\n  <devices>\n");
         if let Some(disk) = &self.disk {
+            // With relabelling off for the whole domain (`run_as`), libvirt
+            // refuses a per-source override: it is implied.
+            let keep_base = if self.run_as.is_some() {
+                ""
+            } else {
+                "<seclabel model='dac' relabel='no'/>"
+            };
             let _ = writeln!(
                 x,
                 "    <disk type='file' device='disk'><driver name='qemu' type='qcow2'/>\
                  <source file='{}'/><backingStore type='file'><format type='qcow2'/>\
-                 <source file='{}'><seclabel model='dac' relabel='no'/></source>\
+                 <source file='{}'>{keep_base}</source>\
                  <backingStore/></backingStore><target dev='vda' bus='virtio'/></disk>",
                 path(&disk.overlay),
                 path(&disk.base)
@@ -241,8 +251,12 @@ mod tests {
             "<interface type='user'><ip family='ipv4' address='10.0.2.0' prefix='24'/><model type='virtio'/></interface>"
         ));
         assert!(xml.contains(
-            "<seclabel type='static' model='dac' relabel='yes'><label>+1879048200:+64055</label></seclabel>"
+            "<seclabel type='static' model='dac' relabel='no'><label>+1879048200:+64055</label></seclabel>"
         ));
+        assert!(
+            xml.contains("<source file='/img/base.qcow2'></source>"),
+            "{xml}"
+        );
         assert!(xml.contains("<boot dev='hd'/>"));
         assert!(!xml.contains("<kernel>"));
         assert!(xml.contains("<serial type='null'>"));

@@ -24,7 +24,7 @@ import time
 import urllib.request
 
 PSBX, IMAGES = sys.argv[1], sys.argv[2]
-RUNS = max(5, int(sys.argv[3]) if len(sys.argv) > 3 else 5)
+RUNS = max(5, int(sys.argv[3]) if len(sys.argv) > 3 and __name__ == "__main__" else 5)
 UNIT = 'unit_vcpus = 1\nunit_memory_mib = 256\nunit_disk_gb = 2\n'
 
 
@@ -35,7 +35,7 @@ class Server:
         config = os.path.join(self.dir, "psbx.toml")
         with open(config, "w") as f:
             f.write(f'[boxes]\naccel = "tcg"\nimages_dir = "{IMAGES}"\nimage = "test"\n'
-                    f'network = false\n{UNIT}{extra}\n')
+                    f'{"" if "network" in extra else "network = false"}\n{UNIT}{extra}\n')
         env = dict(os.environ)
         env.pop("DATABASE_URL", None)
         self.proc = subprocess.Popen(
@@ -135,6 +135,7 @@ def main():
     report("thaw (GET of a frozen box)", thaw)
 
 
-# SIGTERM (a killed benchmark) unwinds through the `finally` clauses too.
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-main()
+if __name__ == "__main__":
+    # SIGTERM (a killed benchmark) unwinds through the `finally` clauses too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    main()

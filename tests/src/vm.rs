@@ -64,6 +64,12 @@ pub fn wait_until<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> O
     }
 }
 
+/// The egress of test boxes unless a test sets its own: the allow-list mode
+/// limited to the test ranges, and a resolver on loopback that answers
+/// nothing, so that a box with a card sends nothing to a real address.
+const TEST_EGRESS: &str = "[boxes.egress]\nresolvers = [\"127.0.0.1:9\"]\n\
+                           only = [\"198.51.100.0/24\", \"203.0.113.0/24\"]\n";
+
 /// A server for box tests; everything it made is removed on drop.
 pub struct BoxServer {
     pub server: Option<ServerProcess>,
@@ -78,9 +84,9 @@ pub struct BoxServer {
 
 impl BoxServer {
     /// Starts `psbx serve` with `[boxes]` settings for 1 vCPU / 256 MiB / 2 GB
-    /// TCG boxes without network, plus `extra` TOML lines in `[boxes]` (which
-    /// may set `accel` or `network` instead, and may end with tables of their
-    /// own, such as `[boxes.egress]`).
+    /// TCG boxes from the test image without network, plus `extra` TOML lines
+    /// in `[boxes]` (which may set any of those keys instead, and may end with
+    /// tables of their own, such as `[boxes.egress]`).
     pub fn start(extra: &str) -> Self {
         Self::start_with("", extra)
     }
@@ -104,22 +110,39 @@ impl BoxServer {
         )
         .expect("chmod");
         let config = dir.path().join("psbx.toml");
+        // The harness's defaults, but for the keys `extra` sets itself.
+        let images_line = format!("images_dir = \"{}\"", images.display());
+        let defaults = [
+            "accel = \"tcg\"",
+            images_line.as_str(),
+            "image = \"test\"",
+            "unit_vcpus = 1",
+            "unit_memory_mib = 256",
+            "unit_disk_gb = 2",
+            "network = false",
+            "boot_timeout = \"120s\"",
+        ];
+        let sets = |line: &str| {
+            let key = line.split(' ').next().unwrap_or_default();
+            extra.lines().any(|l| {
+                l.trim_start().starts_with(&format!("{key} "))
+                    || l.trim_start().starts_with(&format!("{key}="))
+            })
+        };
+        let mut boxes = String::new();
+        for line in defaults.iter().filter(|l| !sets(l)) {
+            boxes.push_str(line);
+            boxes.push('\n');
+        }
         std::fs::write(
             &config,
             format!(
-                "{top}\n[boxes]\n{}{}images_dir = \"{}\"\nimage = \"test\"\nunit_vcpus = 1\n\
-                 unit_memory_mib = 256\nunit_disk_gb = 2\nboot_timeout = \"120s\"\n{extra}\n",
-                if extra.contains("accel") {
+                "{top}\n[boxes]\n{boxes}{extra}\n{}",
+                if extra.contains("[boxes.egress]") {
                     ""
                 } else {
-                    "accel = \"tcg\"\n"
+                    TEST_EGRESS
                 },
-                if extra.contains("network") {
-                    ""
-                } else {
-                    "network = false\n"
-                },
-                images.display()
             ),
         )
         .expect("config");

@@ -14,8 +14,9 @@
 //! box flushes its own rules and points its route at QEMU's gateway: the
 //! psbx server's port, the database's, a loopback listener, the host's own
 //! address, the 10.x host and the link-local one are all out of reach, and
-//! nothing reached them; the internet still answers. The host's rules are put
-//! back when removed, and go when the server stops with no box left.
+//! nothing reached them; the internet still answers, also after a freeze and
+//! thaw (with the box's clock set from the host's again). The host's rules are
+//! put back when removed, and go when the server stops with no box left.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use psbx_tests::netns::{Listener, Netns};
@@ -86,7 +87,7 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     let own = Listener::on_host(office.host_ip, free_port(), "host address");
 
     let mut s = BoxServer::start(&format!(
-        "pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true\n\
+        "pool_size = 0\nidle_freeze = \"15s\"\nnetwork = true\n\
          [boxes.egress]\nresolvers = [\"{dns}\"]\n{TEST_RANGES}"
     ));
     let table = network_table(&s.installation());
@@ -206,6 +207,29 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
         l.assert_answers_the_host();
     }
 
+    // Frozen and thawed: the card still works, and the clock is the host's
+    // again (boxd sets it from the server's on the new session).
+    wait_until("the box to freeze", Duration::from_secs(120), || {
+        (s.listed_state(&id).as_deref() == Some("frozen")).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(20));
+    let view = s.ok("GET", &format!("/v1/boxes/{id}"), None);
+    assert_eq!(view["state"], "running", "{view}");
+    let out = exec(&s, &id, "date +%s; echo | nc -w 10 web.example.test 80");
+    assert!(
+        out.contains("hello from the internet"),
+        "after a thaw: {out}"
+    );
+    let box_time: i64 = out.lines().next().unwrap().trim().parse().unwrap();
+    let host_time = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!(
+        (host_time - box_time).abs() <= 5,
+        "box clock {box_time}, host {host_time}"
+    );
+
     // Rules removed under the server are put back.
     assert!(
         Command::new("nft")
@@ -224,4 +248,311 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     assert!(stopped, "{log}");
     assert!(log.contains("removed the box network rules"), "{log}");
     assert!(!table_present(&table), "{table} left behind");
+}
+
+/// Environments.txt "What is not listed stays out of reach", case by case, on
+/// a box with a network card in an environment whose connection lists
+/// `db.internal:5432` and the office host's `<ip>:8443` (no connector runs:
+/// the server refuses those streams, which is enough to see them caught).
+#[test]
+fn what_is_not_listed_stays_out_of_reach() {
+    let mut office = Netns::new(&[]);
+    let listed = office.listener(office.ns_ip, 8443, "listed port");
+    let unlisted_port = office.listener(office.ns_ip, 9443, "unlisted port");
+    let other = office.routed([10, 235, 7]);
+    let unlisted_ip = office.listener(other, 8443, "unlisted address");
+    for l in [&listed, &unlisted_port, &unlisted_ip] {
+        l.assert_answers_the_host();
+    }
+    // The harness's egress: the test ranges only, no resolver.
+    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true");
+    s.ok("POST", "/v1/environments", Some(json!({"name": "dev"})));
+    let conn = s.ok(
+        "POST",
+        "/v1/environments/dev/connections",
+        Some(json!({"name": "office"})),
+    );
+    s.ok(
+        "PUT",
+        &format!(
+            "/v1/environments/dev/connections/{}/endpoints",
+            conn["id"].as_str().unwrap()
+        ),
+        Some(json!({"endpoints": [
+            {"host": "db.internal", "port": 5432},
+            {"host": office.ns_ip.to_string(), "port": 8443}
+        ]})),
+    );
+    let started = s.ok(
+        "POST",
+        "/v1/boxes",
+        Some(json!({"name": "unlisted", "environment": "dev"})),
+    );
+    let id = started["id"].as_str().unwrap().to_owned();
+    let log_lines = |s: &BoxServer| {
+        exec(
+            s,
+            &id,
+            "cat /work/.sbx/logs/private-endpoints.log 2>/dev/null",
+        )
+        .lines()
+        .count()
+    };
+    let timed = |cmd: &str| {
+        let at = Instant::now();
+        let out = exec(&s, &id, cmd);
+        (out, at.elapsed())
+    };
+
+    // A listed IP on its listed port is caught by boxd (and, with no
+    // connector online, reset and logged).
+    let (out, _) = timed(&format!(
+        "nc -w 5 {} 8443 </dev/null; echo exit=$?",
+        office.ns_ip
+    ));
+    assert!(!out.contains("listed port"), "{out}");
+    let log = exec(&s, &id, "cat /work/.sbx/logs/private-endpoints.log");
+    assert!(
+        log.contains(&format!(" {}:8443 503 ", office.ns_ip)),
+        "{log}"
+    );
+    let logged = log_lines(&s);
+
+    // The listed IP on a port that is not listed: no answer, nothing logged.
+    let (out, took) = timed(&format!(
+        "nc -w 4 {} 9443 </dev/null; echo exit=$?",
+        office.ns_ip
+    ));
+    assert!(
+        out.contains("exit=1") && !out.contains("unlisted port"),
+        "{out}"
+    );
+    assert!(
+        took >= Duration::from_secs(4),
+        "not a timeout ({took:?}): {out}"
+    );
+    // A private IP that is not listed: the same.
+    let (out, took) = timed(&format!("nc -w 4 {other} 8443 </dev/null; echo exit=$?"));
+    assert!(
+        out.contains("exit=1") && !out.contains("unlisted address"),
+        "{out}"
+    );
+    assert!(
+        took >= Duration::from_secs(4),
+        "not a timeout ({took:?}): {out}"
+    );
+    assert_eq!(log_lines(&s), logged, "an unlisted connection was logged");
+
+    // A listed host on a port that is not listed stays in the box: refused
+    // at once with nothing there, answered by a listener on 0.0.0.0.
+    let (out, took) = timed("nc -w 10 db.internal 7000 </dev/null; echo exit=$?");
+    assert!(out.contains("refused") && out.contains("exit=1"), "{out}");
+    assert!(
+        took < Duration::from_secs(3),
+        "refused slowly ({took:?}): {out}"
+    );
+    let out = exec(
+        &s,
+        &id,
+        "(echo in-the-box | nc -l -p 7000 >/dev/null &) ; sleep 1; nc -w 5 db.internal 7000 </dev/null",
+    );
+    assert!(out.contains("in-the-box"), "{out}");
+    assert_eq!(
+        log_lines(&s),
+        logged,
+        "{}",
+        exec(&s, &id, "cat /work/.sbx/logs/private-endpoints.log")
+    );
+
+    for l in [&listed, &unlisted_port, &unlisted_ip] {
+        assert_eq!(l.accepted(), 1, "{} was reached from the box", l.addr);
+    }
+    s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
+}
+
+/// The production image (`scripts/image/debian`) on the box network: a git
+/// repository served over HTTP in the test's internet is cloned by name; Docker
+/// containers on the default bridge, on a user-defined network and in docker
+/// compose reach the internet by name (Docker's DNS forwards to boxd's) and
+/// the environment's addresses, which boxd catches from containers as from the
+/// box's own programs; an unlisted private address times out from a container
+/// too. And nothing in the image calls out by itself: the only names the
+/// test's DNS server was asked are the test's own, and the host's rules
+/// dropped nothing outside the test ranges.
+#[test]
+fn the_production_image_on_the_box_network() {
+    let images = psbx_tests::vm::images_dir();
+    assert!(
+        images.join("debian/manifest.json").is_file(),
+        "{}/debian has no production image: scripts/test builds it (scripts/image/debian {}/debian <boxd>)",
+        images.display(),
+        images.display()
+    );
+    let mut internet = Netns::new(&[]);
+    let web = internet.routed([198, 51, 100]);
+    let dns = internet.routed([198, 51, 100]);
+    let dns_log = internet.dns_server(dns, &[("git.example.test", web), ("web.example.test", web)]);
+    // A git repository, served as files ("dumb" HTTP) with the greeting page.
+    let site = tempfile::tempdir().unwrap();
+    psbx_tests::git::sh(
+        site.path(),
+        "git init -q -b main src && cd src && echo 'cloned by name' > README && git add README && \
+         git commit -qm first && cd .. && git clone -q --bare src repo.git && \
+         git -C repo.git update-server-info && echo 'hello from the internet' > hello.txt",
+    );
+    let mut http = internet.command("python3");
+    http.args([
+        "-m",
+        "http.server",
+        "80",
+        "--bind",
+        &web.to_string(),
+        "--directory",
+    ])
+    .arg(site.path())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    internet.spawn(http);
+    let mut office = Netns::new(&[]);
+    let unlisted = office.listener(office.ns_ip, 9443, "unlisted");
+    wait_until(
+        "the web server in the namespace",
+        Duration::from_secs(10),
+        || std::net::TcpStream::connect((web, 80)).ok(),
+    );
+    unlisted.assert_answers_the_host();
+
+    let s = BoxServer::start(&format!(
+        "pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true\nimage = \"debian\"\n\
+         unit_memory_mib = 1536\nunit_disk_gb = 8\nboot_timeout = \"300s\"\n\
+         [boxes.egress]\nresolvers = [\"{dns}\"]\n{TEST_RANGES}"
+    ));
+    s.ok("POST", "/v1/environments", Some(json!({"name": "dev"})));
+    let conn = s.ok(
+        "POST",
+        "/v1/environments/dev/connections",
+        Some(json!({"name": "office"})),
+    );
+    s.ok(
+        "PUT",
+        &format!("/v1/environments/dev/connections/{}/endpoints", conn["id"].as_str().unwrap()),
+        Some(json!({"endpoints": [{"host": "db.internal", "port": 5432}, {"host": "10.9.8.7", "port": 8080}]})),
+    );
+    let started = s.ok(
+        "POST",
+        "/v1/boxes",
+        Some(json!({"name": "debian", "environment": "dev"})),
+    );
+    let id = started["id"].as_str().unwrap().to_owned();
+
+    let out = exec(
+        &s,
+        &id,
+        "ls /sys/class/net; ip -4 addr show dev eth0; cat /etc/resolv.conf",
+    );
+    assert!(
+        out.contains("eth0") && out.contains("inet 10.0.2.15/24"),
+        "{out}"
+    );
+    let out = exec(
+        &s,
+        &id,
+        "cd /work && git clone -q http://git.example.test/repo.git && cat repo/README && \
+                            curl -sS --max-time 20 http://web.example.test/hello.txt",
+    );
+    assert!(
+        out.contains("cloned by name") && out.contains("hello from the internet"),
+        "{out}"
+    );
+
+    // A container image made in the box from nothing but busybox.
+    let out = exec(
+        &s,
+        &id,
+        "mkdir -p /work/bb && cp /bin/busybox /work/bb/ && \
+         printf 'FROM scratch\\nCOPY busybox /bin/busybox\\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\\n' \
+           >/work/bb/Dockerfile && docker build -q -t bb /work/bb && echo built",
+    );
+    assert!(out.contains("built"), "{out}");
+    // What each container does: the internet by name, the environment's name
+    // and listed IP (caught by boxd: with no connector, reset and logged),
+    // an unlisted private IP (a timeout).
+    let probe = format!(
+        "nslookup web.example.test; echo | nc -w 10 web.example.test 80 && echo web-ok; \
+         nc -w 5 db.internal 5432 </dev/null; nc -w 5 10.9.8.7 8080 </dev/null; \
+         if nc -w 4 {} 9443 </dev/null; then echo unlisted-REACHED; else echo unlisted-out-of-reach; fi",
+        office.ns_ip
+    );
+    let compose =
+        format!("services:\n  probe:\n    image: bb\n    command: [\"sh\", \"-c\", {probe:?}]\n");
+    let runs = [
+        (
+            "default bridge",
+            format!("docker run --rm bb sh -c '{probe}'"),
+        ),
+        (
+            "user-defined network",
+            format!(
+                "docker network create psbxnet >/dev/null; docker run --rm --network psbxnet bb sh -c '{probe}'"
+            ),
+        ),
+        (
+            "docker compose",
+            format!(
+                "mkdir -p /work/c && cat >/work/c/docker-compose.yml <<'EOF'\n{compose}EOF\n\
+                 cd /work/c && docker-compose up --no-color --abort-on-container-exit 2>&1"
+            ),
+        ),
+    ];
+    for (i, (how, cmd)) in runs.iter().enumerate() {
+        let out = exec(&s, &id, cmd);
+        assert!(out.contains("web-ok"), "{how}: {out}");
+        assert!(
+            out.contains("unlisted-out-of-reach") && !out.contains("REACHED"),
+            "{how}: {out}"
+        );
+        let log = exec(&s, &id, "cat /work/.sbx/logs/private-endpoints.log");
+        assert_eq!(
+            log.lines()
+                .filter(|l| l.contains(" db.internal:5432 503 "))
+                .count(),
+            i + 1,
+            "{how}: {log}"
+        );
+        assert_eq!(
+            log.lines()
+                .filter(|l| l.contains(" 10.9.8.7:8080 503 "))
+                .count(),
+            i + 1,
+            "{how}: {log}"
+        );
+    }
+    assert_eq!(unlisted.accepted(), 1, "reached from a container");
+
+    // Nothing called out by itself: every name asked is one of the test's,
+    // and nothing was sent outside the test ranges.
+    let asked = std::fs::read_to_string(&dns_log).unwrap();
+    for name in asked.lines() {
+        assert!(
+            ["git.example.test", "web.example.test"].contains(&name),
+            "something in the box looked up {name:?}: {asked}"
+        );
+    }
+    let rules = String::from_utf8(
+        Command::new("nft")
+            .args(["list", "table", "inet", &network_table(&s.installation())])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let outside = rules
+        .lines()
+        .find(|l| l.contains("!= @only"))
+        .unwrap_or_else(|| panic!("{rules}"));
+    assert!(
+        outside.contains("packets 0 "),
+        "the box sent outside the test ranges: {rules}"
+    );
+    s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
 }

@@ -12,6 +12,7 @@
 //! | `processes` | —                    | JSON list of [`Process`]                 |
 //! | `signal`    | JSON [`Signal`]      | JSON [`Done`]                            |
 //! | `logs`      | JSON [`Logs`]        | the log's bytes                          |
+//! | `clock`     | JSON [`Clock`]       | JSON [`Done`]                            |
 //!
 //! boxd opens streams the other way too: `env:<host>:<port>` for each
 //! connection a program in the box makes to an environment address
@@ -29,6 +30,28 @@ pub struct BoxInfo {
     /// The kernel's boot id: the same after a freeze and thaw.
     pub boot_id: String,
     pub features: Vec<String>,
+}
+
+/// The server's clock, sent on every new session (boot, thaw, a server
+/// restart): boxd sets the box's clock to it, so no box runs NTP or asks the
+/// internet for the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Clock {
+    /// Nanoseconds since the Unix epoch.
+    pub unix_nanos: u64,
+}
+
+impl Clock {
+    /// This machine's clock now.
+    pub fn now() -> Self {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Self {
+            unix_nanos: u64::try_from(since.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
 }
 
 /// Account data pushed at claim time: environment variables of every command.

@@ -14,7 +14,7 @@
 //! boxd.
 
 use psbx_wire::Hello;
-use psbx_wire::boxd::BoxInfo;
+use psbx_wire::boxd::{BoxInfo, Done};
 use psbx_wire::control::Health;
 use psbx_wire::mux::{Config, Incoming, Role, Session, Stream};
 use serde::Serialize;
@@ -136,6 +136,19 @@ async fn run(socket: PathBuf, up: watch::Sender<Option<Up>>, streams: Option<Str
         match tokio::time::timeout(HANDSHAKE, fetch::<BoxInfo>(&session, "info", None::<&()>)).await
         {
             Ok(Ok(info)) => {
+                // The box's clock follows the host's (boot, thaw, restarts).
+                let clock = psbx_wire::boxd::Clock::now();
+                match tokio::time::timeout(
+                    HANDSHAKE,
+                    fetch::<Done>(&session, "clock", Some(&clock)),
+                )
+                .await
+                {
+                    Ok(Ok(done)) if done.ok => {}
+                    other => {
+                        tracing::debug!(socket = %socket.display(), ?other, "boxd did not set its clock")
+                    }
+                }
                 up.send_replace(Some(Up {
                     session: session.clone(),
                     info,

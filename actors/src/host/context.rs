@@ -289,7 +289,14 @@ impl HostContext {
         std::fs::create_dir_all(&dir)?;
         allow_qemu(&dir)?;
         self.network_ready()?;
-        psbx_libvirt::create_overlay(&image.disk, &dir.join("disk.qcow2"), record.disk_gb)?;
+        let overlay = dir.join("disk.qcow2");
+        psbx_libvirt::create_overlay(&image.disk, &overlay, record.disk_gb)?;
+        if let Some(network) = &self.network {
+            // QEMU runs as the installation's user and libvirt relabels
+            // nothing for it: the overlay it writes must be that user's.
+            let (uid, gid) = network.run_as();
+            std::os::unix::fs::chown(&overlay, Some(uid), Some(gid))?;
+        }
         self.host.define(&self.domain_spec(record, &image))?;
         self.host.start(&Self::domain_name(&record.id))?;
         Ok(())
