@@ -3,7 +3,11 @@
 //! command line of every box that has a card (QEMU's user networking, whose
 //! connections the host filters: `psbx_actors::boxnet`), and boxd gives the
 //! card (`eth0`, the kernel's name: the images keep it) that address, the
-//! default route and the MTU. There is no DHCP client in the box.
+//! default route and the MTU, before it says hello: a box said ready has its
+//! network. boxd loads the card's driver itself rather than wait for udev
+//! (under TCG the Debian image's coldplug got to it 20-25 s after boxd
+//! started, so a fresh box had only `lo`, then an `eth0` nobody set up).
+//! There is no DHCP client in the box.
 //!
 //! IPv6 is switched off in every box (the host drops it too), so programs
 //! fall back to IPv4 at once instead of waiting on a route that leads nowhere.
@@ -15,9 +19,11 @@ use std::time::Duration;
 
 /// The kernel command line's key.
 pub const CMDLINE_KEY: &str = "psbx.net=";
-/// How long the card may take to show up (udev loads virtio_net in the
-/// Debian image while boxd starts).
-const NIC_WAIT: Duration = Duration::from_secs(20);
+/// The operator's ranges boxes may reach although private
+/// (`psbx.allow=<range>,<range>`), exempt from the box's own filter.
+pub const ALLOW_KEY: &str = "psbx.allow=";
+/// How long the card may take to show up once its driver is loaded.
+const NIC_WAIT: Duration = Duration::from_secs(60);
 
 /// The card's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +44,27 @@ pub fn from_cmdline(text: &str) -> Option<Result<NicConfig, String>> {
             format!("{CMDLINE_KEY}{value} is not <address>/<prefix>,<gateway>[,<mtu>]")
         }),
     )
+}
+
+/// The `psbx.allow=` ranges of the command line `text` (`a.b.c.d/n`), each
+/// checked; none when absent.
+pub fn allowed_from_cmdline(text: &str) -> Result<Vec<String>, String> {
+    let Some(value) = text
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix(ALLOW_KEY))
+    else {
+        return Ok(Vec::new());
+    };
+    value
+        .split(',')
+        .map(|range| {
+            let ok = range.split_once('/').is_some_and(|(a, p)| {
+                a.parse::<Ipv4Addr>().is_ok() && p.parse::<u8>().is_ok_and(|p| p <= 32)
+            });
+            ok.then(|| range.to_owned())
+                .ok_or_else(|| format!("{ALLOW_KEY}{value}: {range:?} is not an IPv4 range"))
+        })
+        .collect()
 }
 
 fn parse(value: &str) -> Option<NicConfig> {
@@ -73,6 +100,13 @@ pub async fn up() -> Result<Option<NicConfig>, String> {
         return Ok(None);
     };
     let config = config?;
+    // Load the card's driver now: under TCG, udev's coldplug gets to it 20 s
+    // or more after boxd starts, and a box said ready in between has only
+    // `lo` (and then an unconfigured `eth0`). Built in, or loaded already:
+    // nothing to do.
+    if let Err(e) = run("modprobe", &["virtio_net"], None).await {
+        eprintln!("boxd: modprobe virtio_net: {e}");
+    }
     let sys = format!("/sys/class/net/{NIC}");
     let deadline = tokio::time::Instant::now() + NIC_WAIT;
     while !Path::new(&sys).exists() {
@@ -129,6 +163,12 @@ mod tests {
             9000
         );
         assert_eq!(from_cmdline("console=ttyS0 quiet"), None);
+        assert_eq!(
+            allowed_from_cmdline("quiet psbx.allow=10.20.0.5/32,192.168.7.0/24"),
+            Ok(vec!["10.20.0.5/32".to_owned(), "192.168.7.0/24".to_owned()])
+        );
+        assert_eq!(allowed_from_cmdline("quiet"), Ok(vec![]));
+        assert!(allowed_from_cmdline("psbx.allow=10.0.0.0/8,x;drop").is_err());
         for bad in [
             "psbx.net=10.0.2.15,10.0.2.2",
             "psbx.net=10.0.2.15/33,10.0.2.2",

@@ -69,6 +69,9 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     let web = internet.routed([198, 51, 100]);
     let dns = internet.routed([198, 51, 100]);
     let web_listener = internet.listener(web, 80, "HTTP/1.0 200 OK\r\n\r\nhello from the internet");
+    // A public address the operator denies (boxes.egress.deny).
+    let denied = internet.routed([198, 51, 100]);
+    let denied_listener = internet.listener(denied, 80, "denied by the operator");
     // The operator's network and a link-local host, each routed from the host.
     let mut office = Netns::new(&[]);
     let office_listener = office.listener(office.ns_ip, 8443, "office");
@@ -88,7 +91,7 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
 
     let mut s = BoxServer::start(&format!(
         "pool_size = 0\nidle_freeze = \"15s\"\nnetwork = true\n\
-         [boxes.egress]\nresolvers = [\"{dns}\"]\n{TEST_RANGES}"
+         [boxes.egress]\nresolvers = [\"{dns}\"]\ndeny = [\"{denied}\"]\n{TEST_RANGES}"
     ));
     let table = network_table(&s.installation());
     assert!(table_present(&table), "no nftables table {table}");
@@ -114,10 +117,14 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
         std::net::TcpStream::connect(("127.0.0.1", port))
             .unwrap_or_else(|e| panic!("127.0.0.1:{port} does not answer the host: {e}"));
     }
-    let accepted: Vec<usize> = [&office_listener, &link_local_listener, &loopback, &own]
-        .iter()
-        .map(|l| l.accepted())
-        .collect();
+    let reached_from_box = [
+        &denied_listener,
+        &office_listener,
+        &link_local_listener,
+        &loopback,
+        &own,
+    ];
+    let accepted: Vec<usize> = reached_from_box.iter().map(|l| l.accepted()).collect();
 
     let started = s.ok("POST", "/v1/boxes", Some(json!({"name": "net"})));
     let id = started["id"].as_str().unwrap().to_owned();
@@ -174,6 +181,7 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
         own.addr.to_string(),
         office_listener.addr.to_string(),
         link_local_listener.addr.to_string(),
+        denied_listener.addr.to_string(),
         "10.0.2.3:53".to_owned(),
     ];
     let tries: String = targets
@@ -195,15 +203,12 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
         assert!(out.contains(&format!("out of reach: {t}\n")), "{t}: {out}");
     }
     assert!(!out.contains("REACHED"), "{out}");
-    let after: Vec<usize> = [&office_listener, &link_local_listener, &loopback, &own]
-        .iter()
-        .map(|l| l.accepted())
-        .collect();
+    let after: Vec<usize> = reached_from_box.iter().map(|l| l.accepted()).collect();
     assert_eq!(accepted, after, "a listener was reached from the box");
     // ...while the internet still answers, and the host still reaches them all.
     let out = exec(&s, &id, "echo | nc -w 10 web.example.test 80");
     assert!(out.contains("hello from the internet"), "{out}");
-    for l in [&office_listener, &link_local_listener, &loopback, &own] {
+    for l in reached_from_box {
         l.assert_answers_the_host();
     }
 
@@ -253,7 +258,8 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
 /// Environments.txt "What is not listed stays out of reach", case by case, on
 /// a box with a network card in an environment whose connection lists
 /// `db.internal:5432` and the office host's `<ip>:8443` (no connector runs:
-/// the server refuses those streams, which is enough to see them caught).
+/// the server refuses those streams, which is enough to see them caught); and
+/// a private address the operator allows (an internal mirror) is reached.
 #[test]
 fn what_is_not_listed_stays_out_of_reach() {
     let mut office = Netns::new(&[]);
@@ -261,11 +267,16 @@ fn what_is_not_listed_stays_out_of_reach() {
     let unlisted_port = office.listener(office.ns_ip, 9443, "unlisted port");
     let other = office.routed([10, 235, 7]);
     let unlisted_ip = office.listener(other, 8443, "unlisted address");
-    for l in [&listed, &unlisted_port, &unlisted_ip] {
+    // A private address the operator lets boxes reach (boxes.egress.allow).
+    let mirror_ip = office.routed([10, 236, 7]);
+    let mirror = office.listener(mirror_ip, 8080, "the internal mirror");
+    for l in [&listed, &unlisted_port, &unlisted_ip, &mirror] {
         l.assert_answers_the_host();
     }
-    // The harness's egress: the test ranges only, no resolver.
-    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true");
+    let s = BoxServer::start(&format!(
+        "pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true\n[boxes.egress]\n\
+         resolvers = [\"127.0.0.1:9\"]\nallow = [\"{mirror_ip}\"]\n{TEST_RANGES}"
+    ));
     s.ok("POST", "/v1/environments", Some(json!({"name": "dev"})));
     let conn = s.ok(
         "POST",
@@ -367,6 +378,11 @@ fn what_is_not_listed_stays_out_of_reach() {
     for l in [&listed, &unlisted_port, &unlisted_ip] {
         assert_eq!(l.accepted(), 1, "{} was reached from the box", l.addr);
     }
+    // ...while the operator's allowed range is reached, unlogged.
+    let out = exec(&s, &id, &format!("nc -w 10 {mirror_ip} 8080 </dev/null"));
+    assert!(out.contains("the internal mirror"), "{out}");
+    assert_eq!(mirror.accepted(), 2);
+    assert_eq!(log_lines(&s), logged);
     s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
 }
 
@@ -555,4 +571,39 @@ fn the_production_image_on_the_box_network() {
         "the box sent outside the test ranges: {rules}"
     );
     s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
+}
+
+/// Two installations on one host: each has its own table for its own uid,
+/// and one stopping removes its own table only.
+#[test]
+fn installations_keep_their_own_rules() {
+    let a = BoxServer::start("pool_size = 0\nnetwork = true");
+    let mut b = BoxServer::start("pool_size = 0\nnetwork = true");
+    let (ta, tb) = (
+        network_table(&a.installation()),
+        network_table(&b.installation()),
+    );
+    assert_ne!(ta, tb);
+    let uid = |table: &str| {
+        let text = String::from_utf8(
+            Command::new("nft")
+                .args(["list", "table", "inet", table])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("meta skuid "))
+            .and_then(|rest| rest.split_whitespace().next().map(str::to_owned))
+            .unwrap_or_else(|| panic!("no uid in {table}: {text}"))
+    };
+    assert_ne!(uid(&ta), uid(&tb), "two installations filter the same uid");
+    let (stopped, log) = b.server.take().unwrap().stop();
+    assert!(stopped, "{log}");
+    assert!(!table_present(&tb), "{tb} left behind");
+    assert!(
+        table_present(&ta),
+        "stopping one installation removed another's rules"
+    );
 }

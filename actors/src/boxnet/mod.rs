@@ -45,7 +45,7 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(10);
 /// The box side of its card: QEMU's user network (libvirt's `<ip>` of a
 /// `type='user'` interface), and what boxd reads on the kernel command line.
 pub const GUEST_NETWORK: (std::net::Ipv4Addr, u8) = (std::net::Ipv4Addr::new(10, 0, 2, 0), 24);
-pub const NIC_CMDLINE: &str = "psbx.net=10.0.2.15/24,10.0.2.2,1500";
+const NIC_CMDLINE: &str = "psbx.net=10.0.2.15/24,10.0.2.2,1500";
 
 /// libvirt's QEMU state directory: the group that owns it is the group QEMU
 /// needs to run at all (it keeps each domain's files below it).
@@ -133,6 +133,17 @@ impl BoxNetwork {
     /// The uid and gid every QEMU process of this installation runs as.
     pub fn run_as(&self) -> (u32, u32) {
         (self.uid, self.gid)
+    }
+
+    /// What boxd reads on the kernel command line: the card's settings, and
+    /// the operator's `allow` ranges (`psbx.allow=`), which its own filter of
+    /// private ranges lets through too.
+    pub fn cmdline(&self) -> String {
+        if self.policy.allow.is_empty() {
+            return NIC_CMDLINE.to_owned();
+        }
+        let allow: Vec<String> = self.policy.allow.iter().map(ToString::to_string).collect();
+        format!("{NIC_CMDLINE} psbx.allow={}", allow.join(","))
     }
 
     /// The nftables table (`inet <name>`).

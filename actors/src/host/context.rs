@@ -115,7 +115,7 @@ impl HostContext {
                     prefix: boxnet::GUEST_NETWORK.1,
                 }),
                 Some(network.run_as()),
-                format!("{} {}", image.cmdline, boxnet::NIC_CMDLINE),
+                format!("{} {}", image.cmdline, network.cmdline()),
             ),
             None => (None, None, image.cmdline.clone()),
         };

@@ -54,9 +54,10 @@ pub const NIC: &str = "eth0";
 pub const PRIVATE: &str =
     "10.0.0.0/8, 100.64.0.0/10, 169.254.0.0/16, 172.16.0.0/12, 192.168.0.0/16";
 
-/// The nft script that replaces table `ip psbx` with these redirects, and the
-/// filter for the listed IPv4 addresses `literals`.
-pub fn ruleset(redirects: &[Redirect], literals: &[Ipv4Addr]) -> String {
+/// The nft script that replaces table `ip psbx` with these redirects, the
+/// filter for the listed IPv4 addresses `literals`, and the operator's
+/// `allowed` ranges let through the card (checked ranges, `a.b.c.d/n`).
+pub fn ruleset(redirects: &[Redirect], literals: &[Ipv4Addr], allowed: &[String]) -> String {
     let mut rules = String::new();
     for r in redirects {
         let _ = writeln!(
@@ -65,7 +66,15 @@ pub fn ruleset(redirects: &[Redirect], literals: &[Ipv4Addr]) -> String {
             r.addr, r.port, r.entry_port
         );
     }
-    let mut filter = format!("\t\toifname \"{NIC}\" ip daddr @private drop\n");
+    let mut filter = String::new();
+    if !allowed.is_empty() {
+        let _ = writeln!(
+            filter,
+            "\t\toifname \"{NIC}\" ip daddr {{ {} }} accept",
+            allowed.join(", ")
+        );
+    }
+    let _ = writeln!(filter, "\t\toifname \"{NIC}\" ip daddr @private drop");
     let mut listed = String::new();
     if !literals.is_empty() {
         let list: Vec<String> = literals.iter().map(Ipv4Addr::to_string).collect();
@@ -117,12 +126,19 @@ pub async fn route_literals(literals: &[Ipv4Addr]) -> Result<(), String> {
     Ok(())
 }
 
-/// Replaces table `ip psbx`.
+/// Replaces table `ip psbx`, letting the kernel command line's
+/// `psbx.allow=` ranges through.
 pub async fn apply(redirects: &[Redirect], literals: &[Ipv4Addr]) -> Result<(), String> {
-    run("nft", &["-f", "-"], Some(&ruleset(redirects, literals)))
-        .await
-        .map(drop)
-        .map_err(|e| format!("cannot install the nftables rules: {e}"))
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let allowed = crate::net::allowed_from_cmdline(&cmdline)?;
+    run(
+        "nft",
+        &["-f", "-"],
+        Some(&ruleset(redirects, literals, &allowed)),
+    )
+    .await
+    .map(drop)
+    .map_err(|e| format!("cannot install the nftables rules: {e}"))
 }
 
 /// Runs a command, feeding it `input`; its stdout, or why it failed.
@@ -181,6 +197,7 @@ mod tests {
                 },
             ],
             &[Ipv4Addr::new(10, 9, 8, 7)],
+            &[],
         );
         assert_eq!(
             text,
@@ -219,7 +236,7 @@ mod tests {
              }\n"
         );
         // At boot: no redirects, no listed addresses, the filter already there.
-        let boot = ruleset(&[], &[]);
+        let boot = ruleset(&[], &[], &[]);
         assert!(
             !boot.contains("set listed") && !boot.contains("@listed"),
             "{boot}"
@@ -227,6 +244,14 @@ mod tests {
         assert!(
             boot.contains("oifname \"eth0\" ip daddr @private drop"),
             "{boot}"
+        );
+        // The operator's allowed ranges go through the card, ahead of the drop.
+        let mirror = ruleset(&[], &[], &["10.20.0.5/32".to_owned()]);
+        assert!(
+            mirror.contains(
+                "\t\toifname \"eth0\" ip daddr { 10.20.0.5/32 } accept\n\t\toifname \"eth0\" ip daddr @private drop\n"
+            ),
+            "{mirror}"
         );
     }
 }
