@@ -153,38 +153,40 @@ async fn handle(incoming: Incoming, state: Arc<Boxd>) {
             answer_json(stream, &done).await;
         }
         "signal" => {
-            let mut stream = incoming.accept();
-            let done = match read_request(&mut stream)
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|b| parse::<proto::Signal>(&b))
-            {
-                Ok(req) => match nix::sys::signal::Signal::try_from(req.signal) {
+            answer_with(
+                incoming,
+                |req: proto::Signal| match nix::sys::signal::Signal::try_from(req.signal) {
                     Ok(sig) if state.processes.signal(req.pid, sig) => Done::ok(),
                     Ok(_) => Done::failed(format!("no running background process {}", req.pid)),
                     Err(_) => Done::failed(format!("{} is not a signal", req.signal)),
                 },
-                Err(e) => Done::failed(e),
-            };
-            answer_json(stream, &done).await;
+            )
+            .await
         }
-        "clock" => {
-            let mut stream = incoming.accept();
-            let done = match read_request(&mut stream)
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|b| parse::<proto::Clock>(&b))
-            {
-                Ok(clock) => set_clock(clock),
-                Err(e) => Done::failed(e),
-            };
-            answer_json(stream, &done).await;
-        }
+        "clock" => answer_with(incoming, set_clock).await,
         "logs" => logs(incoming.accept(), &state).await,
         "exec" => exec_stream(incoming.accept(), &state).await,
         "sync" => sync(incoming.accept(), &state).await,
         _ => incoming.refuse(404, &format!("boxd has no service {target:?}")),
     }
+}
+
+/// Reads a JSON request and answers what `handle` makes of it (or why the
+/// request was not understood).
+async fn answer_with<T: serde::de::DeserializeOwned>(
+    incoming: Incoming,
+    handle: impl FnOnce(T) -> Done,
+) {
+    let mut stream = incoming.accept();
+    let done = match read_request(&mut stream)
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|b| parse::<T>(&b))
+    {
+        Ok(request) => handle(request),
+        Err(e) => Done::failed(e),
+    };
+    answer_json(stream, &done).await;
 }
 
 /// Sets the box's clock to the server's.

@@ -66,3 +66,35 @@ impl Uplink {
             .await;
     }
 }
+
+/// A session pair for tests: boxd's end in an uplink, and the server's end,
+/// which hands every stream boxd opens to `answer`.
+#[cfg(test)]
+pub async fn test_server(answer: fn(psbx_wire::mux::Incoming)) -> (Uplink, Session) {
+    use psbx_wire::mux::{Config, Role};
+    let (a, b) = tokio::io::duplex(1 << 16);
+    let client = tokio::spawn(Session::over_io(
+        b,
+        Role::Client,
+        Config::default(),
+        psbx_wire::Hello::new("server test"),
+    ));
+    let boxd = Session::over_io(
+        a,
+        Role::Server,
+        Config::default(),
+        psbx_wire::Hello::new("boxd test"),
+    )
+    .await
+    .unwrap();
+    let server = client.await.unwrap().unwrap();
+    let accepting = server.clone();
+    tokio::spawn(async move {
+        while let Some(incoming) = accepting.accept().await {
+            answer(incoming);
+        }
+    });
+    let uplink = Uplink::default();
+    uplink.set(boxd);
+    (uplink, server)
+}

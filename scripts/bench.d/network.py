@@ -1,4 +1,4 @@
-"""scripts/bench network: TCP throughput and round-trip time from a box (test
+"""scripts/bench network: TCP throughput (both ways) and round-trip time from a box (test
 image, 1 vCPU, TCG, QEMU user networking filtered by psbx's host rules) to a
 server in a stand-in "internet" (a network namespace holding a 198.51.100.x
 address routed from the host), against the host itself to the same server in
@@ -6,8 +6,10 @@ the same run, with the same client (busybox nc).
 
 usage: network.py PSBX_BINARY IMAGES_DIR BUSYBOX [RUNS]   (RUNS >= 5, default 5)
 
-Throughput: `dd if=/dev/zero bs=64k count=N | nc ADDR 5001`, timed by the
-server from the first byte to the end. Round trip: the client reflects what
+Upload: `dd if=/dev/zero bs=64k count=N | nc ADDR 5001`, timed by the
+server from the first byte to the end. Download: `nc ADDR 5003 >/dev/null`,
+the server sending N MB and timing until the client has read them all and
+closed. Round trip: the client reflects what
 it gets (`nc ADDR 5002 <fifo >fifo`) and the server times 200 one-byte round
 trips over that one connection (median per run). Every address is checked
 with `ip route get` before anything is sent; the server runs in the
@@ -53,6 +55,18 @@ def sink():
         took = time.monotonic() - (first or time.monotonic())
         c.close()
         print(json.dumps({"bytes": n, "seconds": took}), flush=True)
+def source():
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, 5003)); s.listen(8)
+    chunk = b"x" * (1 << 20)
+    while True:
+        c, _ = s.accept(); t = time.monotonic()
+        for _ in range(int(sys.argv[2])): c.sendall(chunk)
+        c.shutdown(socket.SHUT_WR)
+        while c.recv(65536): pass
+        took = time.monotonic() - t
+        c.close()
+        print(json.dumps({"bytes": int(sys.argv[2]) << 20, "seconds": took}), flush=True)
 def rtt():
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((addr, 5002)); s.listen(8)
@@ -71,6 +85,7 @@ def rtt():
         c.close()
         print(json.dumps({"rtt_ms": statistics.median(times) * 1000 if times else None}), flush=True)
 threading.Thread(target=sink, daemon=True).start()
+threading.Thread(target=source, daemon=True).start()
 print("ready", flush=True)
 rtt()
 '''
@@ -97,7 +112,7 @@ class Internet:
         if f"dev {VETH}" not in " ".join(route):
             raise SystemExit(f"{self.addr} does not leave through {VETH}: {route}; not sending")
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", NS, sys.executable, "-c", SERVER, self.addr],
+            ["ip", "netns", "exec", NS, sys.executable, "-c", SERVER, self.addr, str(MB)],
             stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout.readline().strip() == "ready"
 
@@ -120,7 +135,8 @@ def main():
     net = Internet()
     server = Server('pool_size = 0\nidle_freeze = "1h"\nnetwork = true\n'
                     '[boxes.egress]\nresolvers = ["127.0.0.1:9"]\nonly = ["198.51.100.0/24"]')
-    samples = {"box MB/s": [], "host MB/s": [], "box rtt ms": [], "host rtt ms": []}
+    samples = {k: [] for k in ("box upload MB/s", "host upload MB/s", "box download MB/s",
+                                "host download MB/s", "box rtt ms", "host rtt ms")}
     try:
         _, box = server.call("POST", "/v1/boxes", {"name": "bench-network"})
         box_id = box["id"]
@@ -130,6 +146,7 @@ def main():
             return out
 
         send = f"dd if=/dev/zero bs=65536 count={MB * 16} 2>/dev/null | nc -w 10 {net.addr} 5001"
+        fetch = f"nc -w 30 {net.addr} 5003 >/dev/null"
         # Read-write on the fifo: opening it never blocks.
         fifo = "/tmp/psbx-bench-reflect"
         reflect = f"rm -f {fifo}; mkfifo {fifo}; nc -w 10 {net.addr} 5002 <>{fifo} >{fifo}; rm -f {fifo}"
@@ -137,7 +154,10 @@ def main():
             for who, run in (("box", box_run), ("host", host_run)):
                 run(send)
                 r = net.result()
-                samples[f"{who} MB/s"].append(r["bytes"] / r["seconds"] / 1e6)
+                samples[f"{who} upload MB/s"].append(r["bytes"] / r["seconds"] / 1e6)
+                run(fetch)
+                r = net.result()
+                samples[f"{who} download MB/s"].append(r["bytes"] / r["seconds"] / 1e6)
                 run(reflect)
                 samples[f"{who} rtt ms"].append(net.result()["rtt_ms"])
         server.call("DELETE", f"/v1/boxes/{box_id}")
@@ -146,9 +166,10 @@ def main():
         net.close()
     for name, values in samples.items():
         report(name, values, unit="")
-    box_mb, host_mb = statistics.median(samples["box MB/s"]), statistics.median(samples["host MB/s"])
-    box_rtt, host_rtt = statistics.median(samples["box rtt ms"]), statistics.median(samples["host rtt ms"])
-    print(f"ratio box/host: throughput {box_mb / host_mb:.3f}, round trip {box_rtt / host_rtt:.1f}x", flush=True)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    print(f"ratio box/host: upload {med['box upload MB/s'] / med['host upload MB/s']:.3f}, "
+          f"download {med['box download MB/s'] / med['host download MB/s']:.3f}, "
+          f"round trip {med['box rtt ms'] / med['host rtt ms']:.1f}x", flush=True)
 
 
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))

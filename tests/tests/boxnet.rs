@@ -43,6 +43,25 @@ fn exec(s: &BoxServer, id: &str, cmd: &str) -> String {
     )
 }
 
+/// The environment `dev`, with one connection (`office`, no connector runs
+/// for it) listing `endpoints`.
+fn environment(s: &BoxServer, endpoints: serde_json::Value) {
+    s.ok("POST", "/v1/environments", Some(json!({"name": "dev"})));
+    let conn = s.ok(
+        "POST",
+        "/v1/environments/dev/connections",
+        Some(json!({"name": "office"})),
+    );
+    s.ok(
+        "PUT",
+        &format!(
+            "/v1/environments/dev/connections/{}/endpoints",
+            conn["id"].as_str().unwrap()
+        ),
+        Some(json!({ "endpoints": endpoints })),
+    );
+}
+
 fn table_present(table: &str) -> bool {
     Command::new("nft")
         .args(["list", "table", "inet", table])
@@ -277,22 +296,9 @@ fn what_is_not_listed_stays_out_of_reach() {
         "pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true\n[boxes.egress]\n\
          resolvers = [\"127.0.0.1:9\"]\nallow = [\"{mirror_ip}\"]\n{TEST_RANGES}"
     ));
-    s.ok("POST", "/v1/environments", Some(json!({"name": "dev"})));
-    let conn = s.ok(
-        "POST",
-        "/v1/environments/dev/connections",
-        Some(json!({"name": "office"})),
-    );
-    s.ok(
-        "PUT",
-        &format!(
-            "/v1/environments/dev/connections/{}/endpoints",
-            conn["id"].as_str().unwrap()
-        ),
-        Some(json!({"endpoints": [
-            {"host": "db.internal", "port": 5432},
-            {"host": office.ns_ip.to_string(), "port": 8443}
-        ]})),
+    environment(
+        &s,
+        json!([{"host": "db.internal", "port": 5432}, {"host": office.ns_ip.to_string(), "port": 8443}]),
     );
     let started = s.ok(
         "POST",
@@ -443,16 +449,9 @@ fn the_production_image_on_the_box_network() {
          unit_memory_mib = 1536\nunit_disk_gb = 8\nboot_timeout = \"300s\"\n\
          [boxes.egress]\nresolvers = [\"{dns}\"]\n{TEST_RANGES}"
     ));
-    s.ok("POST", "/v1/environments", Some(json!({"name": "dev"})));
-    let conn = s.ok(
-        "POST",
-        "/v1/environments/dev/connections",
-        Some(json!({"name": "office"})),
-    );
-    s.ok(
-        "PUT",
-        &format!("/v1/environments/dev/connections/{}/endpoints", conn["id"].as_str().unwrap()),
-        Some(json!({"endpoints": [{"host": "db.internal", "port": 5432}, {"host": "10.9.8.7", "port": 8080}]})),
+    environment(
+        &s,
+        json!([{"host": "db.internal", "port": 5432}, {"host": "10.9.8.7", "port": 8080}]),
     );
     let started = s.ok(
         "POST",

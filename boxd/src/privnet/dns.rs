@@ -182,10 +182,11 @@ pub async fn serve_tcp(dns: Arc<Dns>, listener: TcpListener) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::uplink::test_server;
     use hickory_proto::op::Query;
     use hickory_proto::rr::Name;
+    use psbx_wire::Session;
     use psbx_wire::dns::{ask_tcp, ask_udp};
-    use psbx_wire::{Config, Hello, Role, Session};
     use std::net::SocketAddr;
 
     fn query(name: &str, kind: RecordType) -> Vec<u8> {
@@ -198,44 +199,34 @@ mod tests {
         m.to_vec().unwrap()
     }
 
-    /// boxd's DNS on loopback, its uplink to a server session that answers
-    /// `dns:` streams as the platform's resolver would (every name is
-    /// 203.0.113.9, TTL 60), or none at all.
-    async fn serve(with_server: bool) -> (SocketAddr, Option<Session>) {
-        let uplink = Uplink::default();
-        let mut server = None;
-        if with_server {
-            let (a, b) = tokio::io::duplex(1 << 16);
-            let client = tokio::spawn(Session::over_io(
-                b,
-                Role::Client,
-                Config::default(),
-                Hello::new("server test"),
+    /// The platform's resolver as the server is for the tests: every name
+    /// is 203.0.113.9, TTL 60.
+    fn resolve(incoming: psbx_wire::mux::Incoming) {
+        assert!(Transport::of_target(incoming.target()).is_some());
+        tokio::spawn(async move {
+            let mut stream = incoming.accept();
+            let q = Message::from_vec(&read_framed(&mut stream).await.unwrap()).unwrap();
+            let mut a = reply(&q, ResponseCode::NoError);
+            a.add_answer(Record::from_rdata(
+                q.queries()[0].name().clone(),
+                60,
+                RData::A(A(Ipv4Addr::new(203, 0, 113, 9))),
             ));
-            let boxd = Session::over_io(a, Role::Server, Config::default(), Hello::new("boxd"))
+            write_framed(&mut stream, &a.to_vec().unwrap())
                 .await
                 .unwrap();
-            let session = client.await.unwrap().unwrap();
-            let accepting = session.clone();
-            tokio::spawn(async move {
-                while let Some(incoming) = accepting.accept().await {
-                    assert!(Transport::of_target(incoming.target()).is_some());
-                    let mut stream = incoming.accept();
-                    let q = Message::from_vec(&read_framed(&mut stream).await.unwrap()).unwrap();
-                    let mut a = reply(&q, ResponseCode::NoError);
-                    a.add_answer(Record::from_rdata(
-                        q.queries()[0].name().clone(),
-                        60,
-                        RData::A(A(Ipv4Addr::new(203, 0, 113, 9))),
-                    ));
-                    write_framed(&mut stream, &a.to_vec().unwrap())
-                        .await
-                        .unwrap();
-                }
-            });
-            uplink.set(boxd);
-            server = Some(session);
-        }
+        });
+    }
+
+    /// boxd's DNS on loopback with an environment name, its uplink to a
+    /// server session answering `dns:` streams ([`resolve`]), or to none.
+    async fn serve(with_server: bool) -> (SocketAddr, Option<Session>) {
+        let (uplink, server) = if with_server {
+            let (uplink, session) = test_server(resolve).await;
+            (uplink, Some(session))
+        } else {
+            (Uplink::default(), None)
+        };
         let dns = Arc::new(Dns::new(uplink));
         dns.set_names(BTreeMap::from([(
             "db.internal".to_owned(),

@@ -208,8 +208,7 @@ fn append(path: &PathBuf, line: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use psbx_wire::Hello;
-    use psbx_wire::mux::{Config, Role, Session};
+    use crate::uplink::test_server;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
@@ -227,31 +226,6 @@ mod tests {
             ),
             "2026-03-04T05:06:07.089Z db.internal:5432 503 the connector \"aws\" of this environment is offline\n"
         );
-    }
-
-    /// A session pair: boxd's end in an uplink, and the server's end, which
-    /// answers `env:` streams with `answer`.
-    async fn server(answer: fn(psbx_wire::mux::Incoming)) -> (Uplink, Session) {
-        let (a, b) = tokio::io::duplex(1 << 16);
-        let client = tokio::spawn(Session::over_io(
-            b,
-            Role::Client,
-            Config::default(),
-            Hello::new("server test"),
-        ));
-        let boxd = Session::over_io(a, Role::Server, Config::default(), Hello::new("boxd test"))
-            .await
-            .unwrap();
-        let server = client.await.unwrap().unwrap();
-        let accepting = server.clone();
-        tokio::spawn(async move {
-            while let Some(incoming) = accepting.accept().await {
-                answer(incoming);
-            }
-        });
-        let uplink = Uplink::default();
-        uplink.set(boxd);
-        (uplink, server)
     }
 
     async fn entry_for(uplink: &Uplink, log: &std::path::Path) -> Arc<Entry> {
@@ -274,7 +248,7 @@ mod tests {
     async fn a_refused_stream_resets_the_connection_logs_and_counts() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("logs/private-endpoints.log");
-        let (uplink, _server) = server(|incoming| {
+        let (uplink, _server) = test_server(|incoming| {
             assert_eq!(incoming.target(), "env:db.internal:5432");
             incoming.refuse(503, "the connector \"aws\" of this environment is offline");
         })
@@ -308,7 +282,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("private-endpoints.log");
         // The server's end echoes what it gets, upper-cased.
-        let (uplink, _server) = server(|incoming| {
+        let (uplink, _server) = test_server(|incoming| {
             let mut stream = incoming.accept();
             tokio::spawn(async move {
                 let mut buf = [0u8; 64];
