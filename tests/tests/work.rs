@@ -49,6 +49,10 @@ fn exec_masks_secrets_kills_on_timeout_keeps_background_work_and_bounds_output()
     assert_eq!(status, 201, "{started}");
     let id = started["id"].as_str().unwrap().to_owned();
 
+    // `network = false` (the harness's) and no environment: no network card.
+    let r = exec(&s, &id, json!({"cmd": "ls /sys/class/net"}));
+    assert_eq!(stdout(&r), "lo\n", "{r}");
+
     // Secrets are environment variables; values of 8+ characters come back masked.
     let r = exec(&s, &id, json!({"cmd": "echo $MYSECRET; echo $SHORT7; pwd"}));
     assert_eq!(stdout(&r), "****\n1234567\n/work\n", "{r}");

@@ -329,7 +329,7 @@ pub struct BoxList {
     responses(
         (status = 201, body = BoxView),
         (status = 400, body = crate::error::ErrorBody),
-        (status = 503, description = "The host is full or has no libvirt", body = crate::error::ErrorBody),
+        (status = 503, description = "The host is full, has no libvirt, or its box network rules are not in place", body = crate::error::ErrorBody),
     )
 )]
 #[post("/boxes")]
