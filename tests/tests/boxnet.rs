@@ -606,3 +606,73 @@ fn installations_keep_their_own_rules() {
         "stopping one installation removed another's rules"
     );
 }
+
+/// No box with a card starts while its rules cannot be put in place — here
+/// another program holds a table of that name (nft's `flags owner`: nobody
+/// else may change or delete it) — and the error says so; once that program
+/// is gone, the rules are put back by themselves and boxes start again.
+#[test]
+fn no_box_starts_without_its_rules() {
+    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true");
+    let table = network_table(&s.installation());
+    assert!(
+        Command::new("nft")
+            .args(["delete", "table", "inet", &table])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // The holder keeps its table for as long as it runs.
+    struct Holder(std::process::Child);
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut holder = Holder(
+        Command::new("nft")
+            .arg("-i")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    {
+        use std::io::Write;
+        let stdin = holder.0.stdin.as_mut().unwrap();
+        writeln!(stdin, "add table inet {table} {{ flags owner; }}").unwrap();
+        stdin.flush().unwrap();
+    }
+    wait_until("the other program's table", Duration::from_secs(10), || {
+        table_present(&table).then_some(())
+    });
+    let (status, body) = s.call("POST", "/v1/boxes", Some(json!({"name": "refused"})));
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "box_network_unavailable", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("could not be put in place")
+            && message.contains("Operation not permitted"),
+        "{body}"
+    );
+    drop(holder);
+    wait_until("the rules to be put back", Duration::from_secs(30), || {
+        let text = String::from_utf8(
+            Command::new("nft")
+                .args(["list", "table", "inet", &table])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        text.contains("jump box").then_some(())
+    });
+    let started = s.ok("POST", "/v1/boxes", Some(json!({"name": "started"})));
+    assert_eq!(started["state"], "running", "{started}");
+    s.ok(
+        "DELETE",
+        &format!("/v1/boxes/{}", started["id"].as_str().unwrap()),
+        None,
+    );
+}

@@ -181,11 +181,11 @@ impl BoxNetwork {
             .lock()
             .map_err(|_| NetworkError::Setup("the box network's lock is poisoned".into()))?;
         if let Some(previous) = applied.as_deref() {
-            if previous == script && nft::present(&self.table)? {
+            if previous == script && nft::installed(&self.table, self.uid)? {
                 return Ok(());
             }
             if previous == script {
-                tracing::warn!(table = %self.table, "the box network rules were removed from the host; putting them back");
+                tracing::warn!(table = %self.table, "the box network rules were removed or changed on the host; putting them back");
             } else {
                 tracing::info!(table = %self.table, "the host's networks changed; updating the box network rules");
             }

@@ -74,18 +74,24 @@ pub fn apply(script: &str) -> Result<(), NetworkError> {
     nft(&["-f", "-"], Some(script)).map(drop)
 }
 
-/// Whether the table is there now.
-pub fn present(table: &str) -> Result<bool, NetworkError> {
+/// The table as nft lists it now; `None` when there is none.
+fn listed(table: &str) -> Result<Option<String>, NetworkError> {
     match nft(&["list", "table", "inet", table], None) {
-        Ok(_) => Ok(true),
-        Err(NetworkError::Nft(e)) if e.contains("No such file or directory") => Ok(false),
+        Ok(text) => Ok(Some(text)),
+        Err(NetworkError::Nft(e)) if e.contains("No such file or directory") => Ok(None),
         Err(e) => Err(e),
     }
 }
 
+/// Whether the table is there now and filters `uid` (a table of that name
+/// made by something else, or emptied, does not count).
+pub fn installed(table: &str, uid: u32) -> Result<bool, NetworkError> {
+    Ok(listed(table)?.is_some_and(|text| text.contains(&format!("meta skuid {uid} jump box"))))
+}
+
 /// Deletes the table (nothing to do when it is gone already).
 pub fn delete(table: &str) -> Result<(), NetworkError> {
-    if present(table)? {
+    if listed(table)?.is_some() {
         nft(&["delete", "table", "inet", table], None)?;
     }
     Ok(())
