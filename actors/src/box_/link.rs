@@ -240,12 +240,23 @@ impl LinkHandle {
         Ok(self.up(timeout).await?.info)
     }
 
-    /// Asks boxd how the box is: it is alive when this answers.
+    /// Asks boxd how the box is: it is alive when this answers. A session
+    /// that ends under the question (boxd's hello again, right after a
+    /// resume) is not an answer: the next one is asked, within `timeout`.
     pub async fn ping(&self, timeout: Duration) -> Result<Health, LinkError> {
-        let up = self.up(timeout).await?;
-        tokio::time::timeout(timeout, fetch(&up.session, "health", None::<&()>))
-            .await
-            .map_err(|_| LinkError::NoAnswer(timeout))?
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let up = self.up(left).await?;
+            match tokio::time::timeout_at(deadline, fetch(&up.session, "health", None::<&()>)).await
+            {
+                Ok(Err(LinkError::Closed)) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(RECONNECT).await;
+                }
+                Ok(answer) => return answer,
+                Err(_) => return Err(LinkError::NoAnswer(timeout)),
+            }
+        }
     }
 
     /// A JSON request and its JSON answer, within `timeout`.
