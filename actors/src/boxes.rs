@@ -16,6 +16,7 @@ use crate::host::{CreateBox, HostStart, PoolLevels, Shutdown};
 use crate::ids::{AccountId, BoxId};
 use crate::secrets::{SecretError, Secrets};
 use crate::settings::{BoxSettings, SIZES};
+use crate::spec::BoxSpec;
 use crate::store::{BoxCursor, BoxRecord, Store};
 use psbx_wire::boxd::{Done, ExecRequest, Logs, Process, Signal};
 use psbx_wire::mux::Stream;
@@ -33,8 +34,8 @@ pub struct CreateRequest {
     pub size: Option<u32>,
     /// How long to keep the box after its last use (`"3d"`); at most `max_keep`.
     pub keep: Option<String>,
-    /// What later issues use (services, secret names, environment), stored as is.
-    pub spec: serde_json::Value,
+    /// Services, secret names and the environment to plug the box into.
+    pub spec: BoxSpec,
 }
 
 const MAX_NAME: usize = 100;
@@ -84,7 +85,7 @@ impl Boxes {
         &self,
         account: &AccountId,
         name: &str,
-        spec: &mut serde_json::Value,
+        spec: &mut BoxSpec,
     ) -> Result<Claim, BoxError> {
         let (Some(envs), Some(secrets)) = (&self.environments, &self.secrets) else {
             return Err(BoxError::Invalid("this server has no environments".into()));
@@ -96,11 +97,13 @@ impl Boxes {
             EnvError::Internal(m) => BoxError::Internal(m),
         })?;
         let claim = Claim::new(env);
-        spec["claimed"] =
-            serde_json::to_value(&claim.summary).map_err(|e| BoxError::Internal(e.to_string()))?;
+        spec.claimed = Some(claim.summary.clone());
         if !claim.mask.is_empty() {
-            spec["environmentMask"] = seal_mask(&secrets.vault(), account.as_str(), &claim.mask)
-                .ok_or_else(|| BoxError::Internal("cannot seal the environment's mask".into()))?;
+            spec.environment_mask = Some(
+                seal_mask(&secrets.vault(), account.as_str(), &claim.mask).ok_or_else(|| {
+                    BoxError::Internal("cannot seal the environment's mask".into())
+                })?,
+            );
         }
         Ok(claim)
     }
@@ -148,10 +151,10 @@ impl Boxes {
         };
         let name = checked_text("name", req.name, MAX_NAME)?;
         let goal = checked_text("goal", req.goal, MAX_GOAL)?;
-        let names = crate::secrets::names_in_spec(&req.spec);
+        let names = &req.spec.secrets;
         let env = match (&self.secrets, names.is_empty()) {
             (_, true) => Vec::new(),
-            (Some(secrets), false) => secrets.values(&account, &names).await.map_err(|e| match e {
+            (Some(secrets), false) => secrets.values(&account, names).await.map_err(|e| match e {
                 SecretError::NotFound(name) => BoxError::Invalid(format!(
                     "there is no secret {name:?} in this account: store it with PUT /v1/secrets/{name} first"
                 )),
@@ -161,7 +164,7 @@ impl Boxes {
             (None, false) => return Err(BoxError::Invalid("this server keeps no secrets".into())),
         };
         let mut spec = req.spec;
-        let claim = match spec["environment"].as_str().map(str::to_owned) {
+        let claim = match spec.environment.clone() {
             Some(name) => Some(self.claim(&account, &name, &mut spec).await?),
             None => None,
         };

@@ -17,4 +17,5 @@ pub mod ids;
 pub mod image;
 pub mod secrets;
 pub mod settings;
+pub mod spec;
 pub mod store;

@@ -259,7 +259,7 @@ fn new_box(store: &Store, account: &psbx_actors::ids::AccountId) -> String {
             memory_mib: 256,
             disk_gb: 2,
             keep_secs: 0,
-            spec: serde_json::json!({}),
+            spec: psbx_actors::spec::BoxSpec::default(),
         })
         .unwrap();
     record.id.to_string()
@@ -305,4 +305,58 @@ async fn egress_is_stored_per_box_and_added_up() {
     // Nothing new: nothing written, nothing lost.
     egress.flush(&store).await.unwrap();
     assert_eq!(store.box_egress(&a).unwrap(), 1024);
+}
+
+/// A box's spec is stored as jsonb and read back as the type it was written
+/// as; a stored spec of another shape is an error naming the box, never a
+/// default (a box would lose its secrets' mask).
+#[test]
+fn a_box_spec_reads_back_typed_and_a_malformed_one_is_an_error() {
+    use diesel::{Connection, RunQueryDsl};
+    use psbx_actors::ids::BoxId;
+    use psbx_actors::spec::{BoxSpec, SealedMask, ServiceSpec};
+
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let first = store.bootstrap().unwrap().unwrap();
+    let id = BoxId::parse(&new_box(&store, &first.account.id)).unwrap();
+    assert_eq!(
+        store.box_by_id(&id).unwrap().unwrap().spec,
+        BoxSpec::default()
+    );
+    let spec = BoxSpec {
+        environment_mask: Some(SealedMask {
+            nonce: "00".into(),
+            ciphertext: "ff".into(),
+        }),
+        ..BoxSpec::new(
+            vec![ServiceSpec {
+                name: "api".into(),
+                port: Some(80),
+                target_port: Some(8080),
+                version: None,
+            }],
+            vec!["TOKEN".into()],
+            Some("dev".into()),
+        )
+    };
+    let mut conn = diesel::PgConnection::establish(db.url()).unwrap();
+    diesel::sql_query(format!(
+        "update boxes set spec = '{}' where id = '{id}'",
+        spec.to_json()
+    ))
+    .execute(&mut conn)
+    .unwrap();
+    assert_eq!(store.box_by_id(&id).unwrap().unwrap().spec, spec);
+
+    diesel::sql_query(format!(
+        "update boxes set spec = '{{\"secrets\": \"TOKEN\"}}' where id = '{id}'"
+    ))
+    .execute(&mut conn)
+    .unwrap();
+    let err = store.box_by_id(&id).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Unreadable { what, .. } if what.contains(id.as_str())),
+        "{err:?}"
+    );
 }

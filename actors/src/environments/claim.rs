@@ -9,6 +9,7 @@
 use super::settings::{Notable, secret_values};
 use super::{BoxEnvironment, Endpoint};
 use crate::secrets::vault::Vault;
+use crate::spec::SealedMask;
 use psbx_wire::boxd::{ConfigFile, PrivateEndpoint};
 use serde::{Deserialize, Serialize};
 
@@ -110,24 +111,23 @@ fn mask_owner(account: &str) -> String {
 }
 
 /// Seals the mask values for the box's spec (`environmentMask`).
-pub fn seal_mask(vault: &Vault, account: &str, mask: &[String]) -> Option<serde_json::Value> {
+pub fn seal_mask(vault: &Vault, account: &str, mask: &[String]) -> Option<SealedMask> {
     let plain = serde_json::to_vec(mask).ok()?;
     let sealed = vault.seal(&mask_owner(account), &plain).ok()?;
-    Some(serde_json::json!({
-        "nonce": crate::secrets::hex(&sealed.nonce),
-        "ciphertext": crate::secrets::hex(&sealed.ciphertext),
-    }))
+    Some(SealedMask {
+        nonce: crate::secrets::hex(&sealed.nonce),
+        ciphertext: crate::secrets::hex(&sealed.ciphertext),
+    })
 }
 
 /// The mask values kept in a box's spec, if any (and readable).
-pub fn open_mask(vault: &Vault, account: &str, spec: &serde_json::Value) -> Vec<String> {
-    let sealed = &spec["environmentMask"];
-    let (Some(nonce), Some(ciphertext)) = (
-        sealed["nonce"].as_str().and_then(crate::secrets::unhex),
-        sealed["ciphertext"]
-            .as_str()
-            .and_then(crate::secrets::unhex),
-    ) else {
+pub fn open_mask(vault: &Vault, account: &str, sealed: Option<&SealedMask>) -> Vec<String> {
+    let Some((Some(nonce), Some(ciphertext))) = sealed.map(|s| {
+        (
+            crate::secrets::unhex(&s.nonce),
+            crate::secrets::unhex(&s.ciphertext),
+        )
+    }) else {
         return Vec::new();
     };
     vault
@@ -145,9 +145,8 @@ mod tests {
     fn the_mask_survives_a_round_trip_and_only_for_its_account() {
         let vault = Vault::from_key(&[7u8; 32]);
         let sealed = seal_mask(&vault, "acct_a", &["s3cretpass".into()]).unwrap();
-        let spec = serde_json::json!({ "environmentMask": sealed });
-        assert_eq!(open_mask(&vault, "acct_a", &spec), ["s3cretpass"]);
-        assert!(open_mask(&vault, "acct_b", &spec).is_empty());
-        assert!(open_mask(&vault, "acct_a", &serde_json::json!({})).is_empty());
+        assert_eq!(open_mask(&vault, "acct_a", Some(&sealed)), ["s3cretpass"]);
+        assert!(open_mask(&vault, "acct_b", Some(&sealed)).is_empty());
+        assert!(open_mask(&vault, "acct_a", None).is_empty());
     }
 }

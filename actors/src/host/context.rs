@@ -13,6 +13,7 @@ use crate::ids::{AccountId, BoxId};
 use crate::image::Image;
 use crate::secrets::Secrets;
 use crate::settings::{BoxSettings, Unit};
+use crate::spec::BoxSpec;
 use crate::store::{BoxRecord, Store};
 use actix::Addr;
 use psbx_libvirt::{Accel, Boot, Disk, DomainSpec, Host, Nic};
@@ -155,17 +156,12 @@ impl HostContext {
     /// platform's resolvers, its environment streams are routed for the
     /// account that holds it (none while pooled) and the environment its
     /// spec names.
-    pub fn link(
-        &self,
-        id: &BoxId,
-        account: Option<&AccountId>,
-        spec: &serde_json::Value,
-    ) -> BoxdLink {
+    pub fn link(&self, id: &BoxId, account: Option<&AccountId>, spec: &BoxSpec) -> BoxdLink {
         let environment = match (&self.router, account) {
             (Some(router), Some(account)) => Some(router.handler(BoxRoute {
                 box_id: id.clone(),
                 account: account.clone(),
-                environment: spec["environment"].as_str().map(str::to_owned),
+                environment: spec.environment.clone(),
             })),
             _ => None,
         };
@@ -200,19 +196,21 @@ impl HostContext {
     /// The mask of a box's secrets, from the names it was started with (the
     /// values are read again: boxd keeps its own copy across server restarts).
     pub async fn masker_for(&self, record: &BoxRecord) -> Arc<Masker> {
-        let names = crate::secrets::names_in_spec(&record.spec);
         let (Some(secrets), Some(account)) = (&self.secrets, &record.account_id) else {
             return Arc::new(Masker::default());
         };
         let mut values = Vec::new();
-        for name in names {
+        for name in &record.spec.secrets {
             // A secret deleted since the start is simply no longer known here.
-            if let Ok(mut v) = secrets.values(account, std::slice::from_ref(&name)).await {
+            if let Ok(mut v) = secrets.values(account, std::slice::from_ref(name)).await {
                 values.append(&mut v);
             }
         }
-        let settings =
-            crate::environments::claim::open_mask(&secrets.vault(), account.as_str(), &record.spec);
+        let settings = crate::environments::claim::open_mask(
+            &secrets.vault(),
+            account.as_str(),
+            record.spec.environment_mask.as_ref(),
+        );
         Arc::new(Masker::new(
             values
                 .iter()

@@ -9,6 +9,7 @@ use crate::error::{BoxError, blocking};
 use crate::exec::mask::Masker;
 use crate::host::context::HostContext;
 use crate::ids::{AccountId, BoxId};
+use crate::spec::BoxSpec;
 use crate::store::{BoxRecord, Claim, NewBox, Transition};
 use actix::prelude::*;
 use psbx_wire::boxd::BoxInfo;
@@ -25,7 +26,7 @@ pub struct CreateBox {
     pub goal: Option<String>,
     pub size: u32,
     pub keep_secs: i64,
-    pub spec: serde_json::Value,
+    pub spec: BoxSpec,
     /// The secrets' values, pushed to boxd once the box is up.
     pub env: Vec<(String, String)>,
     /// Files boxd writes at claim (an environment's settings files).
@@ -202,7 +203,7 @@ async fn pool_boot(hctx: Arc<HostContext>, size: u32) -> Result<PooledBox, BoxEr
         memory_mib: unit.memory_mib,
         disk_gb: unit.disk_gb,
         keep_secs: 0,
-        spec: serde_json::Value::Object(Default::default()),
+        spec: BoxSpec::default(),
     };
     let result = async {
         let store = hctx.store.clone();

@@ -53,18 +53,6 @@ pub fn validate_name(name: &str) -> Result<(), SecretError> {
     }
 }
 
-/// The secret names a box was started with (`spec.secrets`).
-pub fn names_in_spec(spec: &serde_json::Value) -> Vec<String> {
-    spec["secrets"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The associated data binding a sealed value to its row.
 fn owner(account: &AccountId, name: &str) -> String {
     format!("{account}\0{name}")

@@ -7,6 +7,7 @@ use super::schema::boxes;
 use super::{Store, StoreError};
 use crate::box_::state::BoxState;
 use crate::ids::{AccountId, BoxId};
+use crate::spec::BoxSpec;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
@@ -26,7 +27,7 @@ pub struct BoxRecord {
     pub memory_mib: u64,
     pub disk_gb: u64,
     pub keep_secs: i64,
-    pub spec: serde_json::Value,
+    pub spec: BoxSpec,
     pub boot_id: Option<String>,
     pub created_at: DateTime<Utc>,
     pub ready_at: Option<DateTime<Utc>>,
@@ -60,9 +61,15 @@ struct BoxRow {
     stopped_at: Option<DateTime<Utc>>,
 }
 
-impl From<BoxRow> for BoxRecord {
-    fn from(r: BoxRow) -> Self {
-        Self {
+impl TryFrom<BoxRow> for BoxRecord {
+    type Error = StoreError;
+
+    fn try_from(r: BoxRow) -> Result<Self, StoreError> {
+        let spec = BoxSpec::from_json(r.spec).map_err(|e| StoreError::Unreadable {
+            what: format!("the spec of box {}", r.id),
+            why: e.to_string(),
+        })?;
+        Ok(Self {
             id: BoxId::from_db(r.id),
             account_id: r.account_id.map(AccountId::from_db),
             host_uri: r.host_uri,
@@ -77,14 +84,14 @@ impl From<BoxRow> for BoxRecord {
             memory_mib: u64::try_from(r.memory_mib).unwrap_or(0),
             disk_gb: u64::try_from(r.disk_gb).unwrap_or(0),
             keep_secs: r.keep_secs,
-            spec: r.spec,
+            spec,
             boot_id: r.boot_id,
             created_at: r.created_at,
             ready_at: r.ready_at,
             last_activity_at: r.last_activity_at,
             frozen_at: r.frozen_at,
             stopped_at: r.stopped_at,
-        }
+        })
     }
 }
 
@@ -107,7 +114,7 @@ pub struct NewBox {
     pub memory_mib: u64,
     pub disk_gb: u64,
     pub keep_secs: i64,
-    pub spec: serde_json::Value,
+    pub spec: BoxSpec,
 }
 
 /// What an account asks for when it claims a pooled box.
@@ -117,7 +124,7 @@ pub struct Claim {
     pub name: Option<String>,
     pub goal: Option<String>,
     pub keep_secs: i64,
-    pub spec: serde_json::Value,
+    pub spec: BoxSpec,
 }
 
 fn i64_of(n: u64) -> i64 {
@@ -130,7 +137,7 @@ fn i32_of(n: u32) -> i32 {
 
 impl Store {
     pub fn insert_box(&self, new: &NewBox) -> Result<BoxRecord, StoreError> {
-        Ok(diesel::insert_into(boxes::table)
+        diesel::insert_into(boxes::table)
             .values((
                 boxes::id.eq(new.id.as_str()),
                 boxes::account_id.eq(new.account_id.as_ref().map(AccountId::as_str)),
@@ -144,11 +151,11 @@ impl Store {
                 boxes::memory_mib.eq(i64_of(new.memory_mib)),
                 boxes::disk_gb.eq(i64_of(new.disk_gb)),
                 boxes::keep_secs.eq(new.keep_secs),
-                boxes::spec.eq(&new.spec),
+                boxes::spec.eq(new.spec.to_json()),
             ))
             .returning(BoxRow::as_returning())
             .get_result(&mut self.conn()?)?
-            .into())
+            .try_into()
     }
 
     /// One of the account's boxes (another account's is `None`, as if absent).
@@ -157,23 +164,25 @@ impl Store {
         account: &AccountId,
         id: &BoxId,
     ) -> Result<Option<BoxRecord>, StoreError> {
-        Ok(boxes::table
+        boxes::table
             .find(id.as_str())
             .filter(boxes::account_id.eq(account.as_str()))
             .select(BoxRow::as_select())
             .first(&mut self.conn()?)
             .optional()?
-            .map(BoxRecord::from))
+            .map(BoxRecord::try_from)
+            .transpose()
     }
 
     /// Any box by id (operators and the supervisor).
     pub fn box_by_id(&self, id: &BoxId) -> Result<Option<BoxRecord>, StoreError> {
-        Ok(boxes::table
+        boxes::table
             .find(id.as_str())
             .select(BoxRow::as_select())
             .first(&mut self.conn()?)
             .optional()?
-            .map(BoxRecord::from))
+            .map(BoxRecord::try_from)
+            .transpose()
     }
 
     /// The account's boxes, newest first, `limit` at a time.
@@ -202,8 +211,8 @@ impl Store {
             .select(BoxRow::as_select())
             .load(&mut self.conn()?)?
             .into_iter()
-            .map(BoxRecord::from)
-            .collect();
+            .map(BoxRecord::try_from)
+            .collect::<Result<_, _>>()?;
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         let next = if rows.len() > limit {
             rows.truncate(limit);
@@ -216,14 +225,14 @@ impl Store {
 
     /// Boxes of a host that are not over (pooled included), for reconciliation.
     pub fn live_boxes_on_host(&self, host_uri: &str) -> Result<Vec<BoxRecord>, StoreError> {
-        Ok(boxes::table
+        boxes::table
             .filter(boxes::host_uri.eq(host_uri))
             .filter(boxes::state.ne_all([BoxState::Stopped.as_str(), BoxState::Failed.as_str()]))
             .select(BoxRow::as_select())
             .load(&mut self.conn()?)?
             .into_iter()
-            .map(BoxRecord::from)
-            .collect())
+            .map(BoxRecord::try_from)
+            .collect()
     }
 
     /// Moves a box from `from` to `to`, setting the timestamps that go with `to`.
@@ -280,7 +289,7 @@ impl Store {
                 .get_result(&mut conn)
                 .optional()?,
         };
-        Ok(updated.map(BoxRecord::from))
+        updated.map(BoxRecord::try_from).transpose()
     }
 
     /// Hands a pooled box to an account (it becomes running).
@@ -291,7 +300,7 @@ impl Store {
         boot_id: &str,
     ) -> Result<Option<BoxRecord>, StoreError> {
         let now = Utc::now();
-        Ok(diesel::update(
+        diesel::update(
             boxes::table
                 .filter(boxes::id.eq(id.as_str()))
                 .filter(boxes::state.eq(BoxState::Pooled.as_str())),
@@ -302,7 +311,7 @@ impl Store {
             boxes::name.eq(&claim.name),
             boxes::goal.eq(&claim.goal),
             boxes::keep_secs.eq(claim.keep_secs),
-            boxes::spec.eq(&claim.spec),
+            boxes::spec.eq(claim.spec.to_json()),
             boxes::boot_id.eq(boot_id),
             boxes::created_at.eq(now),
             boxes::ready_at.eq(now),
@@ -311,7 +320,8 @@ impl Store {
         .returning(BoxRow::as_returning())
         .get_result(&mut self.conn()?)
         .optional()?
-        .map(BoxRecord::from))
+        .map(BoxRecord::try_from)
+        .transpose()
     }
 
     /// Records activity: the idle and expiry clocks start again from now.

@@ -58,6 +58,9 @@ pub enum StoreError {
     Random(#[from] getrandom::Error),
     #[error("{0}")]
     Invalid(String),
+    /// A stored value no longer reads as its type (written by another version, or by hand).
+    #[error("{what} is unreadable: {why}")]
+    Unreadable { what: String, why: String },
 }
 
 /// How many connections a [`Store`] keeps, and how long a caller waits for one.

@@ -14,11 +14,13 @@ use psbx_actors::environments::address::Endpoint;
 use psbx_actors::environments::claim::{Claimed, ServiceFiles};
 use psbx_actors::environments::settings::Notable;
 use psbx_actors::ids::BoxId;
+use psbx_actors::spec::{self, BoxSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use utoipa::ToSchema;
 
-/// A service the box runs, as the caller describes it (used by later features).
+/// A service the box runs, as the caller describes it. Stored with the box and
+/// shown back; psbx does not start declared services yet.
 #[derive(Debug, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServiceSpec {
@@ -32,17 +34,28 @@ pub struct ServiceSpec {
     pub version: Option<String>,
 }
 
+impl From<ServiceSpec> for spec::ServiceSpec {
+    fn from(s: ServiceSpec) -> Self {
+        Self {
+            name: s.name,
+            port: s.port,
+            target_port: s.target_port,
+            version: s.version,
+        }
+    }
+}
+
 /// What a box is started with beyond its size and times, as stored with it.
 pub fn start_spec(
     services: Vec<ServiceSpec>,
     secrets: Vec<String>,
     environment: Option<String>,
-) -> serde_json::Value {
-    serde_json::json!({
-        "services": services,
-        "secrets": secrets,
-        "environment": environment,
-    })
+) -> BoxSpec {
+    BoxSpec::new(
+        services.into_iter().map(Into::into).collect(),
+        secrets,
+        environment,
+    )
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -242,8 +255,7 @@ impl BoxEnvironmentView {
 impl BoxView {
     /// The box, its environment's connections read again now.
     pub async fn live(snapshot: BoxSnapshot, envs: &Environments) -> Self {
-        let claimed =
-            serde_json::from_value::<Claimed>(snapshot.record.spec["claimed"].clone()).ok();
+        let claimed = snapshot.record.spec.claimed.clone();
         let account = snapshot.record.account_id.clone();
         let mut view = Self::from(snapshot);
         if let (Some(claimed), Some(account)) = (claimed, account) {
@@ -269,8 +281,10 @@ impl From<BoxSnapshot> for BoxView {
     fn from(s: BoxSnapshot) -> Self {
         let r = s.record;
         let over = r.state.is_terminal();
-        let environment = serde_json::from_value::<Claimed>(r.spec["claimed"].clone())
-            .ok()
+        let environment = r
+            .spec
+            .claimed
+            .clone()
             .map(|c| BoxEnvironmentView::new(c, &HashMap::new()));
         Self {
             environment,

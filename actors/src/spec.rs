@@ -1,0 +1,109 @@
+//! What a box was started with beyond its size and times: its services, the
+//! names of the secrets it received, the environment it was plugged into and
+//! what that environment gave it. Stored with the box as jsonb (`boxes.spec`);
+//! the store converts at its boundary, everything else reads these fields.
+
+use crate::environments::claim::Claimed;
+use serde::{Deserialize, Serialize};
+
+/// A box's spec. Every field has a default, so a pooled box's `{}` and the
+/// specs of older rows read as they were written.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BoxSpec {
+    /// The services the caller declared (stored with the box).
+    #[serde(default)]
+    pub services: Vec<ServiceSpec>,
+    /// Names of the account's secrets the box received as environment variables.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// The environment the caller asked for, by name.
+    #[serde(default)]
+    pub environment: Option<String>,
+    /// What that environment gave the box: a summary without secret values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed: Option<Claimed>,
+    /// The environment's secret-looking values, sealed with the vault, so a
+    /// restarted server masks what the box actually received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_mask: Option<SealedMask>,
+}
+
+/// A service a box runs, as its caller described it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSpec {
+    /// The service's name, or the internal host name callers use for it.
+    pub name: String,
+    /// The port callers dial.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// The port the process in the box listens on, when not `port`.
+    #[serde(default)]
+    pub target_port: Option<u16>,
+    /// A published version to run instead of a process of the caller's own.
+    #[serde(default)]
+    pub version: Option<String>,
+}
+
+/// Values sealed by the vault for one account (hex-encoded nonce and ciphertext).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealedMask {
+    pub nonce: String,
+    pub ciphertext: String,
+}
+
+impl BoxSpec {
+    /// The spec of a box about to be started for a caller.
+    pub fn new(
+        services: Vec<ServiceSpec>,
+        secrets: Vec<String>,
+        environment: Option<String>,
+    ) -> Self {
+        Self {
+            services,
+            secrets,
+            environment,
+            ..Self::default()
+        }
+    }
+
+    /// The spec as stored.
+    pub fn to_json(&self) -> serde_json::Value {
+        // A struct of strings, numbers and lists always serialises.
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
+    /// A stored spec, or what is wrong with it.
+    pub fn from_json(value: serde_json::Value) -> Result<Self, serde_json::Error> {
+        serde_json::from_value(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_as_stored_before_read_back() {
+        assert_eq!(
+            BoxSpec::from_json(serde_json::json!({})).unwrap(),
+            BoxSpec::default()
+        );
+        let stored = serde_json::json!({
+            "services": [{"name": "api", "port": 80, "targetPort": 8080, "version": null}],
+            "secrets": ["TOKEN"],
+            "environment": null,
+        });
+        let spec = BoxSpec::from_json(stored).unwrap();
+        assert_eq!(spec.secrets, ["TOKEN"]);
+        assert_eq!(spec.services[0].target_port, Some(8080));
+        assert_eq!(spec.environment, None);
+        assert_eq!(BoxSpec::from_json(spec.to_json()).unwrap(), spec);
+    }
+
+    #[test]
+    fn a_spec_of_the_wrong_shape_is_an_error() {
+        assert!(BoxSpec::from_json(serde_json::json!({"secrets": "TOKEN"})).is_err());
+    }
+}
