@@ -51,8 +51,8 @@ pub struct Boxes {
     store: Store,
     settings: BoxSettings,
     host: Result<HostStart, String>,
-    secrets: Option<Secrets>,
-    environments: Option<Environments>,
+    secrets: Secrets,
+    environments: Environments,
 }
 
 impl Boxes {
@@ -62,21 +62,16 @@ impl Boxes {
         store: Store,
         settings: BoxSettings,
         host: Result<HostStart, String>,
-        secrets: Option<Secrets>,
+        secrets: Secrets,
+        environments: Environments,
     ) -> Self {
         Self {
             store,
             settings,
             host,
             secrets,
-            environments: None,
+            environments,
         }
-    }
-
-    /// Boxes may be started in the account's environments.
-    pub fn with_environments(mut self, environments: Environments) -> Self {
-        self.environments = Some(environments);
-        self
     }
 
     /// What a box started in environment `name` takes with it; the summary
@@ -87,22 +82,23 @@ impl Boxes {
         name: &str,
         spec: &mut BoxSpec,
     ) -> Result<Claim, BoxError> {
-        let (Some(envs), Some(secrets)) = (&self.environments, &self.secrets) else {
-            return Err(BoxError::Invalid("this server has no environments".into()));
-        };
-        let env = envs.for_box(account, name).await.map_err(|e| match e {
-            EnvError::Invalid(m) | EnvError::NotFound(m) | EnvError::Conflict(m) => {
-                BoxError::Invalid(m)
-            }
-            EnvError::Internal(m) => BoxError::Internal(m),
-        })?;
+        let env = self
+            .environments
+            .for_box(account, name)
+            .await
+            .map_err(|e| match e {
+                EnvError::Invalid(m) | EnvError::NotFound(m) | EnvError::Conflict(m) => {
+                    BoxError::Invalid(m)
+                }
+                EnvError::Internal(m) => BoxError::Internal(m),
+            })?;
         let claim = Claim::new(env);
         spec.claimed = Some(claim.summary.clone());
         if !claim.mask.is_empty() {
             spec.environment_mask = Some(
-                seal_mask(&secrets.vault(), account.as_str(), &claim.mask).ok_or_else(|| {
-                    BoxError::Internal("cannot seal the environment's mask".into())
-                })?,
+                seal_mask(&self.secrets.vault(), account.as_str(), &claim.mask).ok_or_else(
+                    || BoxError::Internal("cannot seal the environment's mask".into()),
+                )?,
             );
         }
         Ok(claim)
@@ -152,16 +148,16 @@ impl Boxes {
         let name = checked_text("name", req.name, MAX_NAME)?;
         let goal = checked_text("goal", req.goal, MAX_GOAL)?;
         let names = &req.spec.secrets;
-        let env = match (&self.secrets, names.is_empty()) {
-            (_, true) => Vec::new(),
-            (Some(secrets), false) => secrets.values(&account, names).await.map_err(|e| match e {
+        let env = if names.is_empty() {
+            Vec::new()
+        } else {
+            self.secrets.values(&account, names).await.map_err(|e| match e {
                 SecretError::NotFound(name) => BoxError::Invalid(format!(
                     "there is no secret {name:?} in this account: store it with PUT /v1/secrets/{name} first"
                 )),
                 SecretError::Invalid(message) => BoxError::Invalid(message),
                 other => BoxError::Internal(other.to_string()),
-            })?,
-            (None, false) => return Err(BoxError::Invalid("this server keeps no secrets".into())),
+            })?
         };
         let mut spec = req.spec;
         let claim = match spec.environment.clone() {

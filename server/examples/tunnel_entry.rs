@@ -29,23 +29,18 @@
 //! from `psbx serve`: it is an example binary, built only on request.
 
 use anyhow::Context;
-use psbx_actors::boxes::Boxes;
 use psbx_actors::connectors::route::BoxRoute;
 use psbx_actors::connectors::{Hub, Router};
-use psbx_actors::environments::Environments;
 use psbx_actors::ids::{AccountId, BoxId};
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
 use psbx_server::app::{self, AppState};
 use psbx_server::config::{Config, LogFormat};
 use psbx_server::database::{Database, Opener};
-use psbx_server::metrics::Metrics;
-use psbx_server::server_info::ServerInfo;
 use psbx_wire::Hello;
 use psbx_wire::mux::{Config as MuxConfig, Role, Session};
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncBufReadExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -86,39 +81,17 @@ fn main() -> anyhow::Result<()> {
 
     let result: anyhow::Result<()> = actix_web::rt::System::new().block_on(async {
         let hub = Hub::default();
-        let environments = Environments::new(store.clone(), secrets.vault(), hub.clone(), &url);
-        let boxes = Arc::new(
-            Boxes::new(
-                store.clone(),
-                config.boxes.settings(&config.data_dir)?,
-                Err("boxes are disabled in the tunnel benchmark".to_owned()),
-                Some(secrets.clone()),
-            )
-            .with_environments(environments.clone()),
-        );
-        let info = ServerInfo {
-            public_url: url.clone(),
-            server_id: "srv_bench".to_owned(),
-            connector_image: config.connector_image.clone(),
-            aws_box_role_template_url: None,
-        };
-        let state = AppState {
-            store: store.clone(),
-            metrics: Arc::new(Metrics::new()?),
-            mcp: psbx_server::mcp::service(
-                boxes.clone(),
-                store.clone(),
-                environments.clone(),
-                info.clone(),
-                vec!["127.0.0.1".to_owned()],
-                vec![url.clone()],
-            ),
-            boxes,
-            environments,
-            secrets,
-            info,
-            oauth: Arc::new(psbx_server::oauth::OAuth::new(&url, false)),
-        };
+        let state = AppState::assemble(
+            &config,
+            app::Parts {
+                store: store.clone(),
+                secrets,
+                hub: hub.clone(),
+                host: Err("boxes are disabled in the tunnel benchmark".to_owned()),
+                url: url.clone(),
+                server_id: "srv_bench".to_owned(),
+            },
+        )?;
         let http = actix_web::HttpServer::new(move || app::build(state.clone()))
             .disable_signals()
             .listen(listener)?

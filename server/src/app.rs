@@ -1,8 +1,12 @@
-//! Builds the actix-web application: middleware (request logging, metrics),
-//! the open routes, the authenticated `/v1` scope, JSON error handling, and the
-//! OpenAPI document collected from the routes by utoipa-actix-web.
+//! Assembles the application's state from the configuration and its parts
+//! ([`AppState::assemble`], used by `psbx serve`, the tunnel benchmark and the
+//! HTTP tests alike) and builds the actix-web application: middleware (request
+//! logging, metrics), the open routes, the authenticated `/v1` scope, JSON
+//! error handling, and the OpenAPI document collected from the routes by
+//! utoipa-actix-web.
 
 use crate::auth::{require_api_key, require_mcp_credential};
+use crate::config::Config;
 use crate::error::ApiError;
 use crate::metrics::{self, Metrics};
 use crate::routes::{self, docs::ApiDocument};
@@ -12,7 +16,9 @@ use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::middleware::from_fn;
 use actix_web::{App, HttpRequest, HttpResponse, web};
 use psbx_actors::boxes::Boxes;
+use psbx_actors::connectors::Hub;
 use psbx_actors::environments::Environments;
+use psbx_actors::host::HostStart;
 use psbx_actors::secrets::Secrets;
 use psbx_actors::store::Store;
 use std::sync::Arc;
@@ -33,6 +39,96 @@ pub struct AppState {
     pub info: ServerInfo,
     /// The OAuth authorization server's settings and caches.
     pub oauth: Arc<crate::oauth::OAuth>,
+}
+
+/// What the application is made of besides its configuration.
+pub struct Parts {
+    pub store: Store,
+    pub secrets: Secrets,
+    /// The connector sessions of this replica.
+    pub hub: Hub,
+    /// The supervised host, or why this server has none (box calls answer 503 with it).
+    pub host: Result<HostStart, String>,
+    /// How clients reach this server.
+    pub url: String,
+    /// This replica (`srv_...`).
+    pub server_id: String,
+}
+
+impl AppState {
+    /// The state every worker shares, from the configuration and the parts the
+    /// caller opened (database, vault, host).
+    pub fn assemble(config: &Config, parts: Parts) -> anyhow::Result<Self> {
+        let Parts {
+            store,
+            secrets,
+            hub,
+            host,
+            url,
+            server_id,
+        } = parts;
+        let environments = Environments::new(store.clone(), secrets.vault(), hub, &url);
+        let boxes = Arc::new(Boxes::new(
+            store.clone(),
+            config.boxes.settings(&config.data_dir)?,
+            host,
+            secrets.clone(),
+            environments.clone(),
+        ));
+        let info = ServerInfo {
+            public_url: url.clone(),
+            server_id,
+            connector_image: config.connector_image.clone(),
+            aws_box_role_template_url: config.aws_box_role_template_url.clone(),
+        };
+        let (hosts, origins) = mcp_hosts(&url);
+        Ok(Self {
+            metrics: Arc::new(Metrics::new()?),
+            mcp: crate::mcp::service(
+                boxes.clone(),
+                store.clone(),
+                environments.clone(),
+                info.clone(),
+                hosts,
+                origins,
+            ),
+            oauth: Arc::new(crate::oauth::OAuth::new(
+                &url,
+                config.oauth.loopback_client_metadata,
+            )),
+            store,
+            boxes,
+            secrets,
+            environments,
+            info,
+        })
+    }
+}
+
+/// The Host names and Origins `/mcp` accepts: the public URL's host, and the
+/// loopback names on the same port.
+fn mcp_hosts(url: &str) -> (Vec<String>, Vec<String>) {
+    let parsed = url::Url::parse(url).ok();
+    let scheme = parsed.as_ref().map_or("http", |u| u.scheme()).to_owned();
+    let port = parsed
+        .as_ref()
+        .and_then(url::Url::port_or_known_default)
+        .unwrap_or(80);
+    let mut hosts: Vec<String> = parsed
+        .as_ref()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .into_iter()
+        .collect();
+    for loopback in ["127.0.0.1", "localhost"] {
+        if !hosts.iter().any(|h| h == loopback) {
+            hosts.push(loopback.to_owned());
+        }
+    }
+    let origins = hosts
+        .iter()
+        .map(|h| format!("{scheme}://{h}:{port}"))
+        .collect();
+    (hosts, origins)
 }
 
 /// The whole application, as the server runs it and as the HTTP tests call it.

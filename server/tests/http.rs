@@ -4,17 +4,12 @@
 
 use actix_web::http::{StatusCode, header};
 use actix_web::test::{self, TestRequest};
-use psbx_actors::boxes::Boxes;
-use psbx_actors::environments::Environments;
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::{Bootstrap, PoolOptions, Store};
 use psbx_server::app::{self, AppState};
-use psbx_server::metrics::Metrics;
-use psbx_server::server_info::ServerInfo;
 use psbx_tests::TestDatabase;
 use serde_json::{Value, json};
-use std::sync::Arc;
 
 struct Fixture {
     _db: TestDatabase,
@@ -40,49 +35,21 @@ fn fixture() -> Fixture {
     }
 }
 
-/// The app's state on the fixture's database, without a libvirt host.
+/// The app's state on the fixture's database, without a libvirt host: the
+/// one `psbx serve` assembles, with a test vault.
 fn state(f: &Fixture) -> AppState {
-    let boxes = Arc::new(Boxes::new(
-        f.store.clone(),
-        psbx_server::config::Config::default()
-            .boxes
-            .settings(std::path::Path::new("/nonexistent"))
-            .unwrap(),
-        Err("no libvirt host in the HTTP tests".to_owned()),
-        None,
-    ));
-    let environments = Environments::new(
-        f.store.clone(),
-        Arc::new(Vault::from_key(&[9u8; 32])),
-        Default::default(),
-        "http://localhost:8080",
-    );
-    let info = ServerInfo {
-        public_url: "http://localhost:8080".into(),
-        server_id: "srv_test".into(),
-        connector_image: "psbx-connector:test".into(),
-        aws_box_role_template_url: None,
-    };
-    AppState {
-        store: f.store.clone(),
-        metrics: Arc::new(Metrics::new().unwrap()),
-        mcp: psbx_server::mcp::service(
-            boxes.clone(),
-            f.store.clone(),
-            environments.clone(),
-            info.clone(),
-            vec!["localhost".into()],
-            vec!["http://localhost:8080".into()],
-        ),
-        boxes,
-        environments,
-        secrets: Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap(),
-        info,
-        oauth: Arc::new(psbx_server::oauth::OAuth::new(
-            "http://localhost:8080",
-            false,
-        )),
-    }
+    AppState::assemble(
+        &psbx_server::config::Config::default(),
+        app::Parts {
+            store: f.store.clone(),
+            secrets: Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap(),
+            hub: Default::default(),
+            host: Err("no libvirt host in the HTTP tests".to_owned()),
+            url: "http://localhost:8080".to_owned(),
+            server_id: "srv_test".to_owned(),
+        },
+    )
+    .unwrap()
 }
 
 macro_rules! service {

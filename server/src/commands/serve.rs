@@ -6,15 +6,11 @@ use crate::app::{self, AppState};
 use crate::banner;
 use crate::config::{Accel, Config};
 use crate::database::{Database, Opener};
-use crate::metrics::Metrics;
-use crate::server_info::ServerInfo;
 use crate::tls;
 use actix_web::HttpServer;
 use anyhow::Context;
-use psbx_actors::boxes::Boxes;
 use psbx_actors::connectors::egress::Egress;
 use psbx_actors::connectors::{Hub, Router};
-use psbx_actors::environments::Environments;
 use psbx_actors::host::start_host;
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
@@ -24,7 +20,6 @@ use std::fs;
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How often a replica refreshes its row in `servers`.
@@ -52,12 +47,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".to_owned());
     let server = store.register_server(&hostname, env!("CARGO_PKG_VERSION"))?;
-    let metrics = Arc::new(Metrics::new()?);
     let box_settings = config.boxes.settings(&config.data_dir)?;
     let vault = Vault::open_or_create(&config.master_key_path())?;
     let secrets = Secrets::new(store.clone(), vault)?;
 
-    let result = actix_web::rt::System::new().block_on(async {
+    let result: anyhow::Result<()> = actix_web::rt::System::new().block_on(async {
         let hub = Hub::default();
         let host = if config.boxes.enabled {
             start_host(
@@ -81,38 +75,18 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         } else {
             Err("boxes are disabled in this server's configuration (boxes.enabled)".to_owned())
         };
-        let environments = Environments::new(store.clone(), secrets.vault(), hub.clone(), &url);
-        let boxes = Arc::new(
-            Boxes::new(store.clone(), box_settings, host, Some(secrets.clone()))
-                .with_environments(environments.clone()),
-        );
-        let (hosts, origins) = mcp_hosts(&url);
-        let info = ServerInfo {
-            public_url: url.clone(),
-            server_id: server.id.to_string(),
-            connector_image: config.connector_image.clone(),
-            aws_box_role_template_url: config.aws_box_role_template_url.clone(),
-        };
-        let state = AppState {
-            store: store.clone(),
-            metrics,
-            boxes: boxes.clone(),
-            environments: environments.clone(),
-            secrets,
-            mcp: crate::mcp::service(
-                boxes.clone(),
-                store.clone(),
-                environments.clone(),
-                info.clone(),
-                hosts,
-                origins,
-            ),
-            info,
-            oauth: Arc::new(crate::oauth::OAuth::new(
-                &url,
-                config.oauth.loopback_client_metadata,
-            )),
-        };
+        let state = AppState::assemble(
+            &config,
+            app::Parts {
+                store: store.clone(),
+                secrets,
+                hub: hub.clone(),
+                host,
+                url: url.clone(),
+                server_id: server.id.to_string(),
+            },
+        )?;
+        let boxes = state.boxes.clone();
         // Our own signal handling, installed before we say we listen: a stop
         // signal arriving at any moment after that is a clean shutdown.
         let mut http = HttpServer::new(move || app::build(state.clone()))
@@ -142,40 +116,14 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         if let Err(e) = hub.egress().flush(&store).await {
             tracing::warn!(error = %e, "could not store the boxes' egress");
         }
-        done
+        done.context("the HTTP server failed")
     });
     tracing::info!("stopping");
     if let Err(e) = store.stop_server(&server.id) {
         tracing::warn!(error = %e, "could not mark this replica stopped");
     }
     drop(database);
-    result.context("the HTTP server failed")
-}
-
-/// The Host names and Origins `/mcp` accepts: the public URL's host, and the
-/// loopback names on the same port.
-fn mcp_hosts(url: &str) -> (Vec<String>, Vec<String>) {
-    let parsed = url::Url::parse(url).ok();
-    let scheme = parsed.as_ref().map_or("http", |u| u.scheme()).to_owned();
-    let port = parsed
-        .as_ref()
-        .and_then(url::Url::port_or_known_default)
-        .unwrap_or(80);
-    let mut hosts: Vec<String> = parsed
-        .as_ref()
-        .and_then(|u| u.host_str().map(str::to_owned))
-        .into_iter()
-        .collect();
-    for loopback in ["127.0.0.1", "localhost"] {
-        if !hosts.iter().any(|h| h == loopback) {
-            hosts.push(loopback.to_owned());
-        }
-    }
-    let origins = hosts
-        .iter()
-        .map(|h| format!("{scheme}://{h}:{port}"))
-        .collect();
-    (hosts, origins)
+    result
 }
 
 /// Stops the HTTP server gracefully on SIGTERM or SIGINT; the handlers are in
