@@ -1,5 +1,6 @@
 //! Typed identifiers with their prefixed string forms (`acct_…`, `key_…`, `srv_…`),
-//! and the random secrets psbx hands out (API keys).
+//! stored as text columns and read back typed (diesel `ToSql`/`FromSql`), and the
+//! random secrets psbx hands out (API keys).
 
 use std::fmt;
 
@@ -37,8 +38,12 @@ pub struct BadId {
 macro_rules! prefixed_id {
     ($(#[$doc:meta])* $name:ident, $prefix:literal, $kind:literal) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+        #[derive(
+            Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize,
+            diesel::AsExpression, diesel::FromSqlRow,
+        )]
         #[serde(transparent)]
+        #[diesel(sql_type = diesel::sql_types::Text)]
         pub struct $name(String);
 
         impl $name {
@@ -64,13 +69,6 @@ macro_rules! prefixed_id {
                 }
             }
 
-            /// Wraps a value read back from the database, which only ever holds ids
-            /// this type generated.
-            #[allow(dead_code)] // not every kind is read back typed
-            pub(crate) fn from_db(s: String) -> Self {
-                Self(s)
-            }
-
             pub fn as_str(&self) -> &str {
                 &self.0
             }
@@ -79,6 +77,30 @@ macro_rules! prefixed_id {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)
+            }
+        }
+
+        // Stored as text; the database only ever holds ids this type generated.
+        impl diesel::serialize::ToSql<diesel::sql_types::Text, diesel::pg::Pg> for $name {
+            fn to_sql<'b>(
+                &'b self,
+                out: &mut diesel::serialize::Output<'b, '_, diesel::pg::Pg>,
+            ) -> diesel::serialize::Result {
+                <str as diesel::serialize::ToSql<diesel::sql_types::Text, diesel::pg::Pg>>::to_sql(
+                    &self.0, out,
+                )
+            }
+        }
+
+        impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for $name {
+            fn from_sql(
+                bytes: diesel::pg::PgValue<'_>,
+            ) -> diesel::deserialize::Result<Self> {
+                <String as diesel::deserialize::FromSql<
+                    diesel::sql_types::Text,
+                    diesel::pg::Pg,
+                >>::from_sql(bytes)
+                .map(Self)
             }
         }
 

@@ -89,7 +89,7 @@ fn main() -> anyhow::Result<()> {
                 hub: hub.clone(),
                 host: Err("boxes are disabled in the tunnel benchmark".to_owned()),
                 url: url.clone(),
-                server_id: "srv_bench".to_owned(),
+                server_id: psbx_actors::ids::ServerId::parse("srv_bench")?,
             },
         )?;
         let http = actix_web::HttpServer::new(move || app::build(state.clone()))
@@ -119,9 +119,10 @@ fn main() -> anyhow::Result<()> {
             };
             let words: Vec<&str> = line.split_whitespace().collect();
             let answer = match words.as_slice() {
-                ["hub", id, name, target] => {
-                    hub_entry(hub.clone(), (*id).into(), (*name).into(), (*target).into()).await
-                }
+                ["hub", id, name, target] => match psbx_actors::ids::ConnectionId::parse(id) {
+                    Ok(id) => hub_entry(hub.clone(), id, (*name).into(), (*target).into()).await,
+                    Err(e) => Err(e.into()),
+                },
                 ["box", account, env, target] => {
                     box_entry(router.clone(), account, env, (*target).into()).await
                 }
@@ -147,7 +148,12 @@ async fn listen() -> anyhow::Result<(TcpListener, u16)> {
 }
 
 /// Accepted connections → `Hub::open` → spliced.
-async fn hub_entry(hub: Hub, id: String, name: String, target: String) -> anyhow::Result<u16> {
+async fn hub_entry(
+    hub: Hub,
+    id: psbx_actors::ids::ConnectionId,
+    name: String,
+    target: String,
+) -> anyhow::Result<u16> {
     let (listener, port) = listen().await?;
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {

@@ -52,7 +52,7 @@ pub struct Parts {
     /// How clients reach this server.
     pub url: String,
     /// This replica (`srv_...`).
-    pub server_id: String,
+    pub server_id: psbx_actors::ids::ServerId,
 }
 
 impl AppState {

@@ -8,7 +8,7 @@ pub struct ServerInfo {
     /// How clients reach this server, without a trailing slash.
     pub public_url: String,
     /// This replica (`srv_...`).
-    pub server_id: String,
+    pub server_id: psbx_actors::ids::ServerId,
     /// The connector's container image, as `runCommand` names it.
     pub connector_image: String,
     /// Where the CloudFormation template of the boxes' AWS role is published
@@ -63,7 +63,7 @@ mod tests {
     fn info(template: Option<&str>) -> ServerInfo {
         ServerInfo {
             public_url: "https://psbx.example.com".into(),
-            server_id: "srv_test".into(),
+            server_id: psbx_actors::ids::ServerId::parse("srv_test").unwrap(),
             connector_image: "registry.example.com/psbx/connector:1".into(),
             aws_box_role_template_url: template.map(str::to_owned),
         }

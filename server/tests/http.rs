@@ -46,7 +46,7 @@ fn state(f: &Fixture) -> AppState {
             hub: Default::default(),
             host: Err("no libvirt host in the HTTP tests".to_owned()),
             url: "http://localhost:8080".to_owned(),
-            server_id: "srv_test".to_owned(),
+            server_id: psbx_actors::ids::ServerId::parse("srv_test").unwrap(),
         },
     )
     .unwrap()

@@ -18,10 +18,12 @@
 
 pub mod egress;
 pub mod route;
+pub mod session;
 
 pub use route::Router;
 
 use crate::environments::address::Endpoint;
+use crate::ids::{ConnectionId, EnvironmentId};
 use chrono::{DateTime, Utc};
 use psbx_wire::mux::{OpenError, Session, Stream};
 use std::collections::HashMap;
@@ -84,11 +86,11 @@ struct OpenStream {
 struct State {
     next: u64,
     /// Connection id → the sessions of its connectors here.
-    sessions: HashMap<String, Vec<Entry>>,
+    sessions: HashMap<ConnectionId, Vec<Entry>>,
     /// Connection id → when a connector of it was last connected here.
-    last_seen: HashMap<String, DateTime<Utc>>,
+    last_seen: HashMap<ConnectionId, DateTime<Utc>>,
     /// (environment id, address) → box streams open through it.
-    streams: HashMap<(String, Endpoint), Vec<OpenStream>>,
+    streams: HashMap<(EnvironmentId, Endpoint), Vec<OpenStream>>,
 }
 
 /// Cheap to clone; one per replica.
@@ -101,7 +103,7 @@ pub struct Hub {
 /// Keeps a session registered; dropping it takes the session out.
 pub struct Registration {
     hub: Hub,
-    connection: String,
+    connection: ConnectionId,
     id: u64,
 }
 
@@ -130,30 +132,35 @@ impl Hub {
     }
 
     /// Adds a connector's session to its connection.
-    pub fn register(&self, connection: &str, session: Session, version: &str) -> Registration {
+    pub fn register(
+        &self,
+        connection: &ConnectionId,
+        session: Session,
+        version: &str,
+    ) -> Registration {
         let mut state = self.lock();
         state.next += 1;
         let id = state.next;
         state
             .sessions
-            .entry(connection.to_owned())
+            .entry(connection.clone())
             .or_default()
             .push(Entry {
                 id,
                 session,
                 version: version.to_owned(),
             });
-        state.last_seen.insert(connection.to_owned(), Utc::now());
+        state.last_seen.insert(connection.clone(), Utc::now());
         Registration {
             hub: self.clone(),
-            connection: connection.to_owned(),
+            connection: connection.clone(),
             id,
         }
     }
 
     /// Closes every session of a connection (its token was rotated, or it
     /// was deleted): the connectors are disconnected at once.
-    pub fn kick(&self, connection: &str) {
+    pub fn kick(&self, connection: &ConnectionId) {
         let sessions: Vec<Session> = self
             .lock()
             .sessions
@@ -184,7 +191,7 @@ impl Hub {
     }
 
     /// How a connection's connectors are, here.
-    pub fn status(&self, connection: &str) -> ConnectionStatus {
+    pub fn status(&self, connection: &ConnectionId) -> ConnectionStatus {
         let state = self.lock();
         let live: Vec<&Entry> = state
             .sessions
@@ -213,7 +220,7 @@ impl Hub {
     /// the least busy one that is not draining, else a draining one.
     pub async fn open(
         &self,
-        connection: &str,
+        connection: &ConnectionId,
         name: &str,
         target: &str,
     ) -> Result<Stream, Refusal> {
@@ -264,7 +271,7 @@ impl Hub {
     /// receiver fires when the address stops being listed.
     pub fn track(
         &self,
-        env: &str,
+        env: &EnvironmentId,
         address: &Endpoint,
     ) -> (u64, tokio::sync::oneshot::Receiver<&'static str>) {
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -273,15 +280,15 @@ impl Hub {
         let id = state.next;
         state
             .streams
-            .entry((env.to_owned(), address.clone()))
+            .entry((env.clone(), address.clone()))
             .or_default()
             .push(OpenStream { id, reset: tx });
         (id, rx)
     }
 
-    pub fn untrack(&self, env: &str, address: &Endpoint, id: u64) {
+    pub fn untrack(&self, env: &EnvironmentId, address: &Endpoint, id: u64) {
         let mut state = self.lock();
-        let key = (env.to_owned(), address.clone());
+        let key = (env.clone(), address.clone());
         if let Some(list) = state.streams.get_mut(&key) {
             list.retain(|s| s.id != id);
             if list.is_empty() {
@@ -292,16 +299,16 @@ impl Hub {
 
     /// Closes the open box streams of environment `env` whose address is not
     /// in `listed` any more.
-    pub fn unlisted(&self, env: &str, listed: &[Endpoint]) {
+    pub fn unlisted(&self, env: &EnvironmentId, listed: &[Endpoint]) {
         let mut state = self.lock();
-        let gone: Vec<(String, Endpoint)> = state
+        let gone: Vec<(EnvironmentId, Endpoint)> = state
             .streams
             .keys()
             .filter(|(e, a)| e == env && !listed.contains(a))
             .cloned()
             .collect();
         tracing::debug!(
-            env,
+            %env,
             open = state.streams.len(),
             closing = gone.len(),
             "addresses changed"

@@ -7,7 +7,7 @@ use super::{Hub, Refusal};
 use crate::environments::Connection;
 use crate::environments::address::{Endpoint, RawEndpoint, check};
 use crate::error::blocking;
-use crate::ids::{AccountId, BoxId};
+use crate::ids::{AccountId, BoxId, EnvironmentId};
 use crate::store::Store;
 use psbx_wire::mux::Incoming;
 use std::sync::Arc;
@@ -99,7 +99,7 @@ impl Router {
         &self,
         route: &BoxRoute,
         address: &Endpoint,
-    ) -> Result<(String, Connection), Refusal> {
+    ) -> Result<(EnvironmentId, Connection), Refusal> {
         let Some(name) = route.environment.clone() else {
             return Err(Refusal {
                 code: 403,
@@ -129,7 +129,7 @@ impl Router {
         connections
             .into_iter()
             .map(Connection::from)
-            .find(|c| c.endpoints.contains(address))
+            .find(|c| c.record.endpoints.contains(address))
             .map(|c| (env.id.clone(), c))
             .ok_or_else(|| Refusal {
                 code: 403,

@@ -57,21 +57,17 @@ pub struct Environment {
     pub services: Vec<ServiceRecord>,
 }
 
-/// A connection with its checked address list and how its connectors are.
+/// A connection and how its connectors are.
 #[derive(Debug, Clone)]
 pub struct Connection {
     pub record: ConnectionRecord,
-    pub endpoints: Vec<Endpoint>,
     pub status: ConnectionStatus,
 }
 
 impl From<ConnectionRecord> for Connection {
     fn from(record: ConnectionRecord) -> Self {
-        // Only lists that passed `address::check_list` are ever stored.
-        let endpoints = serde_json::from_value(record.endpoints.clone()).unwrap_or_default();
         Self {
             record,
-            endpoints,
             status: ConnectionStatus::default(),
         }
     }
@@ -132,13 +128,10 @@ impl Environments {
     }
 
     /// Closes the box streams of `env` whose address no connection lists now.
-    async fn streams_follow_addresses(&self, env_id: &str) -> Result<(), EnvError> {
-        let (store, id) = (self.store.clone(), env_id.to_owned());
+    async fn streams_follow_addresses(&self, env_id: &EnvironmentId) -> Result<(), EnvError> {
+        let (store, id) = (self.store.clone(), env_id.clone());
         let connections = blocking(move || store.connections(&id)).await?;
-        let listed: Vec<Endpoint> = connections
-            .into_iter()
-            .flat_map(|c| Connection::from(c).endpoints)
-            .collect();
+        let listed: Vec<Endpoint> = connections.into_iter().flat_map(|c| c.endpoints).collect();
         self.hub.unlisted(env_id, &listed);
         Ok(())
     }
@@ -277,10 +270,10 @@ impl Environments {
         endpoints: &[RawEndpoint],
     ) -> Result<Connection, EnvError> {
         let checked = address::check_list(endpoints).map_err(EnvError::Invalid)?;
-        let json = serde_json::to_value(&checked).map_err(|e| EnvError::Internal(e.to_string()))?;
         let record = self.record(account, env).await?;
-        let (store, i, env_id) = (self.store.clone(), id.to_owned(), record.id.clone());
-        let updated = blocking(move || store.set_connection_endpoints(&env_id, &i, &json))
+        let i = connection_id(env, id)?;
+        let (store, env_id) = (self.store.clone(), record.id.clone());
+        let updated = blocking(move || store.set_connection_endpoints(&env_id, &i, &checked))
             .await?
             .ok_or_else(|| connection_not_found(env, id))?;
         self.streams_follow_addresses(&record.id).await?;
@@ -297,11 +290,12 @@ impl Environments {
         let record = self.record(account, env).await?;
         let token = ConnectorToken::generate(&self.issuer)
             .map_err(|e| EnvError::Internal(e.to_string()))?;
-        let (store, i, t) = (self.store.clone(), id.to_owned(), token.clone());
+        let i = connection_id(env, id)?;
+        let (store, t) = (self.store.clone(), token.clone());
         let updated = blocking(move || store.rotate_connection_token(&record.id, &i, t.expose()))
             .await?
             .ok_or_else(|| connection_not_found(env, id))?;
-        self.hub.kick(id);
+        self.hub.kick(&updated.id);
         Ok((self.connection(updated), token))
     }
 
@@ -312,11 +306,12 @@ impl Environments {
         id: &str,
     ) -> Result<(), EnvError> {
         let record = self.record(account, env).await?;
-        let (store, i, env_id) = (self.store.clone(), id.to_owned(), record.id.clone());
-        if !blocking(move || store.delete_connection(&env_id, &i)).await? {
+        let i = connection_id(env, id)?;
+        let (store, env_id, gone) = (self.store.clone(), record.id.clone(), i.clone());
+        if !blocking(move || store.delete_connection(&env_id, &gone)).await? {
             return Err(connection_not_found(env, id));
         }
-        self.hub.kick(id);
+        self.hub.kick(&i);
         self.streams_follow_addresses(&record.id).await
     }
 
@@ -400,9 +395,9 @@ impl Environments {
     /// suggestions; never for an answer).
     async fn settings_of(
         &self,
-        env_id: &str,
+        env_id: &EnvironmentId,
     ) -> Result<Vec<(String, Vec<(String, String)>)>, EnvError> {
-        let (store, id) = (self.store.clone(), env_id.to_owned());
+        let (store, id) = (self.store.clone(), env_id.clone());
         let sealed = blocking(move || store.sealed_services(&id)).await?;
         sealed
             .into_iter()
@@ -434,7 +429,8 @@ impl Environments {
                     .connections
                     .iter()
                     .find(|c| {
-                        c.endpoints
+                        c.record
+                            .endpoints
                             .iter()
                             .any(|e| e.host == s.host && e.port == s.port)
                     })
@@ -465,7 +461,7 @@ impl Environments {
         let mut connections = Vec::new();
         for c in &detail.connections {
             let mut addresses = Vec::new();
-            for e in &c.endpoints {
+            for e in &c.record.endpoints {
                 if !seen.contains(&e) {
                     seen.push(e);
                     addresses.push(e.clone());
@@ -504,7 +500,7 @@ const MAX_DOTENV: usize = 512 * 1024;
 const MAX_KEYS: usize = 2000;
 
 /// The associated data binding a service's sealed settings to its row.
-fn service_owner(env_id: &str, service: &str) -> String {
+fn service_owner(env_id: &EnvironmentId, service: &str) -> String {
     format!("{env_id}\0service\0{service}")
 }
 
@@ -556,6 +552,11 @@ fn not_found(name: &str) -> EnvError {
     EnvError::NotFound(format!(
         "there is no environment {name:?} in this account: GET /v1/environments lists them"
     ))
+}
+
+/// A connection id from a path; one that cannot be an id names no connection.
+fn connection_id(env: &str, id: &str) -> Result<ConnectionId, EnvError> {
+    ConnectionId::parse(id).map_err(|_| connection_not_found(env, id))
 }
 
 fn connection_not_found(env: &str, id: &str) -> EnvError {

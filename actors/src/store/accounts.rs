@@ -2,7 +2,6 @@
 //! one API key.
 
 use super::api_keys::{self, NewApiKey};
-use super::models::AccountRow;
 use super::schema::accounts;
 use super::{Store, StoreError};
 use crate::ids::AccountId;
@@ -10,21 +9,12 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 /// An account: the owner of keys, boxes, environments and secrets.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Insertable)]
+#[diesel(table_name = accounts, check_for_backend(diesel::pg::Pg))]
 pub struct Account {
     pub id: AccountId,
     pub name: String,
     pub created_at: DateTime<Utc>,
-}
-
-impl From<AccountRow> for Account {
-    fn from(row: AccountRow) -> Self {
-        Self {
-            id: AccountId::from_db(row.id),
-            name: row.name,
-            created_at: row.created_at,
-        }
-    }
 }
 
 /// What the first start of an empty database created.
@@ -50,16 +40,15 @@ impl Store {
             if existing > 0 {
                 return Ok(None);
             }
-            let row = AccountRow {
-                id: AccountId::generate()?.as_str().to_owned(),
+            let row = Account {
+                id: AccountId::generate()?,
                 name: "default".to_owned(),
                 created_at: Utc::now(),
             };
             let account: Account = diesel::insert_into(accounts::table)
                 .values(&row)
-                .returning(AccountRow::as_returning())
-                .get_result(conn)?
-                .into();
+                .returning(Account::as_returning())
+                .get_result(conn)?;
             let key = api_keys::insert(conn, &account.id, "first key")?;
             Ok(Some(Bootstrap { account, key }))
         })
@@ -69,18 +58,16 @@ impl Store {
     pub fn default_account(&self) -> Result<Option<Account>, StoreError> {
         Ok(accounts::table
             .order((accounts::created_at, accounts::id))
-            .select(AccountRow::as_select())
+            .select(Account::as_select())
             .first(&mut self.conn()?)
-            .optional()?
-            .map(Account::from))
+            .optional()?)
     }
 
     pub fn account(&self, id: &AccountId) -> Result<Option<Account>, StoreError> {
         Ok(accounts::table
             .find(id.as_str())
-            .select(AccountRow::as_select())
+            .select(Account::as_select())
             .first(&mut self.conn()?)
-            .optional()?
-            .map(Account::from))
+            .optional()?)
     }
 }

@@ -1,7 +1,6 @@
 //! API keys: created with a random secret shown once, stored as its SHA-256 only,
 //! listed without secrets, revoked at once.
 
-use super::models::{ApiKeyRow, NewApiKeyRow};
 use super::schema::api_keys;
 use super::{Store, StoreError};
 use crate::ids::{AccountId, ApiKeyId, ApiKeySecret};
@@ -14,7 +13,8 @@ use sha2::{Digest, Sha256};
 pub const MAX_NAME_LEN: usize = 100;
 
 /// An API key as listed: never its secret.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable)]
+#[diesel(table_name = api_keys, check_for_backend(diesel::pg::Pg))]
 pub struct ApiKey {
     pub id: ApiKeyId,
     pub account_id: AccountId,
@@ -23,16 +23,13 @@ pub struct ApiKey {
     pub last_used_at: Option<DateTime<Utc>>,
 }
 
-impl From<ApiKeyRow> for ApiKey {
-    fn from(row: ApiKeyRow) -> Self {
-        Self {
-            id: ApiKeyId::from_db(row.id),
-            account_id: AccountId::from_db(row.account_id),
-            name: row.name,
-            created_at: row.created_at,
-            last_used_at: row.last_used_at,
-        }
-    }
+#[derive(Debug, Insertable)]
+#[diesel(table_name = api_keys)]
+struct NewApiKeyRow<'a> {
+    id: &'a ApiKeyId,
+    account_id: &'a AccountId,
+    name: &'a str,
+    key_sha256: &'a [u8],
 }
 
 /// A key just created, with the secret its holder must keep.
@@ -96,17 +93,14 @@ pub(super) fn insert(
     let hash = digest(secret.expose());
     let row = diesel::insert_into(api_keys::table)
         .values(NewApiKeyRow {
-            id: id.as_str(),
-            account_id: account.as_str(),
+            id: &id,
+            account_id: account,
             name,
             key_sha256: &hash,
         })
-        .returning(ApiKeyRow::as_returning())
+        .returning(ApiKey::as_returning())
         .get_result(conn)?;
-    Ok(NewApiKey {
-        key: row.into(),
-        secret,
-    })
+    Ok(NewApiKey { key: row, secret })
 }
 
 /// How stale `last_used_at` may get before a request refreshes it: one write a
@@ -140,11 +134,8 @@ impl Store {
         let mut keys: Vec<ApiKey> = query
             .order((api_keys::created_at, api_keys::id))
             .limit(i64::from(limit) + 1)
-            .select(ApiKeyRow::as_select())
-            .load(&mut self.conn()?)?
-            .into_iter()
-            .map(ApiKey::from)
-            .collect();
+            .select(ApiKey::as_select())
+            .load(&mut self.conn()?)?;
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         let next = if keys.len() > limit {
             keys.truncate(limit);
@@ -179,7 +170,7 @@ impl Store {
         }
         let hash = digest(presented);
         let mut conn = self.conn()?;
-        let found: Option<(String, String, Option<DateTime<Utc>>)> = api_keys::table
+        let found: Option<(ApiKeyId, AccountId, Option<DateTime<Utc>>)> = api_keys::table
             .filter(api_keys::key_sha256.eq(&hash[..]))
             .filter(api_keys::revoked_at.is_null())
             .select((api_keys::id, api_keys::account_id, api_keys::last_used_at))
@@ -197,8 +188,8 @@ impl Store {
                 .execute(&mut conn)?;
         }
         Ok(Some(Principal {
-            account_id: AccountId::from_db(account_id),
-            credential: Credential::ApiKey(ApiKeyId::from_db(id)),
+            account_id,
+            credential: Credential::ApiKey(id),
         }))
     }
 }

@@ -39,8 +39,8 @@ pub struct BoxRecord {
 #[derive(Debug, Queryable, Selectable)]
 #[diesel(table_name = boxes, check_for_backend(diesel::pg::Pg))]
 struct BoxRow {
-    id: String,
-    account_id: Option<String>,
+    id: BoxId,
+    account_id: Option<AccountId>,
     host_uri: String,
     state: String,
     failure: Option<String>,
@@ -70,8 +70,8 @@ impl TryFrom<BoxRow> for BoxRecord {
             why: e.to_string(),
         })?;
         Ok(Self {
-            id: BoxId::from_db(r.id),
-            account_id: r.account_id.map(AccountId::from_db),
+            id: r.id,
+            account_id: r.account_id,
             host_uri: r.host_uri,
             // The CHECK constraint admits only the names BoxState parses.
             state: BoxState::parse(&r.state).unwrap_or(BoxState::Failed),

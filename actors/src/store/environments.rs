@@ -1,11 +1,12 @@
 //! Environments, their connections (connector token as a SHA-256 only, the
-//! address list as JSON) and their services' settings (sealed values, variable
-//! names in clear). Every call takes the account: another account's
-//! environment is simply not found.
+//! address list as JSON, read back checked) and their services' settings
+//! (sealed values, variable names in clear). Every call takes the account:
+//! another account's environment is simply not found.
 
 use super::schema::{connections, environment_services, environments};
 use super::{Store, StoreError};
-use crate::ids::{AccountId, ConnectionId, EnvironmentId};
+use crate::environments::address::Endpoint;
+use crate::ids::{AccountId, ConnectionId, EnvironmentId, ServerId};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use sha2::{Digest, Sha256};
@@ -14,8 +15,8 @@ use sha2::{Digest, Sha256};
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
 #[diesel(table_name = environments, check_for_backend(diesel::pg::Pg))]
 pub struct EnvironmentRecord {
-    pub id: String,
-    pub account_id: String,
+    pub id: EnvironmentId,
+    pub account_id: AccountId,
     pub name: String,
     pub external_base_url: Option<String>,
     pub aws_role_arn: Option<String>,
@@ -25,16 +26,47 @@ pub struct EnvironmentRecord {
 }
 
 /// A connection as stored (never its token).
-#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
-#[diesel(table_name = connections, check_for_backend(diesel::pg::Pg))]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConnectionRecord {
-    pub id: String,
-    pub environment_id: String,
+    pub id: ConnectionId,
+    pub environment_id: EnvironmentId,
     pub name: String,
-    /// `[{"host": ..., "port": ...}]`
-    pub endpoints: serde_json::Value,
+    /// The addresses it serves, as checked when they were set.
+    pub endpoints: Vec<Endpoint>,
     pub created_at: DateTime<Utc>,
     pub token_rotated_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Queryable, Selectable)]
+#[diesel(table_name = connections, check_for_backend(diesel::pg::Pg))]
+struct ConnectionRow {
+    id: ConnectionId,
+    environment_id: EnvironmentId,
+    name: String,
+    /// `[{"host": ..., "port": ...}]`
+    endpoints: serde_json::Value,
+    created_at: DateTime<Utc>,
+    token_rotated_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<ConnectionRow> for ConnectionRecord {
+    type Error = StoreError;
+
+    fn try_from(r: ConnectionRow) -> Result<Self, StoreError> {
+        let endpoints =
+            serde_json::from_value(r.endpoints).map_err(|e| StoreError::Unreadable {
+                what: format!("the address list of connection {}", r.id),
+                why: e.to_string(),
+            })?;
+        Ok(Self {
+            id: r.id,
+            environment_id: r.environment_id,
+            name: r.name,
+            endpoints,
+            created_at: r.created_at,
+            token_rotated_at: r.token_rotated_at,
+        })
+    }
 }
 
 /// A service's settings as listed: names only.
@@ -170,33 +202,36 @@ impl Store {
     }
 
     /// The connections of an environment, by name.
-    pub fn connections(&self, env: &str) -> Result<Vec<ConnectionRecord>, StoreError> {
-        Ok(connections::table
+    pub fn connections(&self, env: &EnvironmentId) -> Result<Vec<ConnectionRecord>, StoreError> {
+        connections::table
             .filter(connections::environment_id.eq(env))
             .order(connections::name)
-            .select(ConnectionRecord::as_select())
-            .load(&mut self.conn()?)?)
+            .select(ConnectionRow::as_select())
+            .load(&mut self.conn()?)?
+            .into_iter()
+            .map(ConnectionRecord::try_from)
+            .collect()
     }
 
     /// Adds a connection; `None` when the environment has one by that name.
     pub fn insert_connection(
         &self,
-        env: &str,
+        env: &EnvironmentId,
         id: &ConnectionId,
         name: &str,
         token: &str,
     ) -> Result<Option<ConnectionRecord>, StoreError> {
         let inserted = diesel::insert_into(connections::table)
             .values((
-                connections::id.eq(id.as_str()),
+                connections::id.eq(id),
                 connections::environment_id.eq(env),
                 connections::name.eq(name),
                 connections::token_sha256.eq(token_digest(token)),
             ))
-            .returning(ConnectionRecord::as_returning())
+            .returning(ConnectionRow::as_returning())
             .get_result(&mut self.conn()?);
         match inserted {
-            Ok(record) => Ok(Some(record)),
+            Ok(row) => Ok(Some(row.try_into()?)),
             Err(e) if unique_violation(&e) => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -204,29 +239,35 @@ impl Store {
 
     pub fn set_connection_endpoints(
         &self,
-        env: &str,
-        id: &str,
-        endpoints: &serde_json::Value,
+        env: &EnvironmentId,
+        id: &ConnectionId,
+        endpoints: &[Endpoint],
     ) -> Result<Option<ConnectionRecord>, StoreError> {
-        Ok(diesel::update(
+        let endpoints = serde_json::to_value(endpoints).map_err(|e| StoreError::Unreadable {
+            what: format!("the address list for connection {id}"),
+            why: e.to_string(),
+        })?;
+        diesel::update(
             connections::table
                 .filter(connections::environment_id.eq(env))
                 .filter(connections::id.eq(id)),
         )
         .set(connections::endpoints.eq(endpoints))
-        .returning(ConnectionRecord::as_returning())
+        .returning(ConnectionRow::as_returning())
         .get_result(&mut self.conn()?)
-        .optional()?)
+        .optional()?
+        .map(ConnectionRecord::try_from)
+        .transpose()
     }
 
     /// Replaces a connection's token: the old one stops working at once.
     pub fn rotate_connection_token(
         &self,
-        env: &str,
-        id: &str,
+        env: &EnvironmentId,
+        id: &ConnectionId,
         token: &str,
     ) -> Result<Option<ConnectionRecord>, StoreError> {
-        Ok(diesel::update(
+        diesel::update(
             connections::table
                 .filter(connections::environment_id.eq(env))
                 .filter(connections::id.eq(id)),
@@ -235,12 +276,18 @@ impl Store {
             connections::token_sha256.eq(token_digest(token)),
             connections::token_rotated_at.eq(diesel::dsl::now),
         ))
-        .returning(ConnectionRecord::as_returning())
+        .returning(ConnectionRow::as_returning())
         .get_result(&mut self.conn()?)
-        .optional()?)
+        .optional()?
+        .map(ConnectionRecord::try_from)
+        .transpose()
     }
 
-    pub fn delete_connection(&self, env: &str, id: &str) -> Result<bool, StoreError> {
+    pub fn delete_connection(
+        &self,
+        env: &EnvironmentId,
+        id: &ConnectionId,
+    ) -> Result<bool, StoreError> {
         Ok(diesel::delete(
             connections::table
                 .filter(connections::environment_id.eq(env))
@@ -255,21 +302,19 @@ impl Store {
         &self,
         token: &str,
     ) -> Result<Option<(ConnectionRecord, EnvironmentRecord)>, StoreError> {
-        Ok(connections::table
+        let found: Option<(ConnectionRow, EnvironmentRecord)> = connections::table
             .inner_join(environments::table)
             .filter(connections::token_sha256.eq(token_digest(token)))
-            .select((
-                ConnectionRecord::as_select(),
-                EnvironmentRecord::as_select(),
-            ))
+            .select((ConnectionRow::as_select(), EnvironmentRecord::as_select()))
             .first(&mut self.conn()?)
-            .optional()?)
+            .optional()?;
+        found.map(|(c, e)| Ok((c.try_into()?, e))).transpose()
     }
 
     /// Stores (or replaces) a service's settings; true when it is new.
     pub fn put_service(
         &self,
-        env: &str,
+        env: &EnvironmentId,
         name: &str,
         names: &serde_json::Value,
         nonce: &[u8],
@@ -309,7 +354,7 @@ impl Store {
         })
     }
 
-    pub fn services(&self, env: &str) -> Result<Vec<ServiceRecord>, StoreError> {
+    pub fn services(&self, env: &EnvironmentId) -> Result<Vec<ServiceRecord>, StoreError> {
         Ok(environment_services::table
             .filter(environment_services::environment_id.eq(env))
             .order(environment_services::name)
@@ -317,7 +362,7 @@ impl Store {
             .load(&mut self.conn()?)?)
     }
 
-    pub fn sealed_services(&self, env: &str) -> Result<Vec<SealedService>, StoreError> {
+    pub fn sealed_services(&self, env: &EnvironmentId) -> Result<Vec<SealedService>, StoreError> {
         Ok(environment_services::table
             .filter(environment_services::environment_id.eq(env))
             .order(environment_services::name)
@@ -325,7 +370,7 @@ impl Store {
             .load(&mut self.conn()?)?)
     }
 
-    pub fn delete_service(&self, env: &str, name: &str) -> Result<bool, StoreError> {
+    pub fn delete_service(&self, env: &EnvironmentId, name: &str) -> Result<bool, StoreError> {
         Ok(
             diesel::delete(environment_services::table.find((env, name)))
                 .execute(&mut self.conn()?)?
@@ -339,8 +384,8 @@ impl Store {
     pub fn insert_connector_session(
         &self,
         id: &str,
-        connection: &str,
-        server: &str,
+        connection: &ConnectionId,
+        server: &ServerId,
         version: &str,
     ) -> Result<(), StoreError> {
         use super::schema::connector_sessions as cs;

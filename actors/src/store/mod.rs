@@ -10,7 +10,6 @@ mod boxes;
 mod egress;
 mod environments;
 mod hosts;
-mod models;
 mod oauth;
 mod schema;
 mod secrets;

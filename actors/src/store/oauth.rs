@@ -9,7 +9,6 @@
 //! transaction each.
 
 use super::api_keys::{Credential, Principal};
-use super::models::{OAuthClientRow, OAuthCodeRow, OAuthGrantRow, OAuthTokenRow};
 use super::schema::{oauth_clients, oauth_codes, oauth_grants, oauth_tokens};
 use super::sign_in::digest;
 use super::{Store, StoreError};
@@ -18,6 +17,49 @@ use chrono::{DateTime, Duration, Utc};
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
 use std::fmt;
+
+#[derive(Debug, Queryable, Selectable)]
+#[diesel(table_name = oauth_clients, check_for_backend(diesel::pg::Pg))]
+struct OAuthClientRow {
+    id: String,
+    name: Option<String>,
+    redirect_uris: Vec<String>,
+    created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Queryable, Selectable)]
+#[diesel(table_name = oauth_codes, check_for_backend(diesel::pg::Pg))]
+struct OAuthCodeRow {
+    account_id: String,
+    client_id: String,
+    redirect_uri: String,
+    code_challenge: String,
+    resource: String,
+    scope: String,
+    expires_at: DateTime<Utc>,
+    used_at: Option<DateTime<Utc>>,
+    grant_id: Option<String>,
+}
+
+#[derive(Debug, Queryable, Selectable)]
+#[diesel(table_name = oauth_grants, check_for_backend(diesel::pg::Pg))]
+struct OAuthGrantRow {
+    id: String,
+    client_id: String,
+    resource: String,
+    scope: String,
+    revoked_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Queryable, Selectable)]
+#[diesel(table_name = oauth_tokens, check_for_backend(diesel::pg::Pg))]
+struct OAuthTokenRow {
+    grant_id: String,
+    kind: String,
+    expires_at: DateTime<Utc>,
+    used_at: Option<DateTime<Utc>>,
+    revoked_at: Option<DateTime<Utc>>,
+}
 
 /// How long an access token works.
 pub const ACCESS_TOKEN_TTL: Duration = Duration::hours(1);
@@ -348,7 +390,7 @@ impl Store {
         if !presented.starts_with(TOKEN_PREFIX) {
             return Ok(None);
         }
-        let found: Option<(String, String, String)> = oauth_tokens::table
+        let found: Option<(String, AccountId, String)> = oauth_tokens::table
             .inner_join(oauth_grants::table)
             .filter(oauth_tokens::token_sha256.eq(digest(presented).to_vec()))
             .filter(oauth_tokens::kind.eq("access"))
@@ -364,7 +406,7 @@ impl Store {
             .first(&mut self.conn()?)
             .optional()?;
         Ok(found.map(|(grant_id, account_id, client_id)| Principal {
-            account_id: AccountId::from_db(account_id),
+            account_id,
             credential: Credential::OAuth {
                 grant_id,
                 client_id,

@@ -1,7 +1,6 @@
 //! Server replicas: each running `psbx serve` registers a row, heartbeats it,
 //! and marks it stopped on a clean shutdown.
 
-use super::models::ServerRow;
 use super::schema::servers;
 use super::{Store, StoreError};
 use crate::ids::ServerId;
@@ -9,7 +8,8 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 /// A replica as recorded.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = servers, check_for_backend(diesel::pg::Pg))]
 pub struct Server {
     pub id: ServerId,
     pub hostname: String,
@@ -17,19 +17,6 @@ pub struct Server {
     pub started_at: DateTime<Utc>,
     pub heartbeat_at: DateTime<Utc>,
     pub stopped_at: Option<DateTime<Utc>>,
-}
-
-impl From<ServerRow> for Server {
-    fn from(row: ServerRow) -> Self {
-        Self {
-            id: ServerId::from_db(row.id),
-            hostname: row.hostname,
-            version: row.version,
-            started_at: row.started_at,
-            heartbeat_at: row.heartbeat_at,
-            stopped_at: row.stopped_at,
-        }
-    }
 }
 
 impl Store {
@@ -42,9 +29,8 @@ impl Store {
                 servers::hostname.eq(hostname),
                 servers::version.eq(version),
             ))
-            .returning(ServerRow::as_returning())
-            .get_result(&mut self.conn()?)?
-            .into())
+            .returning(Server::as_returning())
+            .get_result(&mut self.conn()?)?)
     }
 
     pub fn heartbeat_server(&self, id: &ServerId) -> Result<(), StoreError> {
@@ -66,10 +52,9 @@ impl Store {
         Ok(servers::table
             .filter(servers::stopped_at.is_null())
             .order(servers::started_at.desc())
-            .select(ServerRow::as_select())
+            .select(Server::as_select())
             .load(&mut self.conn()?)?
             .into_iter()
-            .map(Server::from)
             .collect())
     }
 }

@@ -3,7 +3,6 @@
 //! one-time sign-in link (`psbx login-link`) that opens a browser session.
 //! Links and sessions are random tokens stored as their SHA-256 only.
 
-use super::models::AccountRow;
 use super::schema::{accounts, login_links, web_sessions};
 use super::{Account, Store, StoreError};
 use crate::ids::{AccountId, random_token};
@@ -62,31 +61,30 @@ impl Store {
         if let Ok(id) = AccountId::parse(name_or_id) {
             let found = accounts::table
                 .find(id.as_str())
-                .select(AccountRow::as_select())
+                .select(Account::as_select())
                 .first(&mut conn)
                 .optional()?;
             if let Some(row) = found {
-                return Ok(vec![row.into()]);
+                return Ok(vec![row]);
             }
         }
         Ok(accounts::table
             .filter(accounts::name.eq(name_or_id))
             .order((accounts::created_at, accounts::id))
-            .select(AccountRow::as_select())
+            .select(Account::as_select())
             .load(&mut conn)?
             .into_iter()
-            .map(Account::from)
             .collect())
     }
 
     /// The one account, when there is exactly one.
     pub fn only_account(&self) -> Result<Option<Account>, StoreError> {
-        let rows: Vec<AccountRow> = accounts::table
-            .select(AccountRow::as_select())
+        let rows: Vec<Account> = accounts::table
+            .select(Account::as_select())
             .limit(2)
             .load(&mut self.conn()?)?;
-        Ok(match <[AccountRow; 1]>::try_from(rows) {
-            Ok([row]) => Some(row.into()),
+        Ok(match <[Account; 1]>::try_from(rows) {
+            Ok([row]) => Some(row),
             Err(_) => None,
         })
     }
@@ -118,13 +116,13 @@ impl Store {
         password: &str,
     ) -> Result<Option<Account>, StoreError> {
         let mut conn = self.conn()?;
-        let candidates: Vec<(AccountRow, Option<String>)> = accounts::table
+        let candidates: Vec<(Account, Option<String>)> = accounts::table
             .filter(
                 accounts::name
                     .eq(name_or_id)
                     .or(accounts::id.eq(name_or_id)),
             )
-            .select((AccountRow::as_select(), accounts::password_hash))
+            .select((Account::as_select(), accounts::password_hash))
             .load(&mut conn)?;
         if candidates.iter().all(|(_, hash)| hash.is_none()) {
             // As slow as a real check: the answer's timing does not tell which
@@ -138,7 +136,7 @@ impl Store {
                 hash.as_deref()
                     .is_some_and(|h| password_matches(h, password))
             })
-            .map(|(row, _)| row.into()))
+            .map(|(row, _)| row))
     }
 
     /// A one-time sign-in link's token for the account (shown once, stored hashed).
@@ -160,7 +158,7 @@ impl Store {
     pub fn use_login_link(&self, token: &str) -> Result<Option<(AccountId, String)>, StoreError> {
         let mut conn = self.conn()?;
         conn.transaction(|conn| {
-            let account: Option<String> = diesel::update(
+            let account: Option<AccountId> = diesel::update(
                 login_links::table
                     .filter(login_links::token_sha256.eq(&digest(token)[..]))
                     .filter(login_links::used_at.is_null())
@@ -181,7 +179,7 @@ impl Store {
                     web_sessions::expires_at.eq(Utc::now() + SESSION_TTL),
                 ))
                 .execute(conn)?;
-            Ok(Some((AccountId::from_db(account), session)))
+            Ok(Some((account, session)))
         })
     }
 
@@ -191,10 +189,9 @@ impl Store {
             .inner_join(accounts::table)
             .filter(web_sessions::token_sha256.eq(&digest(token)[..]))
             .filter(web_sessions::expires_at.gt(diesel::dsl::now))
-            .select(AccountRow::as_select())
+            .select(Account::as_select())
             .first(&mut self.conn()?)
-            .optional()?
-            .map(Account::from))
+            .optional()?)
     }
 }
 

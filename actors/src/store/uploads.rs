@@ -88,7 +88,7 @@ impl Store {
         }
         let hash = digest(presented);
         let mut conn = self.conn()?;
-        let claimed: Option<(String, String, String)> = diesel::update(
+        let claimed: Option<(AccountId, String, String)> = diesel::update(
             uploads::table
                 .filter(uploads::token_sha256.eq(&hash[..]))
                 .filter(uploads::used_at.is_null())
@@ -100,7 +100,7 @@ impl Store {
         .optional()?;
         if let Some((account_id, box_id, dest)) = claimed {
             return Ok(UploadClaim::Ready(UploadTarget {
-                account_id: AccountId::from_db(account_id),
+                account_id,
                 box_id,
                 dest,
             }));

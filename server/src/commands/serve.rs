@@ -83,7 +83,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 hub: hub.clone(),
                 host,
                 url: url.clone(),
-                server_id: server.id.to_string(),
+                server_id: server.id.clone(),
             },
         )?;
         let boxes = state.boxes.clone();

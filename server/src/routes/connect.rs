@@ -11,19 +11,18 @@
 //! WebSocket and two channels, and the session runs over the channels.
 
 use crate::auth::bearer_token;
-use crate::error::{ApiError, blocking};
+use crate::error::ApiError;
 use crate::server_info::ServerInfo;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, get, web};
 use actix_ws::Message;
 use bytes::Bytes;
 use futures_util::StreamExt;
+use psbx_actors::connectors::session::{self, SessionOf};
 use psbx_actors::environments::Environments;
-use psbx_actors::ids::random_token;
 use psbx_actors::store::Store;
 use psbx_wire::Hello;
 use psbx_wire::mux::{Config, Role, Session};
-use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Largest WebSocket message taken (a wire frame is at most 64 KiB + header).
@@ -70,8 +69,13 @@ pub async fn connect(
         to_session,
     ));
     let hub = envs.hub().clone();
-    let (store, server_id) = (store.get_ref().clone(), info.server_id.clone());
-    let (id, name, env_name) = (connection.record.id, connection.record.name, env.name);
+    let store = store.get_ref().clone();
+    let of = SessionOf {
+        connection: connection.record.id,
+        connection_name: connection.record.name,
+        environment_name: env.name,
+        server: info.server_id.clone(),
+    };
     tokio::spawn(async move {
         let sink = Box::pin(futures_util::sink::unfold(
             to_ws,
@@ -82,72 +86,14 @@ pub async fn connect(
         }));
         let hello = Hello::new(format!("psbx {}", env!("CARGO_PKG_VERSION")));
         match Session::over_messages(sink, stream, Role::Server, Config::tunnel(), hello).await {
-            Ok(session) => {
-                let version = session.peer().software.clone();
-                let _registered = hub.register(&id, session.clone(), &version);
-                tracing::info!(environment = %env_name, connection = %name, connector = %version, "connector session up");
-                let recorded = Recorded::new(store, &id, &server_id, &version).await;
-                tokio::select! {
-                    ended = session.closed() => {
-                        tracing::info!(environment = %env_name, connection = %name, result = ?ended.err(), "connector session down");
-                    }
-                    () = recorded.heartbeat(&session) => {}
-                }
-                recorded.remove().await;
-            }
+            Ok(session) => session::serve(hub, store, of, session).await,
             Err(e) => {
-                tracing::warn!(environment = %env_name, connection = %name, error = %e, "connector session failed to start");
+                tracing::warn!(environment = %of.environment_name, connection = %of.connection_name,
+                    error = %e, "connector session failed to start");
             }
         }
     });
     Ok(response)
-}
-
-/// How often a session's row in `connector_sessions` is refreshed.
-const HEARTBEAT: Duration = Duration::from_secs(10);
-
-/// A session's row in `connector_sessions`, for the operator and the other
-/// replicas; removed when the session ends.
-struct Recorded {
-    store: Store,
-    id: Option<String>,
-}
-
-impl Recorded {
-    async fn new(store: Store, connection: &str, server: &str, version: &str) -> Self {
-        let id = random_token(20).ok().map(|t| format!("cs_{t}"));
-        if let Some(row) = id.clone() {
-            let (s, c, srv, v) = (
-                store.clone(),
-                connection.to_owned(),
-                server.to_owned(),
-                version.to_owned(),
-            );
-            if let Err(e) = blocking(move || s.insert_connector_session(&row, &c, &srv, &v)).await {
-                tracing::warn!(error = %e, "cannot record the connector session");
-            }
-        }
-        Self { store, id }
-    }
-
-    /// Refreshes the row until the session ends (never returns on its own).
-    async fn heartbeat(&self, session: &Session) {
-        loop {
-            tokio::time::sleep(HEARTBEAT).await;
-            if let Some(row) = self.id.clone() {
-                let rtt = session.stats().rtt.map(|d| d.as_secs_f64() * 1000.0);
-                let store = self.store.clone();
-                let _ = blocking(move || store.touch_connector_session(&row, rtt)).await;
-            }
-        }
-    }
-
-    async fn remove(self) {
-        if let Some(row) = self.id {
-            let store = self.store;
-            let _ = blocking(move || store.delete_connector_session(&row)).await;
-        }
-    }
 }
 
 /// Moves frames between the WebSocket and the session's channels until

@@ -64,9 +64,9 @@ pub struct ConnectionView {
 impl From<&Connection> for ConnectionView {
     fn from(c: &Connection) -> Self {
         Self {
-            id: c.record.id.clone(),
+            id: c.record.id.to_string(),
             name: c.record.name.clone(),
-            endpoints: c.endpoints.iter().map(EndpointView::from).collect(),
+            endpoints: c.record.endpoints.iter().map(EndpointView::from).collect(),
             online: c.status.online,
             sessions: c.status.sessions,
             last_seen_at: c.status.last_seen_at,
@@ -136,7 +136,7 @@ impl EnvironmentView {
             .iter()
             .zip(&connections)
             .filter(|(_, view)| view.online)
-            .flat_map(|(c, _)| c.endpoints.iter().map(EndpointView::from))
+            .flat_map(|(c, _)| c.record.endpoints.iter().map(EndpointView::from))
             .collect();
         let subject = format!("tenant:{}:env:{}", r.account_id, r.name);
         Self {
