@@ -11,7 +11,7 @@ use crate::services::{self, Boxd, health};
 use crate::uplink::Uplink;
 use crate::{kept, port};
 use psbx_wire::Hello;
-use psbx_wire::boxd::BoxInfo;
+use psbx_wire::boxd::{BoxInfo, Service};
 use psbx_wire::mux::{Config, Role, Session};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -35,9 +35,16 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
             protocol: psbx_wire::PROTOCOL_VERSION,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             boot_id: health::boot_id(),
-            features: ["health", "exec", "sync", "processes", "logs", "clock"]
-                .map(str::to_owned)
-                .to_vec(),
+            features: [
+                Service::Health,
+                Service::Exec,
+                Service::Sync,
+                Service::Processes,
+                Service::Logs,
+                Service::Clock,
+            ]
+            .map(|s| s.target().to_owned())
+            .to_vec(),
         },
         env: RwLock::new(services::restore_env()),
         processes: Processes::kept_at(PathBuf::from(kept::PROCESSES)),
