@@ -15,24 +15,6 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
-/// What to run.
-#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
-pub struct ExecSpec {
-    pub cmd: String,
-    #[serde(default = "default_cwd")]
-    pub cwd: String,
-    #[serde(default)]
-    pub env: Vec<(String, String)>,
-    /// Kill the process group after this many seconds.
-    pub timeout_s: Option<u64>,
-    #[serde(default)]
-    pub background: bool,
-}
-
-fn default_cwd() -> String {
-    "/work".to_owned()
-}
-
 /// A piece of output.
 #[derive(Debug)]
 pub enum Output {
@@ -40,13 +22,13 @@ pub enum Output {
     Stderr(Vec<u8>),
 }
 
-pub use psbx_wire::boxd::Exit;
+use psbx_wire::boxd::{ExecRequest, Exit, Process};
 
 /// How long output is still read after the command exited, for children that
 /// keep its pipes open.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 
-fn command(spec: &ExecSpec, base_env: &[(String, String)]) -> Command {
+fn command(spec: &ExecRequest, base_env: &[(String, String)]) -> Command {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-lc")
         .arg(&spec.cmd)
@@ -106,7 +88,7 @@ fn exit_of(status: std::process::ExitStatus, timed_out: bool) -> Exit {
 
 /// Runs a foreground command, sending its output to `out` as it comes.
 pub async fn run(
-    spec: &ExecSpec,
+    spec: &ExecRequest,
     base_env: &[(String, String)],
     out: mpsc::Sender<Output>,
 ) -> std::io::Result<(u32, Exit)> {
@@ -148,17 +130,6 @@ pub async fn run(
         let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, drain).await;
     }
     Ok((pid, exit_of(status, timed_out)))
-}
-
-/// A background command.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Process {
-    pub pid: u32,
-    pub cmd: String,
-    pub started_at_unix: u64,
-    pub log: String,
-    pub exit: Option<Exit>,
 }
 
 /// The background commands of this box.
@@ -235,7 +206,7 @@ impl Processes {
     /// environment addresses it made failed.
     pub fn start(
         &self,
-        spec: &ExecSpec,
+        spec: &ExecRequest,
         base_env: &[(String, String)],
         caused: impl FnOnce(u32) -> Vec<String> + Send + 'static,
     ) -> std::io::Result<Process> {
@@ -338,8 +309,8 @@ fn unknown_exit() -> Exit {
 mod tests {
     use super::*;
 
-    fn spec(cmd: &str) -> ExecSpec {
-        ExecSpec {
+    fn spec(cmd: &str) -> ExecRequest {
+        ExecRequest {
             cmd: cmd.to_owned(),
             cwd: "/tmp".to_owned(),
             env: vec![("MINE".into(), "caller".into())],
@@ -348,7 +319,10 @@ mod tests {
         }
     }
 
-    async fn collect(spec: ExecSpec, env: &[(String, String)]) -> (String, String, Exit, Duration) {
+    async fn collect(
+        spec: ExecRequest,
+        env: &[(String, String)],
+    ) -> (String, String, Exit, Duration) {
         let (tx, mut rx) = mpsc::channel(64);
         let started = std::time::Instant::now();
         let runner = run(&spec, env, tx);

@@ -3,19 +3,20 @@
 //! it has no network listener.
 //!
 //! It prints `boxd ready on <port>` on its stdout (the console) once the port
-//! is found, sets the box's network card up (`net`) and its DNS, then serves the server's streams: info, health, configure, exec,
-//! sync, processes, signal, logs (`serve.rs`). At claim it sets up the way to
+//! is found, sets the box's network card up (`net`) and its DNS, then serves
+//! the server's streams (`serve.rs`): info, health, configure, exec, sync,
+//! processes, signal, logs, clock, one file each under `services/`. At claim it sets up the way to
 //! the environment's private addresses (`privnet`), whose connections go out
 //! as streams it opens on the current session (`uplink.rs`); restarted in the
 //! same boot, it sets them up again from what it kept in `/run/psbx/`.
 
 mod exec;
-mod health;
 mod kept;
 mod net;
 mod port;
 mod privnet;
 mod serve;
+mod services;
 mod unpack;
 mod uplink;
 

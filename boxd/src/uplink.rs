@@ -71,23 +71,13 @@ impl Uplink {
 /// which hands every stream boxd opens to `answer`.
 #[cfg(test)]
 pub async fn test_server(answer: fn(psbx_wire::mux::Incoming)) -> (Uplink, Session) {
-    use psbx_wire::mux::{Config, Role};
-    let (a, b) = tokio::io::duplex(1 << 16);
-    let client = tokio::spawn(Session::over_io(
-        b,
-        Role::Client,
-        Config::default(),
-        psbx_wire::Hello::new("server test"),
-    ));
-    let boxd = Session::over_io(
-        a,
-        Role::Server,
-        Config::default(),
-        psbx_wire::Hello::new("boxd test"),
+    let (server, boxd) = psbx_wire::testing::session_pair(
+        psbx_wire::mux::Config::default(),
+        psbx_wire::mux::Config::default(),
+        1 << 16,
     )
     .await
     .unwrap();
-    let server = client.await.unwrap().unwrap();
     let accepting = server.clone();
     tokio::spawn(async move {
         while let Some(incoming) = accepting.accept().await {

@@ -21,31 +21,14 @@ use hickory_resolver::{Hosts, ResolveError, TokioResolver};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout, timeout_at};
 
+use psbx_wire::frame::{Refusal, code};
+
 use crate::target::Target;
 
 /// How long a TCP connect may take, all addresses together.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a DNS lookup may take.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
-/// The code for "the connector could not reach the target".
-pub const UNREACHABLE: u16 = 502;
-
-/// Why a stream is refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub code: u16,
-    pub reason: String,
-}
-
-impl Refusal {
-    pub fn new(code: u16, reason: impl Into<String>) -> Self {
-        Self {
-            code,
-            reason: reason.into(),
-        }
-    }
-}
-
 /// Why DNS could not be set up at start.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -128,7 +111,7 @@ impl Dialer {
             .await
             .map_err(|_| {
                 Refusal::new(
-                    UNREACHABLE,
+                    code::BAD_GATEWAY,
                     format!("timeout resolving {host} in the connector's network"),
                 )
             })?;
@@ -142,12 +125,12 @@ impl Dialer {
                 }
             }
             Err(e) if e.is_nx_domain() => Err(Refusal::new(
-                UNREACHABLE,
+                code::BAD_GATEWAY,
                 format!("NXDOMAIN: {host} does not resolve in the connector's network"),
             )),
             Err(e) if e.is_no_records_found() => Err(no_address(host)),
             Err(e) => Err(Refusal::new(
-                UNREACHABLE,
+                code::BAD_GATEWAY,
                 format!("cannot resolve {host} in the connector's network: {e}"),
             )),
         }
@@ -156,7 +139,7 @@ impl Dialer {
 
 fn no_address(host: &str) -> Refusal {
     Refusal::new(
-        UNREACHABLE,
+        code::BAD_GATEWAY,
         format!("{host} has no address records in the connector's network"),
     )
 }
@@ -185,7 +168,7 @@ async fn connect(target: &Target, addresses: &[IpAddr]) -> Result<TcpStream, Ref
         (None, Some((ip, e))) => format!("cannot connect to {target} ({ip}): {e}"),
         (None, None) => format!("timeout connecting to {target}"),
     };
-    Err(Refusal::new(UNREACHABLE, reason))
+    Err(Refusal::new(code::BAD_GATEWAY, reason))
 }
 
 #[cfg(test)]

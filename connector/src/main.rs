@@ -12,9 +12,9 @@ mod backoff;
 mod config;
 mod dial;
 mod proxy;
-mod serve;
-mod session;
+mod slots;
 mod splice;
+mod streams;
 mod target;
 mod tls;
 mod transport;
@@ -31,8 +31,8 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::Config;
 use crate::dial::Dialer;
-use crate::serve::Streams;
-use crate::session::Slots;
+use crate::slots::Slots;
+use crate::streams::Streams;
 use crate::transport::Connector;
 
 /// The connector's version.

@@ -1,11 +1,12 @@
 //! What the server asks of boxd, stream by stream. Each request opens a stream
-//! whose target names the service; the server writes one JSON request (when
-//! the service takes one) and half-closes; boxd answers on the same stream.
+//! whose target names the [`Service`]; the server writes one JSON request
+//! (when the service takes one) and half-closes; boxd answers on the same
+//! stream.
 //!
 //! | target      | request              | answer                                   |
 //! |-------------|----------------------|------------------------------------------|
 //! | `info`      | —                    | JSON [`BoxInfo`]                         |
-//! | `health`    | —                    | JSON [`Health`](crate::control::Health)  |
+//! | `health`    | —                    | JSON [`Health`]                          |
 //! | `configure` | JSON [`Configure`]   | JSON [`Done`]                            |
 //! | `exec`      | JSON [`ExecRequest`] | [`Record`]s: `started`, output, `exit`   |
 //! | `sync`      | JSON line [`SyncRequest`], then the tar bytes | JSON [`SyncDone`] |
@@ -14,12 +15,127 @@
 //! | `logs`      | JSON [`Logs`]        | the log's bytes                          |
 //! | `clock`     | JSON [`Clock`]       | JSON [`Done`]                            |
 //!
-//! boxd opens streams the other way too: `env:<host>:<port>` for each
-//! connection a program in the box makes to an environment address
-//! ([`ENV_TARGET_PREFIX`]), and `dns:udp` / `dns:tcp` for each DNS query its
-//! resolver forwards ([`crate::dns`]).
+//! boxd opens streams the other way too ([`Outbound`]): `env:<host>:<port>`
+//! for each connection a program in the box makes to an environment address,
+//! and `dns:udp` / `dns:tcp` for each DNS query its resolver forwards
+//! ([`crate::dns`]).
 
+use crate::dns::Transport;
 use serde::{Deserialize, Serialize};
+
+/// A service boxd serves: the target of the stream the server opens for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Service {
+    Info,
+    Health,
+    Configure,
+    Exec,
+    Sync,
+    Processes,
+    Signal,
+    Logs,
+    Clock,
+}
+
+impl Service {
+    /// Every service, in the order of the table above.
+    pub const ALL: [Self; 9] = [
+        Self::Info,
+        Self::Health,
+        Self::Configure,
+        Self::Exec,
+        Self::Sync,
+        Self::Processes,
+        Self::Signal,
+        Self::Logs,
+        Self::Clock,
+    ];
+
+    /// The stream target that names it.
+    pub fn target(self) -> &'static str {
+        match self {
+            Self::Info => "info",
+            Self::Health => "health",
+            Self::Configure => "configure",
+            Self::Exec => "exec",
+            Self::Sync => "sync",
+            Self::Processes => "processes",
+            Self::Signal => "signal",
+            Self::Logs => "logs",
+            Self::Clock => "clock",
+        }
+    }
+
+    /// The service a stream target names, if it names one.
+    pub fn parse(target: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.target() == target)
+    }
+}
+
+impl std::fmt::Display for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.target())
+    }
+}
+
+/// A stream boxd opens towards the server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Outbound {
+    /// A DNS query its resolver forwards: `dns:udp` or `dns:tcp`.
+    Dns(Transport),
+    /// A connection a program in the box made to an environment address:
+    /// `env:<host>:<port>`. The server accepts (a raw byte pipe through the
+    /// connector) or refuses: 403 the address is no longer listed, 503 the
+    /// connection's connector is offline (the reason names it), 502 the
+    /// connector could not reach the target.
+    Env(PrivateEndpoint),
+}
+
+/// Why a target is not one boxd opens.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutboundError {
+    #[error("the server takes no stream {0:?} from a box")]
+    Unknown(String),
+    #[error("{0:?} is not host:port")]
+    NotHostPort(String),
+}
+
+impl Outbound {
+    /// The stream target.
+    pub fn target(&self) -> String {
+        match self {
+            Self::Dns(transport) => transport.target().to_owned(),
+            Self::Env(endpoint) => {
+                format!("{ENV_TARGET_PREFIX}{}:{}", endpoint.host, endpoint.port)
+            }
+        }
+    }
+
+    /// The stream a target names.
+    pub fn parse(target: &str) -> Result<Self, OutboundError> {
+        if let Some(transport) = Transport::of_target(target) {
+            return Ok(Self::Dns(transport));
+        }
+        let rest = target
+            .strip_prefix(ENV_TARGET_PREFIX)
+            .ok_or_else(|| OutboundError::Unknown(target.to_owned()))?;
+        let bad = || OutboundError::NotHostPort(rest.to_owned());
+        let (host, port) = rest.rsplit_once(':').ok_or_else(bad)?;
+        let port = port.parse().map_err(|_| bad())?;
+        Ok(Self::Env(PrivateEndpoint {
+            host: host.to_owned(),
+            port,
+        }))
+    }
+}
+
+impl std::str::FromStr for Outbound {
+    type Err = OutboundError;
+
+    fn from_str(target: &str) -> Result<Self, Self::Err> {
+        Self::parse(target)
+    }
+}
 
 /// boxd's introduction, asked for after every (re)connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,18 +195,74 @@ pub struct PrivateEndpoint {
 }
 
 impl PrivateEndpoint {
-    /// The target of the stream boxd opens for a connection to it.
+    /// The target of the stream boxd opens for a connection to it
+    /// ([`Outbound::Env`]).
     pub fn target(&self) -> String {
-        format!("{ENV_TARGET_PREFIX}{}:{}", self.host, self.port)
+        Outbound::Env(self.clone()).target()
     }
 }
 
-/// Streams boxd opens towards the server for a connection from the box to an
-/// environment address: `env:<host>:<port>`. The server accepts (a raw byte
-/// pipe through the connector) or refuses: 403 the address is no longer
-/// listed, 503 the connection's connector is offline (the reason names it),
-/// 502 the connector could not reach the target.
+/// The prefix of [`Outbound::Env`] targets.
 pub const ENV_TARGET_PREFIX: &str = "env:";
+
+/// boxd's view of the box, the answer of [`Service::Health`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Health {
+    pub uptime_s: f64,
+    pub load1: f64,
+    pub mem_total_kb: u64,
+    pub mem_available_kb: u64,
+    /// The box's entries for its environment's addresses (none outside an
+    /// environment, and from a boxd that predates them).
+    #[serde(default)]
+    pub private_endpoints: Vec<PrivateEndpointHealth>,
+}
+
+/// A connection to an environment address that failed: the address, the
+/// `OPEN_ERR` code (or the one boxd gave: 503 no session, 504 no answer) and
+/// the reason. It travels and is shown as `<host>:<port> <code> <reason>`
+/// ([`Exit::private_endpoint_errors`], boxd's log of failed connections).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointFailure {
+    pub host: String,
+    pub port: u16,
+    pub code: u16,
+    /// On one line.
+    pub reason: String,
+}
+
+impl std::fmt::Display for EndpointFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{} {} {}",
+            self.host, self.port, self.code, self.reason
+        )
+    }
+}
+
+/// A text that is not `<host>:<port> <code> <reason>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not <host>:<port> <code> <reason>")]
+pub struct NotAnEndpointFailure(pub String);
+
+impl std::str::FromStr for EndpointFailure {
+    type Err = NotAnEndpointFailure;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = || NotAnEndpointFailure(text.to_owned());
+        let (address, rest) = text.split_once(' ').ok_or_else(bad)?;
+        let (code, reason) = rest.split_once(' ').unwrap_or((rest, ""));
+        let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
+        Ok(Self {
+            host: host.to_owned(),
+            port: port.parse().map_err(|_| bad())?,
+            code: code.parse().map_err(|_| bad())?,
+            reason: reason.to_owned(),
+        })
+    }
+}
 
 /// How one environment address fares in the box, in boxd's health.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,7 +336,7 @@ pub struct Exit {
     pub signal: Option<i32>,
     pub timed_out: bool,
     /// Connections to environment addresses the command made that failed
-    /// (`<host>:<port> <code> <reason>`; boxd's `privnet/owner.rs` says how
+    /// ([`EndpointFailure`]s as text; boxd's `privnet/owner.rs` says how
     /// they are told apart).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub private_endpoint_errors: Vec<String>,
@@ -311,5 +483,83 @@ mod tests {
         assert!(Record::decode(&mut bad).is_err());
         let mut unknown = vec![b'?', 0, 0, 0, 0];
         assert!(Record::decode(&mut unknown).is_err());
+    }
+
+    #[test]
+    fn service_targets_are_the_protocols_names() {
+        let targets: Vec<&str> = Service::ALL.iter().map(|s| s.target()).collect();
+        assert_eq!(
+            targets,
+            [
+                "info",
+                "health",
+                "configure",
+                "exec",
+                "sync",
+                "processes",
+                "signal",
+                "logs",
+                "clock"
+            ]
+        );
+        for service in Service::ALL {
+            assert_eq!(Service::parse(service.target()), Some(service));
+        }
+        assert_eq!(Service::parse("Exec"), None);
+        assert_eq!(Service::parse("env:db.internal:5432"), None);
+    }
+
+    #[test]
+    fn outbound_targets_parse_back() {
+        let env = Outbound::Env(PrivateEndpoint {
+            host: "db.internal".into(),
+            port: 5432,
+        });
+        assert_eq!(env.target(), "env:db.internal:5432");
+        assert_eq!(Outbound::parse("env:db.internal:5432"), Ok(env));
+        assert_eq!(
+            Outbound::parse("env:10.0.0.1:80"),
+            Ok(Outbound::Env(PrivateEndpoint {
+                host: "10.0.0.1".into(),
+                port: 80
+            }))
+        );
+        assert_eq!(Outbound::Dns(Transport::Udp).target(), "dns:udp");
+        assert_eq!("dns:tcp".parse(), Ok(Outbound::Dns(Transport::Tcp)));
+        assert_eq!(
+            Outbound::parse("exec").unwrap_err().to_string(),
+            "the server takes no stream \"exec\" from a box"
+        );
+        assert_eq!(
+            Outbound::parse("env:db.internal").unwrap_err().to_string(),
+            "\"db.internal\" is not host:port"
+        );
+        assert!(Outbound::parse("env:db.internal:99999").is_err());
+    }
+
+    #[test]
+    fn endpoint_failures_read_back_what_they_write() {
+        let failure = EndpointFailure {
+            host: "db.internal".into(),
+            port: 5432,
+            code: 503,
+            reason: "the connector \"aws\" of this environment is offline".into(),
+        };
+        let text = failure.to_string();
+        assert_eq!(
+            text,
+            "db.internal:5432 503 the connector \"aws\" of this environment is offline"
+        );
+        assert_eq!(text.parse::<EndpointFailure>(), Ok(failure));
+        let bare: EndpointFailure = "10.0.0.1:80 502".parse().unwrap();
+        assert_eq!((bare.code, bare.reason.as_str()), (502, ""));
+        for bad in [
+            "",
+            "db.internal 503 x",
+            "db.internal:x 503 y",
+            "db:1 five x",
+        ] {
+            assert!(bad.parse::<EndpointFailure>().is_err(), "{bad}");
+        }
     }
 }

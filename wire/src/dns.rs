@@ -25,7 +25,7 @@ pub const TCP_TARGET: &str = "dns:tcp";
 pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The transport of a query.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Transport {
     Udp,
     Tcp,

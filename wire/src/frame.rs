@@ -32,10 +32,16 @@ pub const MAX_TARGET_LEN: usize = 1024;
 /// The longest reason of `OPEN_ERR`, `RST` and `GOAWAY`, in bytes.
 pub const MAX_REASON_LEN: usize = 1024;
 
-/// The codes an `OPEN_ERR` carries; the first three are the ones users see.
+/// The codes an `OPEN_ERR` carries, shared by every end that opens or
+/// refuses streams (boxd, the server, the connector). FORBIDDEN, BAD_GATEWAY
+/// and UNAVAILABLE are the ones users see in the box's log.
 pub mod code {
+    /// The target is malformed, or names nothing the peer takes.
+    pub const BAD_REQUEST: u16 = 400;
     /// The address is no longer listed on the connection.
     pub const FORBIDDEN: u16 = 403;
+    /// boxd has no service of that name.
+    pub const NOT_FOUND: u16 = 404;
     /// The session is at its limit of concurrent streams.
     pub const TOO_MANY_STREAMS: u16 = 429;
     /// The connector could not reach the target.
@@ -43,6 +49,25 @@ pub mod code {
     /// The connector of the connection is offline (the reason names the
     /// connection), or the session is draining or not accepting streams.
     pub const UNAVAILABLE: u16 = 503;
+    /// The other end did not answer the `OPEN` in time.
+    pub const TIMEOUT: u16 = 504;
+}
+
+/// Why a stream is refused: what an `OPEN_ERR` carries, a [`code`] and a
+/// reason a person can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: u16,
+    pub reason: String,
+}
+
+impl Refusal {
+    pub fn new(code: u16, reason: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason: reason.into(),
+        }
+    }
 }
 
 /// The type byte of a frame.

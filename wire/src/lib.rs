@@ -5,12 +5,16 @@
 //!   WebSocket message;
 //! * [`mux`]: the stream multiplexer ([`Session`], [`Stream`]) with credit
 //!   flow control, half-close, liveness, `GOAWAY` and control messages;
-//! * [`hello`]: the first control message, with version negotiation;
+//! * [`hello`]: the first control message, with version negotiation (the
+//!   only one boxd and the server exchange: after it, a control message
+//!   from the server tells boxd that a new session replaces this one);
+//! * [`boxd`]: the services boxd serves ([`boxd::Service`]), their requests
+//!   and answers, and the streams boxd opens towards the server
+//!   ([`boxd::Outbound`]);
 //! * [`dns`]: the box's DNS queries through the channel, and asking the
 //!   platform's resolvers;
-//! * [`control`]: the typed control messages boxd and the server exchange,
-//!   and [`lines`], their line-per-message carriage until boxd moves to the
-//!   multiplexer.
+//! * [`control`]: only the old path of [`boxd::Health`];
+//! * `testing` (feature `test-util`): sessions connected in memory, for tests.
 //!
 //! Shared by the server, boxd and the connector, so it never depends on
 //! diesel or actix.
@@ -21,10 +25,11 @@ pub mod control;
 pub mod dns;
 pub mod frame;
 pub mod hello;
-pub mod lines;
 pub mod mux;
+#[cfg(feature = "test-util")]
+pub mod testing;
 
-pub use frame::Frame;
+pub use frame::{Frame, Refusal};
 pub use hello::Hello;
 pub use mux::{Config, Incoming, OpenError, Role, Session, SessionError, Stream};
 

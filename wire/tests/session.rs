@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use psbx_wire::control::{FromBoxd, Health, ToBoxd};
+use psbx_wire::boxd::Health;
 use psbx_wire::frame::code;
 use psbx_wire::hello::{HelloError, Versions};
 use psbx_wire::mux::{INITIAL_WINDOW, StreamError};
@@ -195,6 +195,21 @@ async fn chunks_go_through_without_copies() {
         got.extend_from_slice(&chunk);
     }
     assert!(got == data);
+}
+
+/// A typed control message one way...
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ToBoxd {
+    HelloRequest,
+    Ping { seq: u64 },
+}
+
+/// ... and one the other way.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum FromBoxd {
+    Pong { seq: u64, health: Health },
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 //! boxd does not assign again: it takes the addresses from the setup it kept
 //! (`saved`), after [`check`]ing them.
 
+use super::error::{KeptError, SetupError};
 use psbx_wire::boxd::PrivateEndpoint;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -27,12 +28,12 @@ pub struct Assigned {
 
 /// Addresses for `endpoints` (duplicates dropped, order kept); fails on a host
 /// that is neither an IPv4 literal nor a DNS name, or on too many addresses.
-pub fn assign(endpoints: &[PrivateEndpoint]) -> Result<Vec<Assigned>, String> {
+pub fn assign(endpoints: &[PrivateEndpoint]) -> Result<Vec<Assigned>, SetupError> {
     if endpoints.len() > MAX_ENDPOINTS {
-        return Err(format!(
-            "{} environment addresses: a box takes at most {MAX_ENDPOINTS}",
-            endpoints.len()
-        ));
+        return Err(SetupError::TooManyAddresses {
+            count: endpoints.len(),
+            max: MAX_ENDPOINTS,
+        });
     }
     let literals: BTreeSet<Ipv4Addr> = endpoints
         .iter()
@@ -50,16 +51,13 @@ pub fn assign(endpoints: &[PrivateEndpoint]) -> Result<Vec<Assigned>, String> {
             *addr
         } else {
             if !is_dns_name(&host) {
-                return Err(format!(
-                    "{:?} is neither a host name nor an IPv4 address",
-                    endpoint.host
-                ));
+                return Err(SetupError::NotAHost(endpoint.host.clone()));
             }
             while literals.contains(&Ipv4Addr::from(next)) {
                 next += 1;
             }
             if next > last {
-                return Err("no addresses are left in 198.18.0.0/15".into());
+                return Err(SetupError::RangeFull);
             }
             let addr = Ipv4Addr::from(next);
             next += 1;
@@ -81,7 +79,7 @@ pub fn assign(endpoints: &[PrivateEndpoint]) -> Result<Vec<Assigned>, String> {
 /// endpoints they were given for: the same addresses, in the same order, as
 /// [`assign`] makes of them; each name at one address of its own from the
 /// range (past boxd's DNS), each literal at itself.
-pub fn check(endpoints: &[PrivateEndpoint], assigned: &[Assigned]) -> Result<(), String> {
+pub fn check(endpoints: &[PrivateEndpoint], assigned: &[Assigned]) -> Result<(), SetupError> {
     let fresh = assign(endpoints)?;
     if fresh.len() != assigned.len()
         || fresh
@@ -89,7 +87,7 @@ pub fn check(endpoints: &[PrivateEndpoint], assigned: &[Assigned]) -> Result<(),
             .zip(assigned)
             .any(|(f, a)| f.endpoint != a.endpoint)
     {
-        return Err("the addresses are not those of the endpoints".into());
+        return Err(KeptError::NotTheEndpoints.into());
     }
     let mut by_host: BTreeMap<&str, Ipv4Addr> = BTreeMap::new();
     let mut by_addr: BTreeMap<Ipv4Addr, &str> = BTreeMap::new();
@@ -100,17 +98,23 @@ pub fn check(endpoints: &[PrivateEndpoint], assigned: &[Assigned]) -> Result<(),
             Err(_) => (u32::from(DNS_ADDR) + 1..=last_name_address()).contains(&u32::from(a.addr)),
         };
         if !fits {
-            return Err(format!("{host} cannot be at {}", a.addr));
+            return Err(KeptError::OutOfPlace {
+                host: host.to_owned(),
+                addr: a.addr,
+            }
+            .into());
         }
         if *by_host.entry(host).or_insert(a.addr) != a.addr {
-            return Err(format!("{host} has two addresses"));
+            return Err(KeptError::TwoAddresses(host.to_owned()).into());
         }
         let owner = *by_addr.entry(a.addr).or_insert(host);
         if owner != host {
-            return Err(format!(
-                "{host} and {owner} have the same address {}",
-                a.addr
-            ));
+            return Err(KeptError::SharedAddress {
+                host: host.to_owned(),
+                owner: owner.to_owned(),
+                addr: a.addr,
+            }
+            .into());
         }
     }
     Ok(())
@@ -193,7 +197,12 @@ mod tests {
         assert_eq!(assigned[199].addr, Ipv4Addr::new(198, 18, 0, 201));
         let mut more = many.clone();
         more.push(ep("x.lan", 1));
-        assert!(assign(&more).unwrap_err().contains("at most 200"));
+        assert!(
+            assign(&more)
+                .unwrap_err()
+                .to_string()
+                .contains("at most 200")
+        );
         assert!(assign(&[ep("a b", 1)]).is_err());
         assert!(assign(&[ep("a;drop", 1)]).is_err());
         assert!(assign(&[ep("", 1)]).is_err());
@@ -208,10 +217,10 @@ mod tests {
             ep("A.lan", 4),
         ];
         let assigned = assign(&endpoints).unwrap();
-        assert_eq!(check(&endpoints, &assigned), Ok(()));
+        check(&endpoints, &assigned).unwrap();
         let mut moved = assigned.clone();
         moved[2].addr = Ipv4Addr::new(198, 19, 255, 254);
-        assert_eq!(check(&endpoints, &moved), Ok(()));
+        check(&endpoints, &moved).unwrap();
         moved[2].addr = Ipv4Addr::new(198, 19, 255, 255);
         assert!(check(&endpoints, &moved).is_err(), "the broadcast");
         let mut shared = assigned.clone();
@@ -219,6 +228,7 @@ mod tests {
         assert!(
             check(&endpoints, &shared)
                 .unwrap_err()
+                .to_string()
                 .contains("same address"),
             "two names"
         );
@@ -226,6 +236,7 @@ mod tests {
         assert!(
             check(&endpoints, &shared)
                 .unwrap_err()
+                .to_string()
                 .contains("same address"),
             "a name at a literal"
         );

@@ -9,7 +9,8 @@
 //! box's connection is reset at once rather than left hanging.
 
 use crate::uplink::Uplink;
-use psbx_wire::boxd::{PrivateEndpoint, PrivateEndpointHealth};
+use psbx_wire::boxd::{EndpointFailure, PrivateEndpoint, PrivateEndpointHealth};
+use psbx_wire::frame::code;
 use psbx_wire::mux::OpenError;
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -33,7 +34,7 @@ pub struct Entry {
     open: AtomicU32,
     opened: AtomicU64,
     failures: AtomicU64,
-    last_failure: Mutex<Option<String>>,
+    last_failure: Mutex<Option<EndpointFailure>>,
 }
 
 impl Entry {
@@ -46,7 +47,11 @@ impl Entry {
             open: self.open.load(Ordering::Relaxed),
             opened: self.opened.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
-            last_failure: self.last_failure.lock().ok().and_then(|l| l.clone()),
+            last_failure: self
+                .last_failure
+                .lock()
+                .ok()
+                .and_then(|l| l.as_ref().map(|f| format!("{} {}", f.code, f.reason))),
         }
     }
 }
@@ -111,7 +116,7 @@ async fn connection(
             failures,
             tcp,
             log,
-            503,
+            code::UNAVAILABLE,
             "boxd has no session with the server",
         );
     };
@@ -127,7 +132,7 @@ async fn connection(
                 failures,
                 tcp,
                 log,
-                504,
+                code::TIMEOUT,
                 &format!("the server did not answer within {OPEN_TIMEOUT:?}"),
             );
         }
@@ -152,27 +157,20 @@ fn fail(
     code: u16,
     reason: &str,
 ) {
-    let reason = reason.replace(['\n', '\r'], " ");
+    let failure = EndpointFailure {
+        host: entry.endpoint.host.clone(),
+        port: entry.endpoint.port,
+        code,
+        reason: reason.replace(['\n', '\r'], " "),
+    };
     // While the program still holds its side of the connection.
     let lineage = tcp.peer_addr().ok().and_then(super::owner::lineage_of);
-    failures.push(
-        format!(
-            "{}:{} {code} {reason}",
-            entry.endpoint.host, entry.endpoint.port
-        ),
-        lineage,
-    );
+    failures.push(failure.clone(), lineage);
     entry.failures.fetch_add(1, Ordering::Relaxed);
+    let line = log_line(chrono::Utc::now(), &failure);
     if let Ok(mut last) = entry.last_failure.lock() {
-        *last = Some(format!("{code} {reason}"));
+        *last = Some(failure);
     }
-    let line = log_line(
-        chrono::Utc::now(),
-        &entry.endpoint.host,
-        entry.endpoint.port,
-        code,
-        &reason,
-    );
     if let Err(e) = append(log, &line) {
         eprintln!("boxd: cannot write {}: {e}", log.display());
     }
@@ -181,15 +179,9 @@ fn fail(
 }
 
 /// `<RFC 3339 time> <host>:<port> <code> <reason>` and a newline.
-pub fn log_line(
-    at: chrono::DateTime<chrono::Utc>,
-    host: &str,
-    port: u16,
-    code: u16,
-    reason: &str,
-) -> String {
+pub fn log_line(at: chrono::DateTime<chrono::Utc>, failure: &EndpointFailure) -> String {
     format!(
-        "{} {host}:{port} {code} {reason}\n",
+        "{} {failure}\n",
         at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     )
 }
@@ -219,10 +211,12 @@ mod tests {
         assert_eq!(
             log_line(
                 at,
-                "db.internal",
-                5432,
-                503,
-                "the connector \"aws\" of this environment is offline"
+                &EndpointFailure {
+                    host: "db.internal".into(),
+                    port: 5432,
+                    code: 503,
+                    reason: "the connector \"aws\" of this environment is offline".into(),
+                }
             ),
             "2026-03-04T05:06:07.089Z db.internal:5432 503 the connector \"aws\" of this environment is offline\n"
         );
@@ -250,7 +244,10 @@ mod tests {
         let log = dir.path().join("logs/private-endpoints.log");
         let (uplink, _server) = test_server(|incoming| {
             assert_eq!(incoming.target(), "env:db.internal:5432");
-            incoming.refuse(503, "the connector \"aws\" of this environment is offline");
+            incoming.refuse(
+                code::UNAVAILABLE,
+                "the connector \"aws\" of this environment is offline",
+            );
         })
         .await;
         let entry = entry_for(&uplink, &log).await;

@@ -18,13 +18,16 @@
 mod addresses;
 mod dns;
 mod entry;
+mod error;
 mod owner;
 mod resolv;
 pub mod rules;
 mod saved;
 
+pub use error::SetupError;
+
 use crate::uplink::Uplink;
-use psbx_wire::boxd::{PrivateEndpoint, PrivateEndpointHealth};
+use psbx_wire::boxd::{EndpointFailure, PrivateEndpoint, PrivateEndpointHealth};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -51,7 +54,7 @@ pub struct Failures {
 
 struct Failure {
     number: u64,
-    line: String,
+    failure: EndpointFailure,
     /// The process that made the connection and its parents, when known
     /// (not for a container's connection: `owner`).
     lineage: Option<Vec<u32>>,
@@ -61,9 +64,9 @@ struct Failure {
 const KEPT_FAILURES: usize = 100;
 
 impl Failures {
-    /// Notes a failure: `<host>:<port> <code> <reason>`, with the process
-    /// that made the connection and its parents when known.
-    pub fn push(&self, line: String, lineage: Option<Vec<u32>>) {
+    /// Notes a failure, with the process that made the connection and its
+    /// parents when known.
+    pub fn push(&self, failure: EndpointFailure, lineage: Option<Vec<u32>>) {
         let number = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Ok(mut recent) = self.recent.lock() {
             if recent.len() == KEPT_FAILURES {
@@ -71,7 +74,7 @@ impl Failures {
             }
             recent.push_back(Failure {
                 number,
-                line,
+                failure,
                 lineage,
             });
         }
@@ -84,7 +87,8 @@ impl Failures {
 
     /// The failures since `mark` (at most the last [`KEPT_FAILURES`]) that
     /// the command `pid` caused: those of its own processes, and those whose
-    /// program is unknown (a container's), which may be its own.
+    /// program is unknown (a container's), which may be its own. As text,
+    /// as a command's exit carries them.
     pub fn caused_by(&self, mark: u64, pid: u32) -> Vec<String> {
         self.recent
             .lock()
@@ -92,7 +96,7 @@ impl Failures {
                 r.iter()
                     .filter(|f| f.number >= mark)
                     .filter(|f| f.lineage.as_ref().is_none_or(|l| l.contains(&pid)))
-                    .map(|f| f.line.clone())
+                    .map(|f| f.failure.to_string())
                     .collect()
             })
             .unwrap_or_default()
@@ -155,7 +159,7 @@ impl PrivateNet {
         endpoints: &[PrivateEndpoint],
         uplink: &Uplink,
         work: &Path,
-    ) -> Result<(), String> {
+    ) -> Result<(), SetupError> {
         if endpoints.is_empty() {
             return Ok(());
         }
@@ -164,7 +168,7 @@ impl PrivateNet {
             return if done.as_slice() == endpoints {
                 Ok(())
             } else {
-                Err("this box's environment addresses are set already".into())
+                Err(SetupError::AlreadySet)
             };
         }
         let assigned = addresses::assign(endpoints)?;
@@ -211,15 +215,17 @@ impl PrivateNet {
         assigned: &[addresses::Assigned],
         uplink: &Uplink,
         work: &Path,
-    ) -> Result<(), String> {
+    ) -> Result<(), SetupError> {
         let mut bound = Vec::new();
         for a in assigned {
-            let (entry, listener) = entry::bind(a.endpoint.clone()).await.map_err(|e| {
-                format!(
-                    "cannot open an entry for {}:{}: {e}",
-                    a.endpoint.host, a.endpoint.port
-                )
-            })?;
+            let (entry, listener) =
+                entry::bind(a.endpoint.clone())
+                    .await
+                    .map_err(|source| SetupError::Entry {
+                        host: a.endpoint.host.clone(),
+                        port: a.endpoint.port,
+                        source,
+                    })?;
             bound.push((entry, listener));
         }
         let literals: Vec<std::net::Ipv4Addr> = assigned
@@ -260,13 +266,20 @@ impl PrivateNet {
 
 /// boxd's DNS sockets on 198.18.0.1:53 (not a loopback address: Docker
 /// replaces loopback resolvers in containers' resolv.conf).
-async fn dns_sockets() -> Result<(tokio::net::UdpSocket, tokio::net::TcpListener), String> {
+async fn dns_sockets() -> Result<(tokio::net::UdpSocket, tokio::net::TcpListener), SetupError> {
     let at = SocketAddr::from((addresses::DNS_ADDR, 53));
+    let failed = |transport| {
+        move |source| SetupError::DnsSocket {
+            transport,
+            at,
+            source,
+        }
+    };
     let udp = tokio::net::UdpSocket::bind(at)
         .await
-        .map_err(|e| format!("cannot listen for DNS on udp {at}: {e}"))?;
+        .map_err(failed("udp"))?;
     let tcp = tokio::net::TcpListener::bind(at)
         .await
-        .map_err(|e| format!("cannot listen for DNS on tcp {at}: {e}"))?;
+        .map_err(failed("tcp"))?;
     Ok((udp, tcp))
 }

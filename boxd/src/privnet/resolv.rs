@@ -5,6 +5,7 @@
 //! but through boxd.
 
 use super::addresses::DNS_ADDR;
+use super::error::SetupError;
 use std::path::{Path, PathBuf};
 
 /// Where the file is, and where its first version is kept.
@@ -42,18 +43,22 @@ pub fn rewritten(text: &str) -> String {
 
 /// Rewrites the file from its first version (replacing it, not writing
 /// through a symlink such as systemd-resolved's).
-pub fn take_over(paths: &ResolvPaths) -> Result<(), String> {
+pub fn take_over(paths: &ResolvPaths) -> Result<(), SetupError> {
     let original = match std::fs::read_to_string(&paths.saved) {
         Ok(text) => text,
         Err(_) => {
             let text = std::fs::read_to_string(&paths.conf).unwrap_or_default();
-            write_replacing(&paths.saved, &text)
-                .map_err(|e| format!("cannot keep {}: {e}", paths.saved.display()))?;
+            write_replacing(&paths.saved, &text).map_err(|source| SetupError::KeepResolv {
+                path: paths.saved.clone(),
+                source,
+            })?;
             text
         }
     };
-    write_replacing(&paths.conf, &rewritten(&original))
-        .map_err(|e| format!("cannot write {}: {e}", paths.conf.display()))
+    write_replacing(&paths.conf, &rewritten(&original)).map_err(|source| SetupError::WriteResolv {
+        path: paths.conf.clone(),
+        source,
+    })
 }
 
 /// Writes `path` through a file beside it renamed over it.

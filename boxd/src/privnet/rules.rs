@@ -33,6 +33,7 @@
 //! in one `nft -f -` transaction at claim.
 
 use super::addresses::{DNS_ADDR, RANGE};
+use super::error::SetupError;
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::process::Stdio;
@@ -109,7 +110,7 @@ pub fn ruleset(redirects: &[Redirect], literals: &[Ipv4Addr], allowed: &[String]
 
 /// Puts the range on `lo` (once: a second time is not an error) and sets
 /// `route_localnet`.
-pub async fn prepare_kernel() -> Result<(), String> {
+pub async fn prepare_kernel() -> Result<(), SetupError> {
     let cidr = format!("{DNS_ADDR}/{}", RANGE.1);
     let added = run("ip", &["addr", "add", &cidr, "dev", "lo"], None).await;
     if let Err(e) = added {
@@ -117,29 +118,29 @@ pub async fn prepare_kernel() -> Result<(), String> {
             .await
             .unwrap_or_default();
         if !shown.contains(&cidr) {
-            return Err(format!("cannot put {cidr} on lo: {e}"));
+            return Err(SetupError::Loopback { cidr, reason: e });
         }
     }
     std::fs::write("/proc/sys/net/ipv4/conf/all/route_localnet", "1")
-        .map_err(|e| format!("cannot set net.ipv4.conf.all.route_localnet: {e}"))
+        .map_err(SetupError::RouteLocalnet)
 }
 
 /// Routes the listed IPv4 addresses through `lo`.
-pub async fn route_literals(literals: &[Ipv4Addr]) -> Result<(), String> {
+pub async fn route_literals(literals: &[Ipv4Addr]) -> Result<(), SetupError> {
     for ip in literals {
         let dest = format!("{ip}/32");
         run("ip", &["route", "replace", &dest, "dev", "lo"], None)
             .await
-            .map_err(|e| format!("cannot route {ip} to its entry: {e}"))?;
+            .map_err(|reason| SetupError::Route { ip: *ip, reason })?;
     }
     Ok(())
 }
 
 /// Replaces table `ip psbx`, letting the kernel command line's
 /// `psbx.allow=` ranges through.
-pub async fn apply(redirects: &[Redirect], literals: &[Ipv4Addr]) -> Result<(), String> {
+pub async fn apply(redirects: &[Redirect], literals: &[Ipv4Addr]) -> Result<(), SetupError> {
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
-    let allowed = crate::net::allowed_from_cmdline(&cmdline)?;
+    let allowed = crate::net::allowed_from_cmdline(&cmdline).map_err(SetupError::Allowed)?;
     run(
         "nft",
         &["-f", "-"],
@@ -147,7 +148,7 @@ pub async fn apply(redirects: &[Redirect], literals: &[Ipv4Addr]) -> Result<(), 
     )
     .await
     .map(drop)
-    .map_err(|e| format!("cannot install the nftables rules: {e}"))
+    .map_err(SetupError::Rules)
 }
 
 /// Runs a command, feeding it `input`; its stdout, or why it failed.

@@ -6,6 +6,7 @@
 //! `mod.rs`): programs in the box cached what the names resolved to.
 
 use super::addresses::{self, Assigned};
+use super::error::KeptError;
 use psbx_wire::boxd::PrivateEndpoint;
 use std::path::Path;
 
@@ -29,9 +30,9 @@ pub fn read(path: &Path) -> Result<Option<Saved>, String> {
         return Ok(None);
     };
     if saved.endpoints.is_empty() {
-        return Err("it lists no endpoints".into());
+        return Err(KeptError::NoEndpoints.to_string());
     }
-    addresses::check(&saved.endpoints, &saved.assigned)?;
+    addresses::check(&saved.endpoints, &saved.assigned).map_err(|e| e.to_string())?;
     Ok(Some(saved))
 }
 

@@ -96,7 +96,7 @@ impl OpenError {
     pub fn code(&self) -> u16 {
         match self {
             Self::Refused { code, .. } => *code,
-            Self::InvalidTarget(_) => 400,
+            Self::InvalidTarget(_) => code::BAD_REQUEST,
             Self::TooManyStreams(_) => code::TOO_MANY_STREAMS,
             Self::GoingAway | Self::IdsExhausted | Self::Session(_) => code::UNAVAILABLE,
         }

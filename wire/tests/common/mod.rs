@@ -14,12 +14,9 @@ use tokio_util::codec::Framed;
 /// Two connected sessions (client `a`, server `b`) over an in-memory byte
 /// stream of `capacity` bytes each way.
 pub async fn pair_over_io(a: Config, b: Config, capacity: usize) -> (Session, Session) {
-    let (x, y) = tokio::io::duplex(capacity);
-    let (a, b) = tokio::join!(
-        Session::over_io(x, Role::Client, a, Hello::new("test-a")),
-        Session::over_io(y, Role::Server, b, Hello::new("test-b")),
-    );
-    (a.expect("session a"), b.expect("session b"))
+    psbx_wire::testing::session_pair(a, b, capacity)
+        .await
+        .expect("a session pair")
 }
 
 /// Two connected sessions over channels of binary messages, standing in for

@@ -9,15 +9,13 @@
 use std::sync::Arc;
 
 use psbx_wire::Incoming;
+use psbx_wire::frame::{Refusal, code};
 use tracing::{debug, warn};
 
 use crate::allow::AllowList;
-use crate::dial::{Dialer, Refusal, UNREACHABLE};
+use crate::dial::Dialer;
 use crate::splice::splice;
 use crate::target::Target;
-
-/// The code for a malformed target.
-const BAD_TARGET: u16 = 400;
 
 /// What every stream handler shares.
 pub struct Streams {
@@ -61,13 +59,13 @@ impl Streams {
     }
 
     async fn open(&self, raw: &str) -> Result<tokio::net::TcpStream, Refusal> {
-        let target =
-            Target::parse(raw).map_err(|e| Refusal::new(BAD_TARGET, format!("bad target: {e}")))?;
+        let target = Target::parse(raw)
+            .map_err(|e| Refusal::new(code::BAD_REQUEST, format!("bad target: {e}")))?;
         if let Some(allow) = &self.allow
             && !allow.contains(&target)
         {
             return Err(Refusal::new(
-                UNREACHABLE,
+                code::BAD_GATEWAY,
                 format!("not allowed: {target} is not in PSBX_ALLOW"),
             ));
         }

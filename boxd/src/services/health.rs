@@ -1,8 +1,8 @@
-//! What boxd reports about the box: boot id, uptime, load, memory, from /proc,
-//! and its entries for the environment's addresses.
+//! `health`: what boxd reports about the box (uptime, load, memory, from
+//! /proc, and its entries for the environment's addresses); and the boot id
+//! its `info` gives.
 
-use psbx_wire::boxd::PrivateEndpointHealth;
-use psbx_wire::control::Health;
+use psbx_wire::boxd::{Health, PrivateEndpointHealth};
 
 pub fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
@@ -10,7 +10,7 @@ pub fn boot_id() -> String {
         .unwrap_or_else(|_| "unknown".to_owned())
 }
 
-pub fn read(private_endpoints: Vec<PrivateEndpointHealth>) -> Health {
+fn read(private_endpoints: Vec<PrivateEndpointHealth>) -> Health {
     let first_number = |path: &str| -> f64 {
         std::fs::read_to_string(path)
             .ok()
@@ -33,4 +33,9 @@ pub fn read(private_endpoints: Vec<PrivateEndpointHealth>) -> Health {
         mem_available_kb: mem("MemAvailable"),
         private_endpoints,
     }
+}
+
+/// Answers `health`: the box now, and its entries.
+pub async fn serve(incoming: psbx_wire::mux::Incoming, state: &super::Boxd) {
+    super::answer_json(incoming.accept(), &read(state.private.health())).await;
 }

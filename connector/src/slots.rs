@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::backoff::{Backoff, HEALTHY};
-use crate::serve::Streams;
+use crate::streams::Streams;
 use crate::transport::{self, ConnectError, Connector};
 
 /// How long a session the server is draining may keep its streams.

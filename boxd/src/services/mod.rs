@@ -1,0 +1,106 @@
+//! The services boxd serves, one file each, and the dispatcher: every stream
+//! the server opens names a [`Service`] (`psbx_wire::boxd`); a target that
+//! names none is refused with 404.
+//!
+//! The request services read one JSON request to the stream's end and answer
+//! one JSON value ([`answer_json`], [`answer_with`]); `exec` answers with
+//! records, `sync` reads a request line and then a tar, `logs` answers with
+//! the log's bytes.
+
+mod clock;
+mod configure;
+mod exec;
+pub mod health;
+mod info;
+mod logs;
+mod processes;
+mod signal;
+mod sync;
+
+pub use configure::restore_env;
+
+use crate::exec::Processes;
+use crate::privnet::PrivateNet;
+use crate::uplink::Uplink;
+use psbx_wire::boxd::{BoxInfo, Done, Service};
+use psbx_wire::frame::code;
+use psbx_wire::mux::{Incoming, Stream};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The largest JSON request read from a stream.
+const MAX_REQUEST: u64 = 1 << 20;
+
+/// What every stream handler shares.
+pub struct Boxd {
+    pub info: BoxInfo,
+    /// Account data pushed at claim: the secrets, as environment variables.
+    pub env: RwLock<Vec<(String, String)>>,
+    pub processes: Processes,
+    pub work: PathBuf,
+    /// The current session, for the streams boxd opens.
+    pub uplink: Uplink,
+    /// The environment's addresses, set up at claim.
+    pub private: PrivateNet,
+}
+
+/// Serves one stream the server opened, to its end.
+pub async fn handle(incoming: Incoming, state: Arc<Boxd>) {
+    let Some(service) = Service::parse(incoming.target()) else {
+        let why = format!("boxd has no service {:?}", incoming.target());
+        return incoming.refuse(code::NOT_FOUND, &why);
+    };
+    match service {
+        Service::Info => info::serve(incoming, &state).await,
+        Service::Health => health::serve(incoming, &state).await,
+        Service::Configure => configure::serve(incoming, &state).await,
+        Service::Exec => exec::serve(incoming.accept(), &state).await,
+        Service::Sync => sync::serve(incoming.accept(), &state).await,
+        Service::Processes => processes::serve(incoming, &state).await,
+        Service::Signal => signal::serve(incoming, &state).await,
+        Service::Logs => logs::serve(incoming.accept(), &state).await,
+        Service::Clock => clock::serve(incoming).await,
+    }
+}
+
+async fn read_request(stream: &mut Stream) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    (&mut *stream)
+        .take(MAX_REQUEST)
+        .read_to_end(&mut buf)
+        .await?;
+    Ok(buf)
+}
+
+/// Answers a request that carries no body: the request side is read to its end
+/// first, so that the stream is finished both ways when it is dropped (a
+/// stream dropped before the peer's FIN is reset).
+async fn answer_json<T: serde::Serialize>(mut stream: Stream, value: &T) {
+    let _ = read_request(&mut stream).await;
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let _ = stream.write_all(&body).await;
+    let _ = stream.shutdown().await;
+}
+
+fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("bad request: {e}"))
+}
+
+/// Reads a JSON request and answers what `handle` makes of it (or why the
+/// request was not understood).
+async fn answer_with<T: serde::de::DeserializeOwned>(
+    incoming: Incoming,
+    handle: impl FnOnce(T) -> Done,
+) {
+    let mut stream = incoming.accept();
+    let done = match read_request(&mut stream)
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|b| parse::<T>(&b))
+    {
+        Ok(request) => handle(request),
+        Err(e) => Done::failed(e),
+    };
+    answer_json(stream, &done).await;
+}
