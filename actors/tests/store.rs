@@ -306,3 +306,54 @@ async fn egress_is_stored_per_box_and_added_up() {
     egress.flush(&store).await.unwrap();
     assert_eq!(store.box_egress(&a).unwrap(), 1024);
 }
+
+/// The store's compare-and-set: a transition from a state the box has left
+/// moves nothing, and one its state never allows is refused as such.
+#[test]
+fn transitions_move_only_from_the_expected_state_and_refuse_illegal_ones() {
+    use psbx_actors::box_::state::BoxState;
+    use psbx_actors::ids::BoxId;
+    use psbx_actors::store::Transition;
+
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let first = store.bootstrap().unwrap().unwrap();
+    let id = BoxId::parse(&new_box(&store, &first.account.id)).unwrap();
+    let frozen = store
+        .transition_box(
+            &id,
+            BoxState::Running,
+            BoxState::Frozen,
+            Transition::default(),
+        )
+        .unwrap()
+        .expect("a running box freezes");
+    assert_eq!(frozen.state, BoxState::Frozen);
+    let stale = store
+        .transition_box(
+            &id,
+            BoxState::Running,
+            BoxState::Frozen,
+            Transition::default(),
+        )
+        .unwrap();
+    assert!(stale.is_none(), "moved from a state the box had left");
+    match store.transition_box(
+        &id,
+        BoxState::Frozen,
+        BoxState::Booting,
+        Transition::default(),
+    ) {
+        Err(StoreError::InvalidTransition(refused)) => {
+            assert_eq!(
+                (refused.id, refused.from, refused.to),
+                (id.clone(), BoxState::Frozen, BoxState::Booting)
+            );
+        }
+        other => panic!("an illegal transition was not refused: {other:?}"),
+    }
+    assert_eq!(
+        store.box_by_id(&id).unwrap().unwrap().state,
+        BoxState::Frozen
+    );
+}

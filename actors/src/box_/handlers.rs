@@ -61,10 +61,24 @@ impl BoxActor {
         }
     }
 
+    /// The check before a lifecycle change, made before libvirt is called: an
+    /// ended box says so (`Over`), any other change its state does not allow
+    /// is an `InvalidTransition`.
+    fn check(&self, to: BoxState) -> Result<(), BoxError> {
+        if self.record.state.is_terminal() {
+            return Err(self.over());
+        }
+        Ok(self.record.state.check(&self.record.id, to)?)
+    }
+
     /// Wakes a frozen box: start from its managed save, wait for boxd's hello.
+    /// A running box is awake already.
     fn thaw(&mut self) -> Flow<()> {
-        if self.record.state != BoxState::Frozen {
+        if self.record.state == BoxState::Running {
             return Box::pin(ready(Ok(())));
+        }
+        if let Err(e) = self.check(BoxState::Running) {
+            return Box::pin(ready(Err(e)));
         }
         let unit = Unit {
             vcpus: self.record.vcpus,
@@ -163,9 +177,10 @@ impl BoxActor {
         )
     }
 
+    /// Saves a running box's memory and disk (libvirt's managed save).
     fn freeze(&mut self, ctx: &mut Context<Self>) -> Flow<()> {
-        if self.record.state != BoxState::Running {
-            return Box::pin(ready(Ok(())));
+        if let Err(e) = self.check(BoxState::Frozen) {
+            return Box::pin(ready(Err(e)));
         }
         self.cancel_timers(ctx);
         self.link = None;
@@ -194,9 +209,10 @@ impl BoxActor {
         )
     }
 
+    /// Ends the box for good: domain, disk and saved memory deleted.
     fn stop(&mut self, ctx: &mut Context<Self>, reason: &'static str) -> Flow<BoxSnapshot> {
-        if self.record.state.is_terminal() {
-            return Box::pin(ready(Err(self.over())));
+        if let Err(e) = self.check(BoxState::Stopped) {
+            return Box::pin(ready(Err(e)));
         }
         self.cancel_timers(ctx);
         self.link = None;
@@ -242,11 +258,9 @@ impl Handler<Keep> for BoxActor {
         let thaw = self.thaw();
         AtomicResponse::new(Box::pin(thaw.then(
             move |result, act, _| -> Flow<BoxSnapshot> {
+                // Thawed, or refused (an ended box among them).
                 if let Err(e) = result {
                     return Box::pin(ready(Err(e)));
-                }
-                if act.record.state.is_terminal() {
-                    return Box::pin(ready(Err(act.over())));
                 }
                 let (store, id) = (act.ctx.store.clone(), act.record.id.clone());
                 Box::pin(
@@ -278,8 +292,14 @@ impl Handler<Freeze> for BoxActor {
 
     fn handle(&mut self, _: Freeze, ctx: &mut Context<Self>) -> Self::Result {
         AtomicResponse::new(Box::pin(self.freeze(ctx).map(|result, act, _| {
-            if let Err(e) = result {
-                tracing::error!(box_id = %act.record.id, error = %e, "freeze failed");
+            match result {
+                Ok(()) => {}
+                // The idle timer's message crossed a change that left the box
+                // not running (frozen or ended already): nothing to freeze.
+                Err(e @ (BoxError::InvalidTransition(_) | BoxError::Over { .. })) => {
+                    tracing::debug!(box_id = %act.record.id, error = %e, "no freeze")
+                }
+                Err(e) => tracing::error!(box_id = %act.record.id, error = %e, "freeze failed"),
             }
         })))
     }

@@ -236,11 +236,7 @@ impl Store {
         to: BoxState,
         detail: Transition,
     ) -> Result<Option<BoxRecord>, StoreError> {
-        if !from.can_become(to) {
-            return Err(StoreError::Invalid(format!(
-                "a box cannot go from {from} to {to}"
-            )));
-        }
+        from.check(id, to)?;
         let target = boxes::table
             .filter(boxes::id.eq(id.as_str()))
             .filter(boxes::state.eq(from.as_str()));

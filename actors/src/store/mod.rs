@@ -58,6 +58,9 @@ pub enum StoreError {
     Random(#[from] getrandom::Error),
     #[error("{0}")]
     Invalid(String),
+    /// A transition the box's state does not allow (the store checks too).
+    #[error(transparent)]
+    InvalidTransition(#[from] crate::box_::state::InvalidTransition),
 }
 
 /// How many connections a [`Store`] keeps, and how long a caller waits for one.
