@@ -607,16 +607,7 @@ pub fn stop_directly(
         return Ok(record);
     }
     let host = psbx_libvirt::Host::connect(libvirt_uri)?;
-    host.remove(&crate::host::context::HostContext::domain_name(&id))?;
-    let dir = settings.boxes_dir.join(id.as_str());
-    if let Err(e) = std::fs::remove_dir_all(&dir)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        return Err(BoxError::Internal(format!(
-            "deleting {}: {e}",
-            dir.display()
-        )));
-    }
+    crate::host::context::teardown(&host, &settings.boxes_dir, &id)?;
     if record.state == BoxState::Pooled {
         store.delete_pooled_box(&id)?;
         return Ok(record);

@@ -6,7 +6,6 @@ use super::state::BoxState;
 use super::{BoxActor, BoxSnapshot, PING_TIMEOUT};
 use crate::error::{BoxError, blocking};
 use crate::exec::mask::Masker;
-use crate::settings::Unit;
 use crate::store::Transition;
 use actix::fut::{ActorFutureExt, WrapFuture, ready};
 use actix::prelude::*;
@@ -80,12 +79,7 @@ impl BoxActor {
         if let Err(e) = self.check(BoxState::Running) {
             return Box::pin(ready(Err(e)));
         }
-        let unit = Unit {
-            vcpus: self.record.vcpus,
-            memory_mib: self.record.memory_mib,
-            disk_gb: self.record.disk_gb,
-        };
-        if let Err(e) = self.ctx.reserve(&self.record.id, unit) {
+        if let Err(e) = self.ctx.reserve(&self.record.id, self.record.unit()) {
             return Box::pin(ready(Err(e)));
         }
         let (hctx, record, name) = (self.ctx.clone(), self.record.clone(), self.name());
@@ -100,17 +94,10 @@ impl BoxActor {
                 .await?;
                 let restored_ms = started.elapsed().as_millis() as u64;
                 let link = hctx.link_of(&record);
-                let hello = link
-                    .handle()
-                    .hello(hctx.settings.boot_timeout)
-                    .await
-                    .map_err(|e| BoxError::Boot(format!("after thawing: {e}")))?;
+                let (record, hello) = hctx
+                    .await_hello_and_run(record, &link, hctx.settings.boot_timeout, "after thawing: ")
+                    .await?;
                 tracing::debug!(box_id = %record.id, restored_ms, "boxd answered after the restore");
-                let detail = Transition {
-                    boot_id: Some(hello.boot_id.clone()),
-                    ..Transition::default()
-                };
-                let record = Self::transition(hctx, &record, BoxState::Running, detail).await?;
                 Ok((record, link, hello))
             }
             .into_actor(self)
@@ -190,7 +177,8 @@ impl BoxActor {
             async move {
                 let h = hctx.clone();
                 blocking(move || h.host.managed_save(&name)).await?;
-                Self::transition(hctx, &record, BoxState::Frozen, Transition::default()).await
+                hctx.transition(&record, BoxState::Frozen, Transition::default())
+                    .await
             }
             .into_actor(self)
             .map(move |result, act, ctx| match result {
@@ -221,7 +209,8 @@ impl BoxActor {
             async move {
                 let (h, id) = (hctx.clone(), record.id.clone());
                 blocking(move || h.teardown(&id)).await?;
-                Self::transition(hctx, &record, BoxState::Stopped, Transition::default()).await
+                hctx.transition(&record, BoxState::Stopped, Transition::default())
+                    .await
             }
             .into_actor(self)
             .map(move |result, act, ctx| {
