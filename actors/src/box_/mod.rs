@@ -10,7 +10,7 @@ mod handlers;
 pub mod link;
 pub mod state;
 
-pub use handlers::{ExecChannel, Forget, Keep, Status, Stop, Touch};
+pub use handlers::{Channel, Forget, Keep, Status, Stop, Touch};
 
 use crate::error::blocking;
 use crate::exec::mask::Masker;
