@@ -4,14 +4,14 @@
 
 use crate::box_::link::{LinkError, LinkHandle};
 use crate::box_::state::BoxState;
-use crate::box_::{BoxSnapshot, ExecChannel, Forget, Keep, Status, Stop, Touch};
+use crate::box_::{BoxSnapshot, Channel, Forget, Keep, Status, Stop, Touch};
 use crate::duration;
 use crate::environments::claim::{Claim, seal_mask};
 use crate::environments::{EnvError, Environments};
 use crate::error::{BoxError, blocking};
 use crate::exec::bounded::Bounded;
 use crate::exec::mask::{MaskStream, Masker};
-use crate::exec::run::ExecEvent;
+use crate::exec::run::{Command, ExecEvent};
 use crate::host::{CreateBox, HostStart, PoolLevels, Shutdown};
 use crate::ids::{AccountId, BoxId};
 use crate::secrets::{SecretError, Secrets};
@@ -300,20 +300,22 @@ impl Boxes {
             Err(record) => return Err(over(&record)),
             Ok(addr) => addr,
         };
-        send(
-            addr.send(Status {
+        let (link, masker) = send(
+            addr.send(Channel {
                 thaw: true,
                 touch: true,
             })
             .await,
         )??;
-        let (link, masker) = send(addr.send(ExecChannel).await)??;
         Ok((addr, link, masker))
     }
 
-    /// How often a caller waiting on the box counts as activity.
-    fn keepalive(&self) -> Duration {
-        (self.settings.idle_freeze / 2).clamp(Duration::from_secs(1), Duration::from_secs(60))
+    /// The ticks at which a caller waiting on the box counts as activity
+    /// again; the first comes one period on, since taking the channel counted.
+    fn keepalive(&self) -> tokio::time::Interval {
+        let every =
+            (self.settings.idle_freeze / 2).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        tokio::time::interval_at(tokio::time::Instant::now() + every, every)
     }
 
     /// Runs a command: its events (output masked) arrive on the receiver. A
@@ -326,49 +328,35 @@ impl Boxes {
         request: ExecRequest,
     ) -> Result<mpsc::Receiver<Result<ExecEvent, BoxError>>, BoxError> {
         let (addr, link, masker) = self.channel(account, id).await?;
-        let (tx, mut rx) = mpsc::channel(32);
-        let keepalive = self.keepalive();
+        let mut command = Command::start(&link, &request, masker).await?;
+        // The first event says whether the command started at all.
+        let first = command
+            .next()
+            .await?
+            .ok_or_else(|| BoxError::Internal("the command's stream ended at once".into()))?;
+        let (tx, rx) = mpsc::channel(32);
+        let mut keepalive = self.keepalive();
+        // One task reads the command's stream and keeps the box awake.
         tokio::spawn(async move {
-            let (events, mut from_run) = mpsc::channel(32);
-            let run = crate::exec::run::run(&link, &request, masker, events);
-            tokio::pin!(run);
-            let mut tick = tokio::time::interval(keepalive);
-            let mut ran = None;
+            let _link = link;
+            if tx.send(Ok(first)).await.is_err() {
+                return;
+            }
             loop {
                 tokio::select! {
-                    result = &mut run, if ran.is_none() => ran = Some(result),
-                    event = from_run.recv() => match event {
-                        Some(e) => if tx.send(Ok(e)).await.is_err() { return },
-                        None => break,
-                    },
-                    _ = tick.tick() => addr.do_send(Touch),
-                }
-            }
-            if let Some(Err(e)) = ran {
-                let _ = tx.send(Err(e)).await;
-            }
-        });
-        // The first event says whether the command started at all.
-        match rx.recv().await {
-            Some(Err(e)) => Err(e),
-            Some(Ok(first)) => {
-                let (tx2, rx2) = mpsc::channel(32);
-                tokio::spawn(async move {
-                    if tx2.send(Ok(first)).await.is_err() {
-                        return;
-                    }
-                    while let Some(e) = rx.recv().await {
-                        if tx2.send(e).await.is_err() {
+                    event = command.next() => match event {
+                        Ok(Some(event)) => if tx.send(Ok(event)).await.is_err() { return },
+                        Ok(None) => return,
+                        Err(e) => {
+                            let _ = tx.send(Err(e)).await;
                             return;
                         }
-                    }
-                });
-                Ok(rx2)
+                    },
+                    _ = keepalive.tick() => addr.do_send(Touch),
+                }
             }
-            None => Err(BoxError::Internal(
-                "the command's stream ended at once".into(),
-            )),
-        }
+        });
+        Ok(rx)
     }
 
     /// The box's background commands.
@@ -443,13 +431,12 @@ impl Boxes {
     ) -> Result<mpsc::Receiver<Result<Vec<u8>, BoxError>>, BoxError> {
         let (addr, link, masker) = self.channel(account, id).await?;
         let mut stream = open_log(&link, id, pid, offset, true).await?;
-        let keepalive = self.keepalive();
+        let mut keepalive = self.keepalive();
         let (tx, rx) = mpsc::channel(16);
         let id = id.to_owned();
         tokio::spawn(async move {
             let mut mask = MaskStream::new(masker);
             let mut chunk = vec![0u8; 64 * 1024];
-            let mut tick = tokio::time::interval(keepalive);
             loop {
                 tokio::select! {
                     read = stream.read(&mut chunk) => match read {
@@ -464,7 +451,7 @@ impl Boxes {
                             return;
                         }
                     },
-                    _ = tick.tick() => addr.do_send(Touch),
+                    _ = keepalive.tick() => addr.do_send(Touch),
                 }
             }
             let _ = tx.send(Ok(mask.finish())).await;
@@ -606,16 +593,7 @@ pub fn stop_directly(
         return Ok(record);
     }
     let host = psbx_libvirt::Host::connect(libvirt_uri)?;
-    host.remove(&crate::host::context::HostContext::domain_name(&id))?;
-    let dir = settings.boxes_dir.join(id.as_str());
-    if let Err(e) = std::fs::remove_dir_all(&dir)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        return Err(BoxError::Internal(format!(
-            "deleting {}: {e}",
-            dir.display()
-        )));
-    }
+    crate::host::context::teardown(&host, &settings.boxes_dir, &id)?;
     if record.state == BoxState::Pooled {
         store.delete_pooled_box(&id)?;
         return Ok(record);

@@ -1,6 +1,6 @@
 //! What can go wrong with a box, in terms the HTTP layer maps to statuses.
 
-use crate::box_::state::BoxState;
+use crate::box_::state::{BoxState, InvalidTransition};
 use crate::store::StoreError;
 use psbx_libvirt::LibvirtError;
 
@@ -20,6 +20,9 @@ pub enum BoxError {
         state: BoxState,
         reason: Option<String>,
     },
+    /// A lifecycle change the box's state does not allow (HTTP 409).
+    #[error(transparent)]
+    InvalidTransition(#[from] InvalidTransition),
     /// The request asks for something psbx does not do.
     #[error("{0}")]
     Invalid(String),
@@ -45,9 +48,19 @@ pub enum BoxError {
     #[error(transparent)]
     Libvirt(#[from] LibvirtError),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
     #[error("{0}")]
     Internal(String),
+}
+
+impl From<StoreError> for BoxError {
+    /// A transition the store refused is the box's, not the store's.
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::InvalidTransition(refused) => Self::InvalidTransition(refused),
+            other => Self::Store(other),
+        }
+    }
 }
 
 impl From<crate::boxnet::NetworkError> for BoxError {

@@ -5,11 +5,15 @@ use psbx_actors::ids::ApiKeyId;
 use psbx_actors::store::{Credential, PoolOptions, Store, StoreError};
 use psbx_tests::TestDatabase;
 
+/// A test's process is short-lived, like a command's: no idle connections
+/// reopened in background threads, which crash the process when it exits
+/// inside libpq (seen as SIGSEGV at the end of a passing test).
 fn store(db: &TestDatabase) -> Store {
     Store::open(
         db.url(),
         PoolOptions {
             max_size: 3,
+            min_idle: 0,
             ..PoolOptions::default()
         },
     )
@@ -358,5 +362,56 @@ fn a_box_spec_reads_back_typed_and_a_malformed_one_is_an_error() {
     assert!(
         matches!(&err, StoreError::Unreadable { what, .. } if what.contains(id.as_str())),
         "{err:?}"
+    );
+}
+
+/// The store's compare-and-set: a transition from a state the box has left
+/// moves nothing, and one its state never allows is refused as such.
+#[test]
+fn transitions_move_only_from_the_expected_state_and_refuse_illegal_ones() {
+    use psbx_actors::box_::state::BoxState;
+    use psbx_actors::ids::BoxId;
+    use psbx_actors::store::Transition;
+
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let first = store.bootstrap().unwrap().unwrap();
+    let id = BoxId::parse(&new_box(&store, &first.account.id)).unwrap();
+    let frozen = store
+        .transition_box(
+            &id,
+            BoxState::Running,
+            BoxState::Frozen,
+            Transition::default(),
+        )
+        .unwrap()
+        .expect("a running box freezes");
+    assert_eq!(frozen.state, BoxState::Frozen);
+    let stale = store
+        .transition_box(
+            &id,
+            BoxState::Running,
+            BoxState::Frozen,
+            Transition::default(),
+        )
+        .unwrap();
+    assert!(stale.is_none(), "moved from a state the box had left");
+    match store.transition_box(
+        &id,
+        BoxState::Frozen,
+        BoxState::Booting,
+        Transition::default(),
+    ) {
+        Err(StoreError::InvalidTransition(refused)) => {
+            assert_eq!(
+                (refused.id, refused.from, refused.to),
+                (id.clone(), BoxState::Frozen, BoxState::Booting)
+            );
+        }
+        other => panic!("an illegal transition was not refused: {other:?}"),
+    }
+    assert_eq!(
+        store.box_by_id(&id).unwrap().unwrap().state,
+        BoxState::Frozen
     );
 }

@@ -116,6 +116,14 @@ impl ApiError {
         )
     }
 
+    /// A lifecycle change the box's state does not allow (DESIGN.md §3).
+    pub fn invalid_state(refused: &psbx_actors::box_::state::InvalidTransition) -> Self {
+        Self::new(StatusCode::CONFLICT, "invalid_state", refused.to_string()).hint(format!(
+            "`GET /v1/boxes/{}` shows the box's state; the request can be made again once the box is in a state that allows it",
+            refused.id
+        ))
+    }
+
     pub fn unavailable(cause: impl std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "database unavailable");
         Self::new(
@@ -172,6 +180,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Invalid(message) => Self::bad_request("invalid_request", message),
+            StoreError::InvalidTransition(refused) => Self::invalid_state(&refused),
             StoreError::Pool(_) | StoreError::Connect(_) => Self::unavailable(e),
             other => Self::internal(other),
         }
@@ -213,6 +222,7 @@ impl From<psbx_actors::error::BoxError> for ApiError {
                 Self::new(StatusCode::CONFLICT, code, e.to_string())
                     .hint("a stopped box does not come back: start a new one with `POST /v1/boxes`")
             }
+            E::InvalidTransition(refused) => Self::invalid_state(&refused),
             E::Invalid(message) => Self::bad_request("invalid_request", message),
             E::HostFull(message) => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "host_full", message)
@@ -258,5 +268,47 @@ impl From<psbx_actors::secrets::SecretError> for ApiError {
             E::Store(inner) => inner.into(),
             E::Vault(_) | E::Internal(_) => Self::internal(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use psbx_actors::box_::state::{BoxState, InvalidTransition};
+    use psbx_actors::error::BoxError;
+    use psbx_actors::ids::BoxId;
+
+    #[test]
+    fn a_refused_transition_is_a_409_naming_the_box_its_state_and_the_ask() {
+        let id = BoxId::parse("box_0123456789abcdefghij").unwrap();
+        let refused = InvalidTransition {
+            id,
+            from: BoxState::Stopped,
+            to: BoxState::Frozen,
+        };
+        // From the actor's check, and from the store's (its compare-and-set
+        // guard refuses the same transitions).
+        for e in [
+            BoxError::InvalidTransition(refused.clone()),
+            BoxError::from(StoreError::InvalidTransition(refused.clone())),
+        ] {
+            let api = ApiError::from(e);
+            assert_eq!(api.status(), StatusCode::CONFLICT);
+            assert_eq!(api.code(), "invalid_state");
+            assert_eq!(
+                api.detail.message,
+                "box box_0123456789abcdefghij is stopped and cannot become frozen"
+            );
+            let hint = api.detail.hint.as_deref().unwrap_or_default();
+            assert!(
+                hint.contains("GET /v1/boxes/box_0123456789abcdefghij"),
+                "{hint}"
+            );
+        }
+        let stored = ApiError::from(StoreError::InvalidTransition(refused));
+        assert_eq!(
+            (stored.status(), stored.code()),
+            (StatusCode::CONFLICT, "invalid_state")
+        );
     }
 }

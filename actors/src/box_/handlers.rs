@@ -1,12 +1,14 @@
-//! The messages a BoxActor answers: `Status` (thaws first when asked),
-//! `Keep`, `Stop`, and its own timers' `Freeze` and `Expire`.
+//! The messages a BoxActor answers: `Status` (thaws first when asked; asks
+//! boxd how it is), `Keep`, `Stop`, `Channel` (thaws when asked and hands out
+//! the link to boxd and the mask, in one turn), `Touch` (activity, without
+//! asking boxd), `Forget` (ended outside the actor), and its own timers'
+//! `Freeze` and `Expire`.
 
 use super::link::LinkHandle;
 use super::state::BoxState;
 use super::{BoxActor, BoxSnapshot, PING_TIMEOUT};
 use crate::error::{BoxError, blocking};
 use crate::exec::mask::Masker;
-use crate::settings::Unit;
 use crate::store::Transition;
 use actix::fut::{ActorFutureExt, WrapFuture, ready};
 use actix::prelude::*;
@@ -61,17 +63,26 @@ impl BoxActor {
         }
     }
 
+    /// The check before a lifecycle change, made before libvirt is called: an
+    /// ended box says so (`Over`), any other change its state does not allow
+    /// is an `InvalidTransition`.
+    fn check(&self, to: BoxState) -> Result<(), BoxError> {
+        if self.record.state.is_terminal() {
+            return Err(self.over());
+        }
+        Ok(self.record.state.check(&self.record.id, to)?)
+    }
+
     /// Wakes a frozen box: start from its managed save, wait for boxd's hello.
+    /// A running box is awake already.
     fn thaw(&mut self) -> Flow<()> {
-        if self.record.state != BoxState::Frozen {
+        if self.record.state == BoxState::Running {
             return Box::pin(ready(Ok(())));
         }
-        let unit = Unit {
-            vcpus: self.record.vcpus,
-            memory_mib: self.record.memory_mib,
-            disk_gb: self.record.disk_gb,
-        };
-        if let Err(e) = self.ctx.reserve(&self.record.id, unit) {
+        if let Err(e) = self.check(BoxState::Running) {
+            return Box::pin(ready(Err(e)));
+        }
+        if let Err(e) = self.ctx.reserve(&self.record.id, self.record.unit()) {
             return Box::pin(ready(Err(e)));
         }
         let (hctx, record, name) = (self.ctx.clone(), self.record.clone(), self.name());
@@ -86,17 +97,10 @@ impl BoxActor {
                 .await?;
                 let restored_ms = started.elapsed().as_millis() as u64;
                 let link = hctx.link_of(&record);
-                let hello = link
-                    .handle()
-                    .hello(hctx.settings.boot_timeout)
-                    .await
-                    .map_err(|e| BoxError::Boot(format!("after thawing: {e}")))?;
+                let (record, hello) = hctx
+                    .await_hello_and_run(record, &link, hctx.settings.boot_timeout, "after thawing: ")
+                    .await?;
                 tracing::debug!(box_id = %record.id, restored_ms, "boxd answered after the restore");
-                let detail = Transition {
-                    boot_id: Some(hello.boot_id.clone()),
-                    ..Transition::default()
-                };
-                let record = Self::transition(hctx, &record, BoxState::Running, detail).await?;
                 Ok((record, link, hello))
             }
             .into_actor(self)
@@ -120,52 +124,68 @@ impl BoxActor {
         )
     }
 
-    /// Counts activity now (timers restart) and pings boxd when running.
+    /// Counts activity now: the stored last activity moves and the timers
+    /// restart. boxd is not asked.
+    fn touch(&mut self) -> Flow<()> {
+        if self.record.state.is_terminal() {
+            return Box::pin(ready(Err(self.over())));
+        }
+        let (store, id) = (self.ctx.store.clone(), self.record.id.clone());
+        Box::pin(
+            async move { blocking(move || store.touch_box(&id)).await }
+                .into_actor(self)
+                .map(|result, act, ctx| {
+                    act.record.last_activity_at = result?;
+                    act.arm_timers(ctx);
+                    Ok(())
+                }),
+        )
+    }
+
+    /// Counts activity now when `touch`, and pings boxd when running.
     fn status_after_thaw(&mut self, touch: bool) -> Flow<BoxSnapshot> {
         if self.record.state.is_terminal() {
             return Box::pin(ready(Err(self.over())));
         }
-        let store = self.ctx.store.clone();
-        let id = self.record.id.clone();
-        let link = (self.record.state == BoxState::Running)
-            .then(|| self.link_handle())
-            .flatten();
-        Box::pin(
-            async move {
-                let touched = if touch {
-                    Some(blocking(move || store.touch_box(&id)).await?)
-                } else {
-                    None
-                };
-                let (health, hello) = match link {
-                    Some(link) => match link.ping(PING_TIMEOUT).await {
-                        // The hello of the session that answered: a boxd
-                        // restarted since the last one says hello again.
-                        Ok(health) => (Some(health), link.hello(PING_TIMEOUT).await.ok()),
-                        Err(_) => (None, None),
-                    },
-                    None => (None, None),
-                };
-                Ok::<_, BoxError>((touched, health, hello))
+        let touched = if touch {
+            self.touch()
+        } else {
+            Box::pin(ready(Ok(())))
+        };
+        Box::pin(touched.then(|result, act, _| -> Flow<BoxSnapshot> {
+            if let Err(e) = result {
+                return Box::pin(ready(Err(e)));
             }
-            .into_actor(self)
-            .map(|result, act, ctx| {
-                let (touched, health, hello) = result?;
-                if let Some(at) = touched {
-                    act.record.last_activity_at = at;
-                    act.arm_timers(ctx);
+            let link = (act.record.state == BoxState::Running)
+                .then(|| act.link_handle())
+                .flatten();
+            Box::pin(
+                async move {
+                    match link {
+                        Some(link) => match link.ping(PING_TIMEOUT).await {
+                            // The hello of the session that answered: a boxd
+                            // restarted since the last one says hello again.
+                            Ok(health) => (Some(health), link.hello(PING_TIMEOUT).await.ok()),
+                            Err(_) => (None, None),
+                        },
+                        None => (None, None),
+                    }
                 }
-                if hello.is_some() {
-                    act.hello = hello;
-                }
-                Ok(act.snapshot(health))
-            }),
-        )
+                .into_actor(act)
+                .map(|(health, hello), act, _| {
+                    if hello.is_some() {
+                        act.hello = hello;
+                    }
+                    Ok(act.snapshot(health))
+                }),
+            )
+        }))
     }
 
+    /// Saves a running box's memory and disk (libvirt's managed save).
     fn freeze(&mut self, ctx: &mut Context<Self>) -> Flow<()> {
-        if self.record.state != BoxState::Running {
-            return Box::pin(ready(Ok(())));
+        if let Err(e) = self.check(BoxState::Frozen) {
+            return Box::pin(ready(Err(e)));
         }
         self.cancel_timers(ctx);
         self.link = None;
@@ -175,7 +195,8 @@ impl BoxActor {
             async move {
                 let h = hctx.clone();
                 blocking(move || h.host.managed_save(&name)).await?;
-                Self::transition(hctx, &record, BoxState::Frozen, Transition::default()).await
+                hctx.transition(&record, BoxState::Frozen, Transition::default())
+                    .await
             }
             .into_actor(self)
             .map(move |result, act, ctx| match result {
@@ -194,9 +215,10 @@ impl BoxActor {
         )
     }
 
+    /// Ends the box for good: domain, disk and saved memory deleted.
     fn stop(&mut self, ctx: &mut Context<Self>, reason: &'static str) -> Flow<BoxSnapshot> {
-        if self.record.state.is_terminal() {
-            return Box::pin(ready(Err(self.over())));
+        if let Err(e) = self.check(BoxState::Stopped) {
+            return Box::pin(ready(Err(e)));
         }
         self.cancel_timers(ctx);
         self.link = None;
@@ -205,7 +227,8 @@ impl BoxActor {
             async move {
                 let (h, id) = (hctx.clone(), record.id.clone());
                 blocking(move || h.teardown(&id)).await?;
-                Self::transition(hctx, &record, BoxState::Stopped, Transition::default()).await
+                hctx.transition(&record, BoxState::Stopped, Transition::default())
+                    .await
             }
             .into_actor(self)
             .map(move |result, act, ctx| {
@@ -242,11 +265,9 @@ impl Handler<Keep> for BoxActor {
         let thaw = self.thaw();
         AtomicResponse::new(Box::pin(thaw.then(
             move |result, act, _| -> Flow<BoxSnapshot> {
+                // Thawed, or refused (an ended box among them).
                 if let Err(e) = result {
                     return Box::pin(ready(Err(e)));
-                }
-                if act.record.state.is_terminal() {
-                    return Box::pin(ready(Err(act.over())));
                 }
                 let (store, id) = (act.ctx.store.clone(), act.record.id.clone());
                 Box::pin(
@@ -278,8 +299,14 @@ impl Handler<Freeze> for BoxActor {
 
     fn handle(&mut self, _: Freeze, ctx: &mut Context<Self>) -> Self::Result {
         AtomicResponse::new(Box::pin(self.freeze(ctx).map(|result, act, _| {
-            if let Err(e) = result {
-                tracing::error!(box_id = %act.record.id, error = %e, "freeze failed");
+            match result {
+                Ok(()) => {}
+                // The idle timer's message crossed a change that left the box
+                // not running (frozen or ended already): nothing to freeze.
+                Err(e @ (BoxError::InvalidTransition(_) | BoxError::Over { .. })) => {
+                    tracing::debug!(box_id = %act.record.id, error = %e, "no freeze")
+                }
+                Err(e) => tracing::error!(box_id = %act.record.id, error = %e, "freeze failed"),
             }
         })))
     }
@@ -308,15 +335,44 @@ impl Handler<Forget> for BoxActor {
 }
 
 /// What exec and the other box services need: the link to boxd and the mask
-/// for the box's secrets. The box must be running (callers thaw it first).
+/// for the box's secrets, in one turn of the mailbox (no other lifecycle
+/// message runs between the thaw and the answer). `thaw`: wake a frozen box
+/// first (else a frozen box is refused); `touch`: count this as activity.
+/// boxd is not asked how it is.
 #[derive(Message)]
 #[rtype(result = "Result<(LinkHandle, Arc<Masker>), BoxError>")]
-pub struct ExecChannel;
+pub struct Channel {
+    pub thaw: bool,
+    pub touch: bool,
+}
 
-impl Handler<ExecChannel> for BoxActor {
-    type Result = Result<(LinkHandle, Arc<Masker>), BoxError>;
+impl Handler<Channel> for BoxActor {
+    type Result = Reply<(LinkHandle, Arc<Masker>)>;
 
-    fn handle(&mut self, _: ExecChannel, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Channel, _: &mut Context<Self>) -> Self::Result {
+        let thaw = if msg.thaw {
+            self.thaw()
+        } else {
+            Box::pin(ready(Ok(())))
+        };
+        AtomicResponse::new(Box::pin(thaw.then(
+            move |result, act, _| -> Flow<(LinkHandle, Arc<Masker>)> {
+                let channel = result.and_then(|()| act.channel());
+                match (channel, msg.touch) {
+                    (Ok(channel), true) => Box::pin(
+                        act.touch()
+                            .map(move |touched, _, _| touched.map(|()| channel)),
+                    ),
+                    (channel, _) => Box::pin(ready(channel)),
+                }
+            },
+        )))
+    }
+}
+
+impl BoxActor {
+    /// The link and mask of the box as it is now: it must be running.
+    fn channel(&self) -> Result<(LinkHandle, Arc<Masker>), BoxError> {
         if self.record.state.is_terminal() {
             return Err(self.over());
         }
@@ -330,7 +386,9 @@ impl Handler<ExecChannel> for BoxActor {
     }
 }
 
-/// Activity on the box (an open exec stream): the idle and expiry clocks restart.
+/// Activity on the box (an open exec stream, a followed log): the idle and
+/// expiry clocks restart. Only the store is written; boxd is not asked, so
+/// the mailbox never waits on boxd for it.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Touch;
@@ -339,6 +397,6 @@ impl Handler<Touch> for BoxActor {
     type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, _: Touch, _: &mut Context<Self>) -> Self::Result {
-        AtomicResponse::new(Box::pin(self.status_after_thaw(true).map(|_, _, _| ())))
+        AtomicResponse::new(Box::pin(self.touch().map(|_, _, _| ())))
     }
 }

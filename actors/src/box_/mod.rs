@@ -10,12 +10,12 @@ mod handlers;
 pub mod link;
 pub mod state;
 
-pub use handlers::{ExecChannel, Forget, Keep, Status, Stop, Touch};
+pub use handlers::{Channel, Forget, Keep, Status, Stop, Touch};
 
-use crate::error::{BoxError, blocking};
+use crate::error::blocking;
 use crate::exec::mask::Masker;
 use crate::host::context::HostContext;
-use crate::store::{BoxRecord, Transition};
+use crate::store::BoxRecord;
 use actix::prelude::*;
 use chrono::{DateTime, Utc};
 use link::{BoxdLink, LinkHandle};
@@ -138,42 +138,23 @@ impl BoxActor {
         self.link.as_ref().map(BoxdLink::handle)
     }
 
-    /// Moves the stored state; `None` from the store means someone else moved
-    /// it first, which is reported as an internal error.
-    async fn transition(
-        ctx: Arc<HostContext>,
-        record: &BoxRecord,
-        to: BoxState,
-        detail: Transition,
-    ) -> Result<BoxRecord, BoxError> {
-        let (id, from) = (record.id.clone(), record.state);
-        let store = ctx.store.clone();
-        blocking(move || store.transition_box(&id, from, to, detail))
-            .await?
-            .ok_or_else(|| BoxError::Internal(format!("box {} changed state under us", record.id)))
-    }
-
-    /// Marks the box failed after its VM was found broken or gone, and ends the actor.
+    /// Fails the box after its VM was found broken or gone
+    /// ([`HostContext::fail_box`]), and ends the actor.
     fn fail(&mut self, ctx: &mut Context<Self>, reason: String) {
-        tracing::warn!(box_id = %self.record.id, %reason, "box failed");
         self.cancel_timers(ctx);
         self.link = None;
         let (hctx, record) = (self.ctx.clone(), self.record.clone());
-        let id = record.id.clone();
         ctx.wait(
             async move {
-                let teardown_ctx = hctx.clone();
-                let tid = id.clone();
-                let _ = blocking(move || teardown_ctx.teardown(&tid)).await;
-                let detail = Transition {
-                    failure: Some(reason),
-                    ..Transition::default()
-                };
-                let result = Self::transition(hctx, &record, BoxState::Failed, detail).await;
-                if let Err(e) = &result {
-                    tracing::error!(box_id = %id, error = %e, "could not record a failed box");
+                let id = record.id.clone();
+                let result = blocking(move || hctx.fail_box(&record, &reason)).await;
+                match result {
+                    Ok(failed) => failed,
+                    Err(e) => {
+                        tracing::error!(box_id = %id, error = %e, "could not record a failed box");
+                        None
+                    }
                 }
-                result.ok()
             }
             .into_actor(self)
             .map(|record, act, ctx| {
@@ -191,16 +172,11 @@ impl Actor for BoxActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.ctx.register(self.record.id.clone(), ctx.address());
-        if self.record.state == BoxState::Running {
-            let unit = crate::settings::Unit {
-                vcpus: self.record.vcpus,
-                memory_mib: self.record.memory_mib,
-                disk_gb: self.record.disk_gb,
-            };
-            if let Err(e) = self.ctx.reserve(&self.record.id, unit) {
-                // Adopted after a restart onto a host that shrank: keep it running.
-                tracing::warn!(box_id = %self.record.id, error = %e, "running box exceeds capacity");
-            }
+        if self.record.state == BoxState::Running
+            && let Err(e) = self.ctx.reserve(&self.record.id, self.record.unit())
+        {
+            // Adopted after a restart onto a host that shrank: keep it running.
+            tracing::warn!(box_id = %self.record.id, error = %e, "running box exceeds capacity");
         }
         self.arm_timers(ctx);
     }

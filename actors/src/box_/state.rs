@@ -8,6 +8,7 @@
 //! any live state -> failed (with a reason)
 //! ```
 
+use crate::ids::BoxId;
 use std::fmt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,6 +67,29 @@ impl BoxState {
             _ => false,
         }
     }
+
+    /// The check at the top of every lifecycle change (DESIGN.md §3): before
+    /// libvirt is called, box `id` must be allowed to go from `self` to `to`.
+    pub fn check(self, id: &BoxId, to: BoxState) -> Result<(), InvalidTransition> {
+        if self.can_become(to) {
+            Ok(())
+        } else {
+            Err(InvalidTransition {
+                id: id.clone(),
+                from: self,
+                to,
+            })
+        }
+    }
+}
+
+/// A lifecycle change the box's state does not allow (HTTP 409 `invalid_state`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("box {id} is {from} and cannot become {to}")]
+pub struct InvalidTransition {
+    pub id: BoxId,
+    pub from: BoxState,
+    pub to: BoxState,
 }
 
 impl fmt::Display for BoxState {
@@ -111,5 +135,21 @@ mod tests {
             (Frozen, Failed),
         ];
         assert_eq!(legal, expected);
+    }
+
+    #[test]
+    fn the_check_refuses_what_cannot_become_and_names_the_box() {
+        let id = crate::ids::BoxId::parse("box_0123456789abcdefghij").unwrap();
+        for a in ALL {
+            for b in ALL {
+                assert_eq!(a.check(&id, b).is_ok(), a.can_become(b), "{a} -> {b}");
+            }
+        }
+        let refused = Stopped.check(&id, Frozen).unwrap_err();
+        assert_eq!((refused.from, refused.to), (Stopped, Frozen));
+        assert_eq!(
+            refused.to_string(),
+            "box box_0123456789abcdefghij is stopped and cannot become frozen"
+        );
     }
 }

@@ -4,24 +4,27 @@
 
 use crate::box_::BoxActor;
 use crate::box_::link::{BoxdLink, StreamHandler};
+use crate::box_::state::BoxState;
 use crate::boxnet::{self, BoxNetwork};
 use crate::connectors::Router;
 use crate::connectors::route::BoxRoute;
-use crate::error::BoxError;
+use crate::error::{BoxError, blocking};
 use crate::exec::mask::Masker;
 use crate::ids::{AccountId, BoxId};
 use crate::image::Image;
 use crate::secrets::Secrets;
 use crate::settings::{BoxSettings, Unit};
 use crate::spec::BoxSpec;
-use crate::store::{BoxRecord, Store};
+use crate::store::{BoxRecord, Store, Transition};
 use actix::Addr;
 use psbx_libvirt::{Accel, Boot, Disk, DomainSpec, Host, Nic};
+use psbx_wire::boxd::BoxInfo;
 use psbx_wire::dns::Transport;
 use psbx_wire::mux::Incoming;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 pub struct HostContext {
     pub host: Host,
@@ -268,16 +271,91 @@ impl HostContext {
 
     /// Removes a box's domain (with its managed save) and its files.
     pub fn teardown(&self, id: &BoxId) -> Result<(), BoxError> {
-        self.host.remove(&Self::domain_name(id))?;
-        let dir = self.box_dir(id);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(BoxError::Internal(format!(
-                "deleting {}: {e}",
-                dir.display()
-            ))),
+        teardown(&self.host, &self.settings.boxes_dir, id)
+    }
+
+    /// Moves the stored state of `record` (compare-and-set from its state);
+    /// `None` from the store means someone else moved it first, which is
+    /// reported as an internal error.
+    pub async fn transition(
+        &self,
+        record: &BoxRecord,
+        to: BoxState,
+        detail: Transition,
+    ) -> Result<BoxRecord, BoxError> {
+        let (store, id, from) = (self.store.clone(), record.id.clone(), record.state);
+        blocking(move || store.transition_box(&id, from, to, detail))
+            .await?
+            .ok_or_else(|| BoxError::Internal(format!("box {} changed state under us", record.id)))
+    }
+
+    /// Waits up to `wait` for boxd's hello on `link`, then records the box
+    /// running with the boot id the hello carries (after a boot, a thaw or an
+    /// adoption; a record that says running already stays as it is). `after`
+    /// opens the error of a box that did not answer.
+    pub async fn await_hello_and_run(
+        &self,
+        record: BoxRecord,
+        link: &BoxdLink,
+        wait: Duration,
+        after: &str,
+    ) -> Result<(BoxRecord, BoxInfo), BoxError> {
+        let hello = link
+            .handle()
+            .hello(wait)
+            .await
+            .map_err(|e| BoxError::Boot(format!("{after}{e}")))?;
+        if record.state == BoxState::Running {
+            return Ok((record, hello));
         }
+        let detail = Transition {
+            boot_id: Some(hello.boot_id.clone()),
+            ..Transition::default()
+        };
+        let record = self.transition(&record, BoxState::Running, detail).await?;
+        Ok((record, hello))
+    }
+
+    /// Fails a box: its VM and files are removed, its capacity is released
+    /// and its row records `reason` (a pooled row, which belongs to nobody, is
+    /// deleted instead). The row moves from the state it holds now, which may
+    /// be past `record`'s (a start that failed after `booting` was recorded).
+    /// Returns the failed record, or `None` when there is none (a pooled box,
+    /// or one that had ended already). The row is written even when the
+    /// teardown failed; that error is returned after.
+    pub fn fail_box(
+        &self,
+        record: &BoxRecord,
+        reason: &str,
+    ) -> Result<Option<BoxRecord>, BoxError> {
+        tracing::warn!(box_id = %record.id, %reason, "box failed");
+        let removed = self.teardown(&record.id);
+        self.release(&record.id);
+        let failed = if record.state == BoxState::Pooled {
+            self.store.delete_pooled_box(&record.id)?;
+            None
+        } else {
+            let detail = || Transition {
+                failure: Some(reason.to_owned()),
+                ..Transition::default()
+            };
+            let id = &record.id;
+            match self
+                .store
+                .transition_box(id, record.state, BoxState::Failed, detail())?
+            {
+                Some(failed) => Some(failed),
+                None => match self.store.box_by_id(id)? {
+                    Some(row) if !row.state.is_terminal() => {
+                        self.store
+                            .transition_box(id, row.state, BoxState::Failed, detail())?
+                    }
+                    _ => None,
+                },
+            }
+        };
+        removed?;
+        Ok(failed)
     }
 
     /// Makes the box's directory and disk, defines and starts its domain.
@@ -301,8 +379,25 @@ impl HostContext {
     }
 }
 
-/// libvirt's QEMU runs as its own user: it must reach the box directory.
-fn allow_qemu(dir: &std::path::Path) -> Result<(), BoxError> {
+/// Removes box `id`'s domain (with its managed save) on `host` and its
+/// directory under `boxes_dir`: [`HostContext::teardown`], and `psbx boxes
+/// stop` without a server.
+pub fn teardown(host: &Host, boxes_dir: &Path, id: &BoxId) -> Result<(), BoxError> {
+    host.remove(&HostContext::domain_name(id))?;
+    let dir = boxes_dir.join(id.as_str());
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(BoxError::Internal(format!(
+            "deleting {}: {e}",
+            dir.display()
+        ))),
+    }
+}
+
+/// libvirt's QEMU runs as its own user: it must reach the box directory (and
+/// the KVM probe's).
+pub(super) fn allow_qemu(dir: &Path) -> Result<(), BoxError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     Ok(())

@@ -50,96 +50,76 @@ const RESUME_HELLO: Duration = Duration::from_secs(15);
 
 type Booted = (BoxRecord, BoxdLink, BoxInfo);
 
-/// Starts a box's domain and waits for boxd's hello; the record moves from
-/// `creating` to `booting` on the way (a pooled record stays `pooled`).
-async fn boot(hctx: &Arc<HostContext>, record: BoxRecord) -> Result<Booted, BoxError> {
+/// Starts a box's domain; the record moves from `creating` to `booting` on
+/// the way (a pooled record stays `pooled`). The link is to wait on for boxd's hello.
+async fn boot(
+    hctx: &Arc<HostContext>,
+    record: BoxRecord,
+) -> Result<(BoxRecord, BoxdLink), BoxError> {
     let (h, r) = (hctx.clone(), record.clone());
     blocking(move || h.boot(&r)).await?;
     let record = if record.state == BoxState::Creating {
-        let (store, id) = (hctx.store.clone(), record.id.clone());
-        blocking(move || {
-            store.transition_box(
-                &id,
-                BoxState::Creating,
-                BoxState::Booting,
-                Transition::default(),
-            )
-        })
-        .await?
-        .ok_or_else(|| BoxError::Internal("the new box changed state under us".into()))?
+        hctx.transition(&record, BoxState::Booting, Transition::default())
+            .await?
     } else {
         record
     };
     let link = hctx.link_of(&record);
-    let hello = link
-        .handle()
-        .hello(hctx.settings.boot_timeout)
-        .await
-        .map_err(|e| BoxError::Boot(e.to_string()))?;
-    Ok((record, link, hello))
+    Ok((record, link))
 }
 
-/// Removes what a failed start left and records why.
-async fn clean_up_failed(hctx: &Arc<HostContext>, id: &BoxId, error: &BoxError, pooled: bool) {
-    let (h, bid) = (hctx.clone(), id.clone());
-    let reason = error.to_string();
-    let result = blocking(move || {
-        h.teardown(&bid)?;
-        if pooled {
-            return h.store.delete_pooled_box(&bid).map_err(BoxError::from);
-        }
-        if let Some(row) = h.store.box_by_id(&bid)?
-            && !row.state.is_terminal()
-        {
-            let detail = Transition {
-                failure: Some(reason),
-                ..Transition::default()
-            };
-            h.store
-                .transition_box(&bid, row.state, BoxState::Failed, detail)?;
-        }
-        Ok::<_, BoxError>(())
-    })
-    .await;
-    hctx.release(id);
-    if let Err(e) = result {
-        tracing::error!(box_id = %id, error = %e, "could not clean up after a failed start");
+/// Fails a box whose start went wrong ([`HostContext::fail_box`]).
+async fn clean_up_failed(hctx: &Arc<HostContext>, record: &BoxRecord, error: &BoxError) {
+    let (h, r, reason) = (hctx.clone(), record.clone(), error.to_string());
+    if let Err(e) = blocking(move || h.fail_box(&r, &reason)).await {
+        tracing::error!(box_id = %record.id, error = %e, "could not clean up after a failed start");
     }
+}
+
+/// A new box of `size` units of the configured image, in `state`, with its
+/// resources promised.
+fn reserve_new(hctx: &HostContext, size: u32, state: BoxState) -> Result<NewBox, BoxError> {
+    let id = BoxId::generate().map_err(|e| BoxError::Internal(e.to_string()))?;
+    let unit = hctx.settings.resources(size);
+    hctx.image(&hctx.settings.image)?;
+    hctx.reserve(&id, unit)?;
+    Ok(NewBox::for_size(
+        id,
+        hctx.host.uri(),
+        &hctx.settings.image,
+        state,
+        size,
+        unit,
+    ))
+}
+
+/// Writes a new box's row; a box without one holds nothing of the host.
+async fn insert(hctx: &Arc<HostContext>, new: NewBox) -> Result<BoxRecord, BoxError> {
+    let (store, id) = (hctx.store.clone(), new.id.clone());
+    let record = blocking(move || store.insert_box(&new)).await;
+    if record.is_err() {
+        hctx.release(&id);
+    }
+    record
 }
 
 /// A cold start: row, disk, domain, hello, `running`.
 async fn cold(hctx: Arc<HostContext>, new: NewBox) -> Result<Booted, BoxError> {
-    let id = new.id.clone();
     let started = Instant::now();
-    let store = hctx.store.clone();
-    let record = blocking(move || store.insert_box(&new)).await;
-    let record = match record {
-        Ok(r) => r,
-        Err(e) => {
-            hctx.release(&id);
-            return Err(e);
-        }
-    };
+    let inserted = insert(&hctx, new).await?;
     let result = async {
-        let (record, link, hello) = boot(&hctx, record).await?;
-        let detail = Transition {
-            boot_id: Some(hello.boot_id.clone()),
-            ..Transition::default()
-        };
-        let (store, bid) = (hctx.store.clone(), record.id.clone());
-        let record = blocking(move || {
-            store.transition_box(&bid, BoxState::Booting, BoxState::Running, detail)
-        })
-        .await?
-        .ok_or_else(|| BoxError::Internal("the new box changed state under us".into()))?;
+        let (record, link) = boot(&hctx, inserted.clone()).await?;
+        let (record, hello) = hctx
+            .await_hello_and_run(record, &link, hctx.settings.boot_timeout, "")
+            .await?;
         Ok((record, link, hello))
     }
     .await;
     match &result {
         Ok(_) => {
-            tracing::info!(box_id = %id, ms = started.elapsed().as_millis() as u64, "box started cold")
+            tracing::info!(box_id = %inserted.id, ms = started.elapsed().as_millis() as u64, "box started cold")
         }
-        Err(e) => clean_up_failed(&hctx, &id, e, false).await,
+        Err(e) => clean_up_failed(&hctx, &inserted, e).await,
     }
     result
 }
@@ -178,7 +158,7 @@ async fn claim(
             Ok(booted)
         }
         Err(e) => {
-            clean_up_failed(&hctx, &record.id, &e, true).await;
+            clean_up_failed(&hctx, &record, &e).await;
             Err(e)
         }
     }
@@ -186,29 +166,14 @@ async fn claim(
 
 /// Boots one box into the pool and suspends it.
 async fn pool_boot(hctx: Arc<HostContext>, size: u32) -> Result<PooledBox, BoxError> {
-    let id = BoxId::generate().map_err(|e| BoxError::Internal(e.to_string()))?;
-    let unit = hctx.settings.resources(size);
-    hctx.image(&hctx.settings.image)?;
-    hctx.reserve(&id, unit)?;
-    let new = NewBox {
-        id: id.clone(),
-        account_id: None,
-        host_uri: hctx.host.uri().to_owned(),
-        state: BoxState::Pooled,
-        name: None,
-        goal: None,
-        image: hctx.settings.image.clone(),
-        size,
-        vcpus: unit.vcpus,
-        memory_mib: unit.memory_mib,
-        disk_gb: unit.disk_gb,
-        keep_secs: 0,
-        spec: BoxSpec::default(),
-    };
+    let new = reserve_new(&hctx, size, BoxState::Pooled)?;
+    let inserted = insert(&hctx, new).await?;
     let result = async {
-        let store = hctx.store.clone();
-        let record = blocking(move || store.insert_box(&new)).await?;
-        let (record, link, _) = boot(&hctx, record).await?;
+        let (record, link) = boot(&hctx, inserted.clone()).await?;
+        link.handle()
+            .hello(hctx.settings.boot_timeout)
+            .await
+            .map_err(|e| BoxError::Boot(e.to_string()))?;
         // The session ends before the pause, not during it.
         drop(link);
         let (h, name) = (hctx.clone(), HostContext::domain_name(&record.id));
@@ -217,7 +182,7 @@ async fn pool_boot(hctx: Arc<HostContext>, size: u32) -> Result<PooledBox, BoxEr
     }
     .await;
     if let Err(e) = &result {
-        clean_up_failed(&hctx, &id, e, true).await;
+        clean_up_failed(&hctx, &inserted, e).await;
     }
     result
 }
@@ -279,24 +244,13 @@ async fn make(
             }
         }
     }
-    let id = BoxId::generate().map_err(|e| BoxError::Internal(e.to_string()))?;
-    let unit = hctx.settings.resources(msg.size);
-    hctx.image(&hctx.settings.image)?;
-    hctx.reserve(&id, unit)?;
     let new = NewBox {
-        id,
         account_id: Some(msg.account),
-        host_uri: hctx.host.uri().to_owned(),
-        state: BoxState::Creating,
         name: msg.name,
         goal: msg.goal,
-        image: hctx.settings.image.clone(),
-        size: msg.size,
-        vcpus: unit.vcpus,
-        memory_mib: unit.memory_mib,
-        disk_gb: unit.disk_gb,
         keep_secs: msg.keep_secs,
         spec: msg.spec,
+        ..reserve_new(&hctx, msg.size, BoxState::Creating)?
     };
     cold(hctx, new).await
 }
@@ -330,9 +284,9 @@ async fn configure(
     let error = BoxError::Boot(format!(
         "boxd did not take the box's configuration: {failure}"
     ));
-    let id = booted.0.id.clone();
+    let record = booted.0.clone();
     drop(booted);
-    clean_up_failed(hctx, &id, &error, false).await;
+    clean_up_failed(hctx, &record, &error).await;
     Err(error)
 }
 

@@ -8,18 +8,15 @@ use super::context::HostContext;
 use crate::box_::state::BoxState;
 use crate::error::BoxError;
 use crate::ids::BoxId;
-use crate::store::{BoxRecord, Transition};
+use crate::store::BoxRecord;
 use psbx_libvirt::{DOMAIN_PREFIX, DomainStatus};
 use std::collections::HashMap;
 
 /// A box to put back under an actor.
 pub(super) enum Adopt {
-    /// Its VM runs: reconnect to boxd and re-arm the timers. `from_frozen`:
-    /// the row still says frozen (the server died during a thaw).
-    Running {
-        record: BoxRecord,
-        from_frozen: bool,
-    },
+    /// Its VM runs: reconnect to boxd and re-arm the timers. The row may
+    /// still say frozen (the server died during a thaw).
+    Running(BoxRecord),
     /// Saved by libvirt: only the expiry timer runs.
     Frozen(BoxRecord),
 }
@@ -41,39 +38,25 @@ pub(super) fn reconcile(ctx: &HostContext) -> Result<Vec<Adopt>, BoxError> {
                 ctx.store.delete_pooled_box(&row.id)?;
             }
             (BoxState::Creating | BoxState::Booting, _) => {
-                fail(
-                    ctx,
-                    &row,
-                    "the server stopped while this box was starting".into(),
-                )?;
+                ctx.fail_box(&row, "the server stopped while this box was starting")?;
             }
-            (BoxState::Running, Some(DomainStatus::Running)) => adopt.push(Adopt::Running {
-                record: row,
-                from_frozen: false,
-            }),
+            (BoxState::Running, Some(DomainStatus::Running)) => adopt.push(Adopt::Running(row)),
             (BoxState::Running, Some(DomainStatus::Paused)) => {
                 ctx.host.resume(&HostContext::domain_name(&row.id))?;
-                adopt.push(Adopt::Running {
-                    record: row,
-                    from_frozen: false,
-                });
+                adopt.push(Adopt::Running(row));
             }
             (BoxState::Frozen, Some(DomainStatus::ShutOff { saved: true })) => {
                 adopt.push(Adopt::Frozen(row));
             }
-            (BoxState::Frozen, Some(DomainStatus::Running)) => adopt.push(Adopt::Running {
-                record: row,
-                from_frozen: true,
-            }),
+            (BoxState::Frozen, Some(DomainStatus::Running)) => adopt.push(Adopt::Running(row)),
             (state, status) => {
                 let found = match status {
                     None => "gone".to_owned(),
                     Some(s) => format!("{s:?}"),
                 };
-                fail(
-                    ctx,
+                ctx.fail_box(
                     &row,
-                    format!("its VM was {found} when the server restarted (the box was {state})"),
+                    &format!("its VM was {found} when the server restarted (the box was {state})"),
                 )?;
             }
         }
@@ -89,17 +72,4 @@ pub(super) fn reconcile(ctx: &HostContext) -> Result<Vec<Adopt>, BoxError> {
         }
     }
     Ok(adopt)
-}
-
-/// Removes the box's VM and files and records why it failed.
-pub(super) fn fail(ctx: &HostContext, row: &BoxRecord, reason: String) -> Result<(), BoxError> {
-    tracing::warn!(box_id = %row.id, %reason, "box failed");
-    ctx.teardown(&row.id)?;
-    let detail = Transition {
-        failure: Some(reason),
-        ..Transition::default()
-    };
-    ctx.store
-        .transition_box(&row.id, row.state, BoxState::Failed, detail)?;
-    Ok(())
 }

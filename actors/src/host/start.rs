@@ -5,13 +5,12 @@ use super::HostSupervisor;
 use super::context::{HostContext, HostFacts};
 use super::reconcile::{self, Adopt};
 use crate::box_::BoxActor;
-use crate::box_::state::BoxState;
 use crate::boxnet::BoxNetwork;
 use crate::connectors::Router;
 use crate::error::{BoxError, blocking};
 use crate::secrets::Secrets;
 use crate::settings::BoxSettings;
-use crate::store::{Store, Transition};
+use crate::store::Store;
 use actix::prelude::*;
 use psbx_libvirt::{Accel, AccelChoice, Boot, DomainSpec, Host};
 use std::sync::Arc;
@@ -106,34 +105,13 @@ async fn adopt_box(ctx: &Arc<HostContext>, adopt: Adopt) {
             let masker = ctx.masker_for(&record).await;
             BoxActor::new(record, ctx.clone(), None, masker).start();
         }
-        Adopt::Running {
-            record,
-            from_frozen,
-        } => {
+        Adopt::Running(record) => {
             let link = ctx.link_of(&record);
-            let result = async {
-                let hello = link
-                    .handle()
-                    .hello(ADOPT_HELLO)
-                    .await
-                    .map_err(|e| BoxError::Boot(e.to_string()))?;
-                let record = if from_frozen {
-                    let (s, id) = (ctx.store.clone(), record.id.clone());
-                    let detail = Transition {
-                        boot_id: Some(hello.boot_id.clone()),
-                        ..Transition::default()
-                    };
-                    blocking(move || {
-                        s.transition_box(&id, BoxState::Frozen, BoxState::Running, detail)
-                    })
-                    .await?
-                    .ok_or_else(|| BoxError::Internal("box changed state under us".into()))?
-                } else {
-                    record.clone()
-                };
-                Ok::<_, BoxError>((record, hello))
-            }
-            .await;
+            // A row that still says frozen (the server died during a thaw)
+            // is recorded running once boxd says hello.
+            let result = ctx
+                .await_hello_and_run(record.clone(), &link, ADOPT_HELLO, "")
+                .await;
             match result {
                 Ok((record, hello)) => {
                     tracing::info!(box_id = %record.id, "adopted a running box");
@@ -144,7 +122,7 @@ async fn adopt_box(ctx: &Arc<HostContext>, adopt: Adopt) {
                     drop(link);
                     let (c, r) = (ctx.clone(), record.clone());
                     let reason = format!("boxd did not answer after the server restarted: {e}");
-                    if let Err(e) = blocking(move || reconcile::fail(&c, &r, reason)).await {
+                    if let Err(e) = blocking(move || c.fail_box(&r, &reason)).await {
                         tracing::error!(box_id = %record.id, error = %e, "could not fail a box");
                     }
                 }
@@ -263,10 +241,7 @@ fn probe(host: &Host, settings: &BoxSettings) -> Result<bool, BoxError> {
         .boxes_dir
         .join(format!("kvm-probe-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
-    }
+    super::context::allow_qemu(&dir)?;
     let spec = DomainSpec {
         name: format!("psbx-kvm-probe-{}", std::process::id()),
         accel: Accel::Kvm,

@@ -7,6 +7,7 @@ use super::schema::boxes;
 use super::{Store, StoreError};
 use crate::box_::state::BoxState;
 use crate::ids::{AccountId, BoxId};
+use crate::settings::Unit;
 use crate::spec::BoxSpec;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -115,6 +116,47 @@ pub struct NewBox {
     pub disk_gb: u64,
     pub keep_secs: i64,
     pub spec: BoxSpec,
+}
+
+impl BoxRecord {
+    /// What the box holds of the host while its VM runs.
+    pub fn unit(&self) -> Unit {
+        Unit {
+            vcpus: self.vcpus,
+            memory_mib: self.memory_mib,
+            disk_gb: self.disk_gb,
+        }
+    }
+}
+
+impl NewBox {
+    /// A box of `size` units (`unit`: the resources of that size) of `image` on `host_uri`,
+    /// owned by nobody, with no name, goal or spec and nothing to keep it:
+    /// a pool box as it is, or the start of a request's box.
+    pub fn for_size(
+        id: BoxId,
+        host_uri: &str,
+        image: &str,
+        state: BoxState,
+        size: u32,
+        unit: Unit,
+    ) -> Self {
+        Self {
+            id,
+            account_id: None,
+            host_uri: host_uri.to_owned(),
+            state,
+            name: None,
+            goal: None,
+            image: image.to_owned(),
+            size,
+            vcpus: unit.vcpus,
+            memory_mib: unit.memory_mib,
+            disk_gb: unit.disk_gb,
+            keep_secs: 0,
+            spec: BoxSpec::default(),
+        }
+    }
 }
 
 /// What an account asks for when it claims a pooled box.
@@ -245,11 +287,7 @@ impl Store {
         to: BoxState,
         detail: Transition,
     ) -> Result<Option<BoxRecord>, StoreError> {
-        if !from.can_become(to) {
-            return Err(StoreError::Invalid(format!(
-                "a box cannot go from {from} to {to}"
-            )));
-        }
+        from.check(id, to)?;
         let target = boxes::table
             .filter(boxes::id.eq(id.as_str()))
             .filter(boxes::state.eq(from.as_str()));

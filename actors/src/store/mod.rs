@@ -60,6 +60,9 @@ pub enum StoreError {
     /// A stored value no longer reads as its type (written by another version, or by hand).
     #[error("{what} is unreadable: {why}")]
     Unreadable { what: String, why: String },
+    /// A transition the box's state does not allow (the store checks too).
+    #[error(transparent)]
+    InvalidTransition(#[from] crate::box_::state::InvalidTransition),
 }
 
 /// How many connections a [`Store`] keeps, and how long a caller waits for one.

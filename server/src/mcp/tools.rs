@@ -129,6 +129,9 @@ pub(super) fn box_failed(e: BoxError) -> CallToolResult {
             " A stopped box does not come back: start a new one with sandbox_start."
         }
         BoxError::HostFull(_) => " Stop boxes you no longer need, or ask for a smaller size.",
+        BoxError::InvalidTransition(_) => {
+            " sandbox_status shows the box's state; ask again once the state allows it."
+        }
         BoxError::Invalid(_) => "",
         _ => " Retry in a moment; if it keeps failing, tell the operator.",
     };

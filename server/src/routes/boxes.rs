@@ -396,6 +396,7 @@ pub async fn list(
     responses(
         (status = 200, description = "The box; a frozen box is thawed first", body = BoxView),
         (status = 404, body = crate::error::ErrorBody),
+        (status = 409, description = "The box's state does not allow the change: `invalid_state`", body = crate::error::ErrorBody),
     )
 )]
 #[get("/boxes/{id}")]
@@ -419,7 +420,7 @@ pub async fn get(
         (status = 200, body = BoxView),
         (status = 400, body = crate::error::ErrorBody),
         (status = 404, body = crate::error::ErrorBody),
-        (status = 409, description = "The box is stopped", body = crate::error::ErrorBody),
+        (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow the change (`invalid_state`)", body = crate::error::ErrorBody),
     )
 )]
 #[post("/boxes/{id}/keep")]
@@ -442,6 +443,7 @@ pub async fn keep(
     responses(
         (status = 200, description = "Stopped: its disk and saved memory are deleted", body = BoxView),
         (status = 404, body = crate::error::ErrorBody),
+        (status = 409, description = "The box's state does not allow the change: `invalid_state`", body = crate::error::ErrorBody),
     )
 )]
 #[delete("/boxes/{id}")]

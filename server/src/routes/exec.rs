@@ -148,6 +148,7 @@ fn request(body: ExecBody) -> Result<ExecRequest, ApiError> {
         (status = 200, description = "The result, or an NDJSON stream with `?stream=true`", body = ExecResult),
         (status = 400, body = crate::error::ErrorBody),
         (status = 404, body = crate::error::ErrorBody),
+        (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody),
     )
 )]
 #[post("/boxes/{id}/exec")]
@@ -276,7 +277,7 @@ impl From<Process> for ProcessView {
     operation_id = "listProcesses",
     params(("id" = String, Path)),
     security(("api_key" = [])),
-    responses((status = 200, body = ProcessList))
+    responses((status = 200, body = ProcessList), (status = 404, body = crate::error::ErrorBody), (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody))
 )]
 #[get("/boxes/{id}/processes")]
 pub async fn processes(
@@ -295,7 +296,7 @@ pub async fn processes(
     operation_id = "processLogs",
     params(("id" = String, Path), ("pid" = u32, Path)),
     security(("api_key" = [])),
-    responses((status = 200, body = OutputView), (status = 404, body = crate::error::ErrorBody))
+    responses((status = 200, body = OutputView), (status = 404, body = crate::error::ErrorBody), (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody))
 )]
 #[get("/boxes/{id}/processes/{pid}/logs")]
 pub async fn logs(
@@ -320,7 +321,7 @@ pub struct SignalQuery {
     operation_id = "signalProcess",
     params(("id" = String, Path), ("pid" = u32, Path), SignalQuery),
     security(("api_key" = [])),
-    responses((status = 204), (status = 404, body = crate::error::ErrorBody))
+    responses((status = 204), (status = 404, body = crate::error::ErrorBody), (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody))
 )]
 #[delete("/boxes/{id}/processes/{pid}")]
 pub async fn signal(
