@@ -9,13 +9,14 @@ use crate::connectors::Router;
 use crate::connectors::route::BoxRoute;
 use crate::error::BoxError;
 use crate::exec::mask::Masker;
+use crate::hypervisor::Hypervisor;
 use crate::ids::{AccountId, BoxId};
 use crate::image::Image;
 use crate::secrets::Secrets;
 use crate::settings::{BoxSettings, Unit};
 use crate::store::{BoxRecord, Store};
 use actix::Addr;
-use psbx_libvirt::{Accel, Boot, Disk, DomainSpec, Host, Nic};
+use psbx_libvirt::{Accel, Boot, Disk, DomainSpec, Nic};
 use psbx_wire::dns::Transport;
 use psbx_wire::mux::Incoming;
 use std::collections::HashMap;
@@ -23,7 +24,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 pub struct HostContext {
-    pub host: Host,
+    pub host: Arc<dyn Hypervisor>,
     pub store: Store,
     pub settings: BoxSettings,
     pub accel: Accel,
@@ -60,7 +61,7 @@ pub struct HostFacts {
 
 impl HostContext {
     pub fn new(
-        host: Host,
+        host: Arc<dyn Hypervisor>,
         store: Store,
         settings: BoxSettings,
         facts: HostFacts,
@@ -189,7 +190,9 @@ impl HostContext {
                 }
             }
         });
-        BoxdLink::open(self.socket(id), Some(streams))
+        let socket = self.socket(id);
+        let dial = self.host.channel(&socket);
+        BoxdLink::over(socket, dial, Some(streams))
     }
 
     /// [`HostContext::link`] for a box as stored.
@@ -290,7 +293,8 @@ impl HostContext {
         allow_qemu(&dir)?;
         self.network_ready()?;
         let overlay = dir.join("disk.qcow2");
-        psbx_libvirt::create_overlay(&image.disk, &overlay, record.disk_gb)?;
+        self.host
+            .create_overlay(&image.disk, &overlay, record.disk_gb)?;
         if let Some(network) = &self.network {
             // QEMU runs as the installation's user and libvirt relabels
             // nothing for it: the overlay it writes must be that user's.
