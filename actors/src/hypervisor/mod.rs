@@ -2,7 +2,7 @@
 //! and `BoxActor` make on a host, and how the server reaches boxd on a box's
 //! channel. [`psbx_libvirt::Host`] is the one used in production
 //! (`libvirt.rs`, plain delegation); with the `test-util` feature,
-//! [`fake::FakeHypervisor`] keeps domains in memory and answers on their
+//! `fake::FakeHypervisor` keeps domains in memory and answers on their
 //! channels as boxd would, so the actors' timers, pool and adoption are tested
 //! in-process (`tests/lifecycle.rs`) without VMs.
 //!
