@@ -13,6 +13,7 @@ pub mod environments;
 pub mod error;
 pub mod exec;
 pub mod host;
+pub mod hypervisor;
 pub mod ids;
 pub mod image;
 pub mod secrets;

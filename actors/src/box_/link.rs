@@ -13,6 +13,7 @@
 //! first one ends the session here, and the next connection meets the new
 //! boxd.
 
+use crate::hypervisor::Dial;
 use psbx_wire::Hello;
 use psbx_wire::boxd::{BoxInfo, Done};
 use psbx_wire::control::Health;
@@ -22,7 +23,6 @@ use serde::de::DeserializeOwned;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::UnixStream;
 use tokio::sync::watch;
 
 #[derive(Debug, thiserror::Error)]
@@ -83,8 +83,15 @@ impl BoxdLink {
     /// still starting).
     /// Streams boxd opens go to `streams` (refused without one).
     pub fn open(socket: PathBuf, streams: Option<StreamHandler>) -> Self {
+        let dial = crate::hypervisor::unix_dial(&socket);
+        Self::over(socket, dial, streams)
+    }
+
+    /// [`BoxdLink::open`] over the connections `dial` makes to the channel
+    /// at `socket` (the hypervisor's: see [`crate::hypervisor`]).
+    pub fn over(socket: PathBuf, dial: Dial, streams: Option<StreamHandler>) -> Self {
         let (tx, up) = watch::channel(None);
-        let task = tokio::spawn(run(socket, tx, streams));
+        let task = tokio::spawn(run(socket, dial, tx, streams));
         Self {
             handle: LinkHandle { up },
             task,
@@ -108,9 +115,14 @@ impl Drop for BoxdLink {
     }
 }
 
-async fn run(socket: PathBuf, up: watch::Sender<Option<Up>>, streams: Option<StreamHandler>) {
+async fn run(
+    socket: PathBuf,
+    dial: Dial,
+    up: watch::Sender<Option<Up>>,
+    streams: Option<StreamHandler>,
+) {
     loop {
-        let Ok(stream) = UnixStream::connect(&socket).await else {
+        let Ok(stream) = dial().await else {
             tokio::time::sleep(RECONNECT).await;
             continue;
         };

@@ -10,6 +10,7 @@ use crate::connectors::Router;
 use crate::connectors::route::BoxRoute;
 use crate::error::{BoxError, blocking};
 use crate::exec::mask::Masker;
+use crate::hypervisor::Hypervisor;
 use crate::ids::{AccountId, BoxId};
 use crate::image::Image;
 use crate::secrets::Secrets;
@@ -17,7 +18,7 @@ use crate::settings::{BoxSettings, Unit};
 use crate::spec::BoxSpec;
 use crate::store::{BoxRecord, Store, Transition};
 use actix::Addr;
-use psbx_libvirt::{Accel, Boot, Disk, DomainSpec, Host, Nic};
+use psbx_libvirt::{Accel, Boot, Disk, DomainSpec, Nic};
 use psbx_wire::boxd::BoxInfo;
 use psbx_wire::dns::Transport;
 use psbx_wire::mux::Incoming;
@@ -27,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub struct HostContext {
-    pub host: Host,
+    pub host: Arc<dyn Hypervisor>,
     pub store: Store,
     pub settings: BoxSettings,
     pub accel: Accel,
@@ -64,7 +65,7 @@ pub struct HostFacts {
 
 impl HostContext {
     pub fn new(
-        host: Host,
+        host: Arc<dyn Hypervisor>,
         store: Store,
         settings: BoxSettings,
         facts: HostFacts,
@@ -188,7 +189,9 @@ impl HostContext {
                 }
             }
         });
-        BoxdLink::open(self.socket(id), Some(streams))
+        let socket = self.socket(id);
+        let dial = self.host.channel(&socket);
+        BoxdLink::over(socket, dial, Some(streams))
     }
 
     /// [`HostContext::link`] for a box as stored.
@@ -271,7 +274,7 @@ impl HostContext {
 
     /// Removes a box's domain (with its managed save) and its files.
     pub fn teardown(&self, id: &BoxId) -> Result<(), BoxError> {
-        teardown(&self.host, &self.settings.boxes_dir, id)
+        teardown(self.host.as_ref(), &self.settings.boxes_dir, id)
     }
 
     /// Moves the stored state of `record` (compare-and-set from its state);
@@ -366,7 +369,8 @@ impl HostContext {
         allow_qemu(&dir)?;
         self.network_ready()?;
         let overlay = dir.join("disk.qcow2");
-        psbx_libvirt::create_overlay(&image.disk, &overlay, record.disk_gb)?;
+        self.host
+            .create_overlay(&image.disk, &overlay, record.disk_gb)?;
         if let Some(network) = &self.network {
             // QEMU runs as the installation's user and libvirt relabels
             // nothing for it: the overlay it writes must be that user's.
@@ -382,7 +386,7 @@ impl HostContext {
 /// Removes box `id`'s domain (with its managed save) on `host` and its
 /// directory under `boxes_dir`: [`HostContext::teardown`], and `psbx boxes
 /// stop` without a server.
-pub fn teardown(host: &Host, boxes_dir: &Path, id: &BoxId) -> Result<(), BoxError> {
+pub fn teardown(host: &dyn Hypervisor, boxes_dir: &Path, id: &BoxId) -> Result<(), BoxError> {
     host.remove(&HostContext::domain_name(id))?;
     let dir = boxes_dir.join(id.as_str());
     match std::fs::remove_dir_all(&dir) {

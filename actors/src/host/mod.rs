@@ -9,7 +9,7 @@ mod reconcile;
 mod start;
 
 pub use create::CreateBox;
-pub use start::{HostStart, start_host};
+pub use start::{Connected, HostStart, start_host, supervise};
 
 use crate::store::BoxRecord;
 use actix::prelude::*;

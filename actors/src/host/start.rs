@@ -8,11 +8,12 @@ use crate::box_::BoxActor;
 use crate::boxnet::BoxNetwork;
 use crate::connectors::Router;
 use crate::error::{BoxError, blocking};
+use crate::hypervisor::Hypervisor;
 use crate::secrets::Secrets;
 use crate::settings::BoxSettings;
 use crate::store::Store;
 use actix::prelude::*;
-use psbx_libvirt::{Accel, AccelChoice, Boot, DomainSpec, Host};
+use psbx_libvirt::{Accel, AccelChoice, Boot, DomainSpec, Host, HostResources};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,13 @@ const ADOPT_HELLO: Duration = Duration::from_secs(30);
 pub struct HostStart {
     pub supervisor: Addr<HostSupervisor>,
     pub ctx: Arc<HostContext>,
+}
+
+/// A hypervisor connected to, with what start-up learned of it.
+pub struct Connected {
+    pub host: Arc<dyn Hypervisor>,
+    pub resources: HostResources,
+    pub accel: Accel,
 }
 
 pub async fn start_host(
@@ -45,6 +53,30 @@ pub async fn start_host(
         Ok::<_, BoxError>((host, resources, accel))
     })
     .await?;
+    let host = Arc::new(host);
+    let connected = Connected {
+        host,
+        resources,
+        accel,
+    };
+    supervise(connected, store, settings, server_id, secrets, router).await
+}
+
+/// [`start_host`] after the connection: record the host, reconcile, adopt
+/// the live boxes, start the supervisor (and its pool).
+pub async fn supervise(
+    connected: Connected,
+    store: Store,
+    settings: BoxSettings,
+    server_id: String,
+    secrets: Option<Secrets>,
+    router: Option<Router>,
+) -> Result<HostStart, BoxError> {
+    let Connected {
+        host,
+        resources,
+        accel,
+    } = connected;
     let accel_name = match accel {
         Accel::Kvm => "kvm",
         Accel::Tcg => "tcg",

@@ -1,0 +1,108 @@
+//! The boxd at the other end of a fake domain's channel: the real session
+//! (`psbx_wire`), a hello, and answers to `info` (with the domain's boot id),
+//! `health`, `clock` and `configure`, like boxd's `serve.rs`. It serves only
+//! while the domain runs: a session ends when the domain pauses or stops, and
+//! a connection made while it is paused waits for the resume.
+
+use super::Served;
+use psbx_wire::boxd::{BoxInfo, Done};
+use psbx_wire::control::Health;
+use psbx_wire::mux::{Config, Incoming, Role, Session};
+use psbx_wire::{Hello, PROTOCOL_VERSION};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::sync::watch;
+
+/// What the guest of a domain is doing, as its boxd sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Power {
+    /// Running boot `boot_id`; `answers`: its boxd takes new sessions.
+    Running {
+        boot_id: String,
+        answers: bool,
+    },
+    Paused,
+    Off,
+}
+
+/// Serves one connection to the channel of domain `domain`.
+pub(super) async fn serve(
+    io: DuplexStream,
+    mut power: watch::Receiver<Power>,
+    domain: String,
+    served: Arc<Mutex<Vec<Served>>>,
+) {
+    let boot_id = {
+        let Ok(now) = power
+            .wait_for(|p| matches!(p, Power::Off | Power::Running { answers: true, .. }))
+            .await
+        else {
+            return;
+        };
+        match &*now {
+            Power::Running { boot_id, .. } => boot_id.clone(),
+            // Stopped before it answered: the connection closes.
+            _ => return,
+        }
+    };
+    let hello = Hello::new("boxd (fake)");
+    let session = tokio::select! {
+        session = Session::over_io(io, Role::Server, Config::default(), hello) => match session {
+            Ok(session) => session,
+            Err(_) => return,
+        },
+        _ = power.wait_for(|p| !matches!(p, Power::Running { .. })) => return,
+    };
+    let info = BoxInfo {
+        protocol: PROTOCOL_VERSION,
+        version: "fake".to_owned(),
+        boot_id,
+        features: ["health", "clock"].map(str::to_owned).to_vec(),
+    };
+    loop {
+        tokio::select! {
+            incoming = session.accept() => match incoming {
+                Some(incoming) => {
+                    if let Ok(mut served) = served.lock() {
+                        served.push(Served {
+                            domain: domain.clone(),
+                            target: incoming.target().to_owned(),
+                        });
+                    }
+                    tokio::spawn(answer(incoming, info.clone()));
+                }
+                None => return,
+            },
+            _ = power.wait_for(|p| !matches!(p, Power::Running { .. })) => {
+                session.close();
+                return;
+            }
+        }
+    }
+}
+
+/// Reads the request to its end and answers it as boxd would.
+async fn answer(incoming: Incoming, info: BoxInfo) {
+    let body = match incoming.target() {
+        "info" => serde_json::to_vec(&info),
+        "health" => serde_json::to_vec(&Health {
+            uptime_s: 1.0,
+            mem_total_kb: 1 << 20,
+            mem_available_kb: 1 << 19,
+            ..Health::default()
+        }),
+        "clock" | "configure" => serde_json::to_vec(&Done::ok()),
+        target => {
+            let reason = format!("the fake boxd has no service {target:?}");
+            incoming.refuse(404, &reason);
+            return;
+        }
+    };
+    let mut stream = incoming.accept();
+    let _ = (&mut stream)
+        .take(1 << 20)
+        .read_to_end(&mut Vec::new())
+        .await;
+    let _ = stream.write_all(&body.unwrap_or_default()).await;
+    let _ = stream.shutdown().await;
+}

@@ -1,0 +1,52 @@
+//! The production hypervisor: a libvirt host, every call delegated as is.
+
+use super::{Dial, Hypervisor};
+use psbx_libvirt::{DomainInfo, DomainSpec, Host, LibvirtError};
+use std::path::Path;
+
+impl Hypervisor for Host {
+    fn uri(&self) -> &str {
+        Host::uri(self)
+    }
+
+    fn define(&self, spec: &DomainSpec) -> Result<(), LibvirtError> {
+        Host::define(self, spec)
+    }
+
+    fn start(&self, name: &str) -> Result<(), LibvirtError> {
+        Host::start(self, name)
+    }
+
+    fn suspend(&self, name: &str) -> Result<(), LibvirtError> {
+        Host::suspend(self, name)
+    }
+
+    fn resume(&self, name: &str) -> Result<(), LibvirtError> {
+        Host::resume(self, name)
+    }
+
+    fn managed_save(&self, name: &str) -> Result<(), LibvirtError> {
+        Host::managed_save(self, name)
+    }
+
+    fn remove(&self, name: &str) -> Result<(), LibvirtError> {
+        Host::remove(self, name)
+    }
+
+    fn list(&self) -> Result<Vec<DomainInfo>, LibvirtError> {
+        Host::list(self)
+    }
+
+    fn create_overlay(
+        &self,
+        base: &Path,
+        overlay: &Path,
+        size_gb: u64,
+    ) -> Result<(), LibvirtError> {
+        psbx_libvirt::create_overlay(base, overlay, size_gb)
+    }
+
+    fn channel(&self, socket: &Path) -> Dial {
+        super::unix_dial(socket)
+    }
+}

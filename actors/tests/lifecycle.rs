@@ -1,0 +1,604 @@
+//! The actors in-process: `HostSupervisor` and `BoxActor` on the fake
+//! hypervisor (`hypervisor::fake`, whose boxd speaks the real wire protocol),
+//! with a real PostgreSQL store and tokio's clock paused, so idle freezes,
+//! expiry, the pool and adoption after a restart run in milliseconds. The
+//! same paths on real VMs stay in `tests/tests/boxes.rs`.
+//!
+//! The rows' timestamps are the wall clock's, and an actor arms its timers
+//! from them against the wall clock; the timers then run on tokio's paused
+//! clock, which the wall clock does not follow. So each deadline asserted here
+//! is one armed while the two clocks still agree (at a start, a claim, an
+//! adoption, a thaw), never one re-armed after the paused clock moved on.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use diesel::{Connection, PgConnection, RunQueryDsl};
+use psbx_actors::box_::state::BoxState;
+use psbx_actors::box_::{BoxSnapshot, Status, Stop};
+use psbx_actors::error::BoxError;
+use psbx_actors::host::context::HostContext;
+use psbx_actors::host::{Connected, CreateBox, HostStart, PoolLevels, supervise};
+use psbx_actors::hypervisor::Hypervisor;
+use psbx_actors::hypervisor::fake::{Call, FakeHypervisor};
+use psbx_actors::ids::{AccountId, BoxId};
+use psbx_actors::settings::{BoxSettings, Unit};
+use psbx_actors::store::{BoxRecord, NewBox, PoolOptions, Store};
+use psbx_libvirt::{Accel, DomainStatus, HostResources};
+use psbx_tests::TestDatabase;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+const MINUTE: Duration = Duration::from_secs(60);
+/// How long a running box may be idle before it freezes.
+const IDLE: Duration = Duration::from_secs(15 * 60);
+
+/// A database, a fake host and the settings of a supervisor on them.
+struct World {
+    db: TestDatabase,
+    store: Store,
+    fake: FakeHypervisor,
+    settings: BoxSettings,
+    server_id: String,
+    installation: String,
+    account: AccountId,
+    _dir: tempfile::TempDir,
+}
+
+/// A world whose pool keeps `pool_size` boxes of size 1.
+fn world(pool_size: usize) -> World {
+    let db = TestDatabase::new();
+    let store = Store::open(
+        db.url(),
+        PoolOptions {
+            max_size: 4,
+            // No idle connections reopened in background threads: one inside
+            // libpq when the test process exits crashes it.
+            min_idle: 0,
+            ..PoolOptions::default()
+        },
+    )
+    .unwrap();
+    let account = store.bootstrap().unwrap().unwrap().account.id;
+    let server_id = store.register_server("test", "0").unwrap().id.to_string();
+    let installation = store.installation_id().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("images").join("test");
+    std::fs::create_dir_all(&image).unwrap();
+    std::fs::write(
+        image.join("manifest.json"),
+        r#"{"kernel": "vmlinuz", "initrd": "initrd.img", "disk": "disk.qcow2", "cmdline": "console=ttyS0"}"#,
+    )
+    .unwrap();
+    for file in ["vmlinuz", "initrd.img", "disk.qcow2"] {
+        std::fs::write(image.join(file), b"").unwrap();
+    }
+    let settings = BoxSettings {
+        boxes_dir: dir.path().join("boxes"),
+        images_dir: dir.path().join("images"),
+        image: "test".into(),
+        unit: Unit {
+            vcpus: 1,
+            memory_mib: 256,
+            disk_gb: 1,
+        },
+        idle_freeze: IDLE,
+        default_keep: 60 * MINUTE,
+        max_keep: 24 * 60 * MINUTE,
+        pool_size,
+        pool_unit_sizes: vec![1],
+        cpu_overcommit: 1.0,
+        memory_overcommit: 1.0,
+        boot_timeout: MINUTE,
+        network: false,
+        egress: Default::default(),
+        resolvers: None,
+    };
+    let fake = FakeHypervisor::new(&format!("fake:///{}", db.name()));
+    World {
+        db,
+        store,
+        fake,
+        settings,
+        server_id,
+        installation,
+        account,
+        _dir: dir,
+    }
+}
+
+impl World {
+    /// Starts a supervisor on the fake host (8 CPUs, 8 GiB): reconciles and
+    /// adopts what the store and the fake hold.
+    async fn start(&self) -> HostStart {
+        let connected = Connected {
+            host: Arc::new(self.fake.clone()),
+            resources: HostResources {
+                cpus: 8,
+                memory_mib: 8192,
+            },
+            accel: Accel::Tcg,
+        };
+        supervise(
+            connected,
+            self.store.clone(),
+            self.settings.clone(),
+            self.server_id.clone(),
+            None,
+            None,
+        )
+        .await
+        .unwrap()
+    }
+
+    fn row(&self, id: &BoxId) -> BoxRecord {
+        self.store.box_by_id(id).unwrap().expect("the box's row")
+    }
+
+    /// A row as an earlier server left it, last active `minutes_ago`.
+    fn put_row(&self, state: BoxState, keep_secs: i64, minutes_ago: u32) -> BoxId {
+        let id = BoxId::generate().unwrap();
+        let pooled = state == BoxState::Pooled;
+        self.store
+            .insert_box(&NewBox {
+                id: id.clone(),
+                account_id: (!pooled).then(|| self.account.clone()),
+                host_uri: self.fake.uri().to_owned(),
+                state,
+                name: None,
+                goal: None,
+                image: "test".into(),
+                size: 1,
+                vcpus: 1,
+                memory_mib: 256,
+                disk_gb: 1,
+                keep_secs,
+                spec: psbx_actors::spec::BoxSpec::default(),
+            })
+            .unwrap();
+        let mut conn = PgConnection::establish(self.db.url()).unwrap();
+        diesel::sql_query(format!(
+            "UPDATE boxes SET last_activity_at = now() - interval '{minutes_ago} minutes' WHERE id = '{id}'"
+        ))
+        .execute(&mut conn)
+        .unwrap();
+        id
+    }
+
+    /// A domain as an earlier server left it, on the channel the box's row
+    /// leads the server to.
+    fn put_domain(&self, id: &BoxId, owner: &str, status: DomainStatus) -> String {
+        let socket = self.settings.boxes_dir.join(id.as_str()).join("boxd.sock");
+        self.fake.put(&name(id), socket, owner, status)
+    }
+
+    fn domains_in(&self, status: DomainStatus) -> Vec<String> {
+        let domains = self.fake.list().unwrap();
+        domains
+            .into_iter()
+            .filter(|d| d.status == status)
+            .map(|d| d.name)
+            .collect()
+    }
+}
+
+fn name(id: &BoxId) -> String {
+    HostContext::domain_name(id)
+}
+
+/// Makes a box of size `size` for the world's account through the supervisor.
+async fn create(
+    host: &HostStart,
+    w: &World,
+    size: u32,
+    keep_secs: i64,
+) -> Result<BoxSnapshot, BoxError> {
+    host.supervisor
+        .send(CreateBox {
+            account: w.account.clone(),
+            name: None,
+            goal: None,
+            size,
+            keep_secs,
+            spec: psbx_actors::spec::BoxSpec::default(),
+            env: vec![],
+            files: vec![],
+            endpoints: vec![],
+            mask: vec![],
+        })
+        .await
+        .unwrap()
+}
+
+async fn sleep(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+/// Waits (on the paused clock) until `f` holds; a minute at most.
+async fn eventually<F: Future<Output = bool>>(what: &str, mut f: impl FnMut() -> F) {
+    for _ in 0..600 {
+        if f().await {
+            return;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what} did not happen within a minute");
+}
+
+fn count(targets: &[String], target: &str) -> usize {
+    targets.iter().filter(|t| *t == target).count()
+}
+
+#[actix_rt::test]
+async fn a_box_freezes_after_its_idle_time_and_thaws_when_read() {
+    tokio::time::pause();
+    let w = world(0);
+    let host = w.start().await;
+    let made = create(&host, &w, 1, 3600).await.unwrap();
+    let id = made.record.id.clone();
+    let domain = name(&id);
+    let boot_id = w.fake.boot_id(&domain).unwrap();
+    assert_eq!(made.record.state, BoxState::Running);
+    assert_eq!(made.hello.as_ref().unwrap().boot_id, boot_id);
+    assert_eq!(
+        made.freezes_at,
+        Some(made.record.last_activity_at + chrono::Duration::minutes(15))
+    );
+    assert_eq!(w.row(&id).boot_id.as_deref(), Some(boot_id.as_str()));
+    assert_eq!(
+        w.fake.calls_on(&domain),
+        [Call::Define(domain.clone()), Call::Start(domain.clone())]
+    );
+    assert_eq!(count(&w.fake.served_on(&domain), "configure"), 1);
+
+    sleep(IDLE - MINUTE).await;
+    assert_eq!(w.row(&id).state, BoxState::Running, "frozen early");
+    assert_eq!(w.fake.status(&domain), Some(DomainStatus::Running));
+
+    sleep(2 * MINUTE).await;
+    let frozen = w.row(&id);
+    assert_eq!(frozen.state, BoxState::Frozen);
+    assert!(frozen.frozen_at.unwrap() >= made.record.last_activity_at);
+    assert_eq!(
+        w.fake.status(&domain),
+        Some(DomainStatus::ShutOff { saved: true })
+    );
+    assert_eq!(
+        w.fake.calls_on(&domain).last(),
+        Some(&Call::ManagedSave(domain.clone()))
+    );
+
+    let infos = count(&w.fake.served_on(&domain), "info");
+    let addr = host.ctx.actor(&id).expect("a frozen box keeps its actor");
+    let thawed = addr
+        .send(Status {
+            thaw: true,
+            touch: true,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(thawed.record.state, BoxState::Running);
+    // Restored from the managed save: the same boot, and boxd said hello.
+    assert_eq!(thawed.hello.as_ref().unwrap().boot_id, boot_id);
+    assert!(thawed.health.is_some(), "boxd was not asked how it is");
+    assert_eq!(count(&w.fake.served_on(&domain), "info"), infos + 1);
+    assert_eq!(
+        w.fake.calls_on(&domain),
+        [
+            Call::Define(domain.clone()),
+            Call::Start(domain.clone()),
+            Call::ManagedSave(domain.clone()),
+            Call::Start(domain.clone()),
+        ]
+    );
+    let running = w.row(&id);
+    assert_eq!(running.state, BoxState::Running);
+    assert_eq!(running.frozen_at, None);
+    assert!(running.last_activity_at > frozen.last_activity_at);
+
+    // The idle timer runs again from the thaw.
+    sleep(IDLE - MINUTE).await;
+    assert_eq!(w.row(&id).state, BoxState::Running, "frozen early");
+    sleep(2 * MINUTE).await;
+    assert_eq!(w.row(&id).state, BoxState::Frozen);
+    let saves = w
+        .fake
+        .calls_on(&domain)
+        .into_iter()
+        .filter(|c| matches!(c, Call::ManagedSave(_)))
+        .count();
+    assert_eq!(saves, 2);
+}
+
+#[actix_rt::test]
+async fn a_thaw_waits_for_boxd_and_fails_the_box_when_it_never_answers() {
+    tokio::time::pause();
+    let w = world(0);
+    let host = w.start().await;
+    let id = create(&host, &w, 1, 3600).await.unwrap().record.id;
+    let domain = name(&id);
+    sleep(IDLE + MINUTE).await;
+    assert_eq!(w.row(&id).state, BoxState::Frozen);
+
+    w.fake.set_boxd_answers(&domain, false);
+    let addr = host.ctx.actor(&id).unwrap();
+    let error = addr
+        .send(Status {
+            thaw: true,
+            touch: true,
+        })
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(&error, BoxError::Boot(m) if m.contains("after thawing")),
+        "{error}"
+    );
+    eventually("the failed box's row", || async {
+        w.row(&id).state == BoxState::Failed
+    })
+    .await;
+    let row = w.row(&id);
+    assert!(
+        row.failure
+            .as_deref()
+            .is_some_and(|f| f.contains("could not be thawed")),
+        "{:?}",
+        row.failure
+    );
+    assert_eq!(
+        w.fake.calls_on(&domain),
+        [
+            Call::Define(domain.clone()),
+            Call::Start(domain.clone()),
+            Call::ManagedSave(domain.clone()),
+            Call::Start(domain.clone()),
+            Call::Remove(domain.clone()),
+        ]
+    );
+    assert_eq!(w.fake.status(&domain), None);
+    eventually("the actor's end", || async {
+        host.ctx.actor(&id).is_none()
+    })
+    .await;
+}
+
+#[actix_rt::test]
+async fn a_box_is_torn_down_at_its_keep_time() {
+    tokio::time::pause();
+    let w = world(0);
+    let host = w.start().await;
+    // Kept for less than its idle time: it expires while running.
+    let made = create(&host, &w, 1, 10 * 60).await.unwrap();
+    let id = made.record.id.clone();
+    let domain = name(&id);
+    assert_eq!(
+        made.expires_at,
+        made.record.last_activity_at + chrono::Duration::minutes(10)
+    );
+    let dir = w.settings.boxes_dir.join(id.as_str());
+    assert!(dir.join("disk.qcow2").is_file(), "no overlay was made");
+    assert!(
+        w.fake
+            .calls()
+            .contains(&Call::Overlay(dir.join("disk.qcow2")))
+    );
+
+    sleep(9 * MINUTE).await;
+    assert_eq!(w.row(&id).state, BoxState::Running, "stopped early");
+    assert_eq!(w.fake.status(&domain), Some(DomainStatus::Running));
+
+    sleep(2 * MINUTE).await;
+    let row = w.row(&id);
+    assert_eq!(row.state, BoxState::Stopped);
+    assert!(row.stopped_at.is_some());
+    assert_eq!(row.failure, None);
+    assert_eq!(
+        w.fake.calls_on(&domain),
+        [
+            Call::Define(domain.clone()),
+            Call::Start(domain.clone()),
+            Call::Remove(domain.clone()),
+        ]
+    );
+    assert_eq!(w.fake.status(&domain), None);
+    assert!(!dir.exists(), "the box's files are left");
+    eventually("the actor's end", || async {
+        host.ctx.actor(&id).is_none()
+    })
+    .await;
+}
+
+#[actix_rt::test]
+async fn the_pool_fills_to_its_level_and_refills_after_a_claim() {
+    tokio::time::pause();
+    let w = world(2);
+    let host = w.start().await;
+    let levels = || async { host.supervisor.send(PoolLevels).await.unwrap() };
+    eventually("a full pool", || async { levels().await == [(1, 2)] }).await;
+    let pooled = w.domains_in(DomainStatus::Paused);
+    assert_eq!(pooled.len(), 2, "{:?}", w.fake.calls());
+    for domain in &pooled {
+        assert_eq!(
+            w.fake.calls_on(domain),
+            [
+                Call::Define(domain.clone()),
+                Call::Start(domain.clone()),
+                Call::Suspend(domain.clone()),
+            ]
+        );
+        // The pool box said hello before it was paused.
+        assert_eq!(count(&w.fake.served_on(domain), "info"), 1);
+    }
+    let rows = w.store.live_boxes_on_host(w.fake.uri()).unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.state == BoxState::Pooled));
+
+    let made = create(&host, &w, 1, 3600).await.unwrap();
+    let claimed = name(&made.record.id);
+    assert!(pooled.contains(&claimed), "{claimed} was not a pool box");
+    assert_eq!(
+        w.fake.calls_on(&claimed),
+        [
+            Call::Define(claimed.clone()),
+            Call::Start(claimed.clone()),
+            Call::Suspend(claimed.clone()),
+            Call::Resume(claimed.clone()),
+        ]
+    );
+    let row = w.row(&made.record.id);
+    assert_eq!(row.state, BoxState::Running);
+    assert_eq!(row.account_id.as_ref(), Some(&w.account));
+    assert_eq!(row.boot_id, w.fake.boot_id(&claimed));
+    assert!(host.ctx.actor(&made.record.id).is_some());
+
+    eventually("the pool refilled", || async { levels().await == [(1, 2)] }).await;
+    let paused = w.domains_in(DomainStatus::Paused);
+    assert_eq!(paused.len(), 2);
+    assert!(!paused.contains(&claimed));
+    assert_eq!(w.domains_in(DomainStatus::Running), [claimed]);
+}
+
+#[actix_rt::test]
+async fn a_restarted_supervisor_adopts_live_boxes_and_reconciles_the_rest() {
+    tokio::time::pause();
+    let w = world(0);
+    let us = w.installation.clone();
+    // Running, last active 10 minutes ago: adopted, freezes 5 minutes on.
+    let running = w.put_row(BoxState::Running, 3600, 10);
+    w.put_domain(&running, &us, DomainStatus::Running);
+    // Running but paused by libvirt: resumed and adopted.
+    let paused = w.put_row(BoxState::Running, 3600, 0);
+    w.put_domain(&paused, &us, DomainStatus::Paused);
+    // Frozen, last active 50 minutes ago with an hour's keep: adopted,
+    // expires 10 minutes on.
+    let frozen = w.put_row(BoxState::Frozen, 3600, 50);
+    w.put_domain(&frozen, &us, DomainStatus::ShutOff { saved: true });
+    // Frozen in the store but running (the server died during a thaw).
+    let thawing = w.put_row(BoxState::Frozen, 3600, 0);
+    let thawing_boot = w.put_domain(&thawing, &us, DomainStatus::Running);
+    // A row whose VM is gone, a pooled box, a domain without a row, and a
+    // domain of another installation.
+    let gone = w.put_row(BoxState::Running, 3600, 0);
+    let pooled = w.put_row(BoxState::Pooled, 0, 0);
+    w.put_domain(&pooled, &us, DomainStatus::Paused);
+    let orphan = BoxId::generate().unwrap();
+    w.put_domain(&orphan, &us, DomainStatus::Running);
+    let foreign = BoxId::generate().unwrap();
+    w.put_domain(&foreign, "inst_someone_else", DomainStatus::Running);
+
+    let host = w.start().await;
+
+    let adopted = [&running, &paused, &frozen, &thawing];
+    eventually("the adopted boxes' actors", || async {
+        adopted.iter().all(|id| host.ctx.actor(id).is_some())
+    })
+    .await;
+    assert_eq!(w.fake.calls_on(&name(&running)), Vec::<Call>::new());
+    assert_eq!(
+        w.fake.calls_on(&name(&paused)),
+        [Call::Resume(name(&paused))]
+    );
+    assert_eq!(w.fake.calls_on(&name(&frozen)), Vec::<Call>::new());
+    assert_eq!(w.fake.calls_on(&name(&thawing)), Vec::<Call>::new());
+    for id in [&running, &paused, &thawing] {
+        assert!(
+            count(&w.fake.served_on(&name(id)), "info") >= 1,
+            "{id} was adopted without boxd's hello"
+        );
+        assert_eq!(w.row(id).state, BoxState::Running);
+    }
+    assert_eq!(w.row(&thawing).boot_id, Some(thawing_boot));
+    assert_eq!(w.row(&frozen).state, BoxState::Frozen);
+
+    let gone_row = w.row(&gone);
+    assert_eq!(gone_row.state, BoxState::Failed);
+    assert_eq!(
+        gone_row.failure.as_deref(),
+        Some("its VM was gone when the server restarted (the box was running)")
+    );
+    assert!(host.ctx.actor(&gone).is_none());
+    assert_eq!(w.store.box_by_id(&pooled).unwrap(), None);
+    assert_eq!(w.fake.status(&name(&pooled)), None);
+    let orphan_calls = w.fake.calls_on(&name(&orphan));
+    assert!(
+        !orphan_calls.is_empty() && orphan_calls.iter().all(|c| matches!(c, Call::Remove(_))),
+        "{orphan_calls:?}"
+    );
+    assert_eq!(w.fake.status(&name(&orphan)), None);
+    assert_eq!(w.fake.calls_on(&name(&foreign)), Vec::<Call>::new());
+    assert_eq!(w.fake.status(&name(&foreign)), Some(DomainStatus::Running));
+
+    // The timers follow the stored last activity, not the adoption.
+    sleep(4 * MINUTE).await;
+    assert_eq!(w.row(&running).state, BoxState::Running, "frozen early");
+    sleep(2 * MINUTE).await;
+    assert_eq!(w.row(&running).state, BoxState::Frozen);
+    assert_eq!(
+        w.fake.calls_on(&name(&running)),
+        [Call::ManagedSave(name(&running))]
+    );
+    assert_eq!(w.row(&frozen).state, BoxState::Frozen, "stopped early");
+    sleep(5 * MINUTE).await;
+    assert_eq!(w.row(&frozen).state, BoxState::Stopped);
+    assert_eq!(
+        w.fake.calls_on(&name(&frozen)),
+        [Call::Remove(name(&frozen))]
+    );
+    assert_eq!(w.row(&paused).state, BoxState::Running, "frozen early");
+}
+
+#[actix_rt::test]
+async fn lifecycle_calls_a_box_cannot_take_change_nothing() {
+    tokio::time::pause();
+    let w = world(0);
+    let host = w.start().await;
+    let id = create(&host, &w, 1, 3600).await.unwrap().record.id;
+    let domain = name(&id);
+    let addr = host.ctx.actor(&id).unwrap();
+
+    // A box the host cannot fit is not made: no row, no libvirt call.
+    let before = w.fake.calls();
+    let error = create(&host, &w, 8, 3600).await.unwrap_err();
+    assert!(matches!(error, BoxError::HostFull(_)), "{error}");
+    assert_eq!(w.fake.calls(), before);
+    assert_eq!(w.store.live_boxes_on_host(w.fake.uri()).unwrap().len(), 1);
+
+    // Thawing a running box is no lifecycle call.
+    let status = addr
+        .send(Status {
+            thaw: true,
+            touch: false,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.record.state, BoxState::Running);
+    assert_eq!(w.fake.calls(), before);
+
+    let stopped = addr.send(Stop { reason: "test" }).await.unwrap().unwrap();
+    assert_eq!(stopped.record.state, BoxState::Stopped);
+    let after_stop = [
+        Call::Define(domain.clone()),
+        Call::Start(domain.clone()),
+        Call::Remove(domain.clone()),
+    ];
+    assert_eq!(w.fake.calls_on(&domain), after_stop);
+    let row = w.row(&id);
+    assert_eq!(row.state, BoxState::Stopped);
+
+    // A stopped box is neither stopped again, nor thawed, nor frozen when
+    // its idle time would have come.
+    let again = addr.send(Stop { reason: "test" }).await;
+    assert!(!matches!(again, Ok(Ok(_))), "a stopped box stopped again");
+    let thaw = addr
+        .send(Status {
+            thaw: true,
+            touch: true,
+        })
+        .await;
+    assert!(!matches!(thaw, Ok(Ok(_))), "a stopped box thawed");
+    sleep(IDLE + MINUTE).await;
+    assert_eq!(w.fake.calls_on(&domain), after_stop);
+    assert_eq!(w.row(&id), row);
+}
