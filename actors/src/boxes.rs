@@ -18,7 +18,7 @@ use crate::secrets::{SecretError, Secrets};
 use crate::settings::{BoxSettings, SIZES};
 use crate::spec::BoxSpec;
 use crate::store::{BoxCursor, BoxRecord, Store};
-use psbx_wire::boxd::{Done, ExecRequest, Logs, Process, Signal};
+use psbx_wire::boxd::{Done, ExecRequest, Logs, Process, Service, Signal};
 use psbx_wire::mux::Stream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -362,7 +362,7 @@ impl Boxes {
     /// The box's background commands.
     pub async fn processes(&self, account: &AccountId, id: &str) -> Result<Vec<Process>, BoxError> {
         let (_, link, _) = self.channel(account, id).await?;
-        link.request("processes", &(), SERVICE)
+        link.request(Service::Processes, &(), SERVICE)
             .await
             .map_err(link_error)
     }
@@ -377,7 +377,7 @@ impl Boxes {
     ) -> Result<(), BoxError> {
         let (_, link, _) = self.channel(account, id).await?;
         let done: Done = link
-            .request("signal", &Signal { pid, signal }, SERVICE)
+            .request(Service::Signal, &Signal { pid, signal }, SERVICE)
             .await
             .map_err(link_error)?;
         if done.ok {
@@ -481,10 +481,10 @@ impl Boxes {
         &self,
         account: &AccountId,
         id: &str,
-        target: &str,
+        service: Service,
     ) -> Result<Stream, BoxError> {
         let (_, link, _) = self.channel(account, id).await?;
-        link.open(target, SERVICE).await.map_err(link_error)
+        link.open(service, SERVICE).await.map_err(link_error)
     }
 
     /// Pool levels by size, when a host is supervised.
@@ -511,7 +511,10 @@ async fn open_log(
     offset: u64,
     follow: bool,
 ) -> Result<Stream, BoxError> {
-    let mut stream = link.open("logs", SERVICE).await.map_err(link_error)?;
+    let mut stream = link
+        .open(Service::Logs, SERVICE)
+        .await
+        .map_err(link_error)?;
     let body = serde_json::to_vec(&Logs {
         pid,
         offset,

@@ -123,8 +123,12 @@ impl World {
             self.store.clone(),
             self.settings.clone(),
             self.server_id.clone(),
-            None,
-            None,
+            psbx_actors::secrets::Secrets::new(
+                self.store.clone(),
+                psbx_actors::secrets::vault::Vault::from_key(&[7u8; 32]),
+            )
+            .unwrap(),
+            psbx_actors::connectors::Router::new(Default::default(), self.store.clone()),
         )
         .await
         .unwrap()

@@ -199,14 +199,17 @@ async fn box_entry(
         Session::over_io(server_io, Role::Client, link, Hello::new("psbx bench")),
     );
     let (boxd, server) = (boxd?, server?);
-    let handler = router.handler(BoxRoute {
+    let handler = router.for_box(BoxRoute {
         box_id: BoxId::generate()?,
         account: AccountId::parse(account)?,
         environment: Some(env.to_owned()),
     });
     tokio::spawn(async move {
         while let Some(incoming) = server.accept().await {
-            handler(incoming);
+            match psbx_wire::boxd::Outbound::parse(incoming.target()) {
+                Ok(psbx_wire::boxd::Outbound::Env(endpoint)) => handler.spawn(incoming, endpoint),
+                _ => incoming.refuse(psbx_wire::frame::code::BAD_REQUEST, "not an env: stream"),
+            }
         }
     });
     let (listener, port) = listen().await?;

@@ -13,7 +13,6 @@
 //!   ([`boxd::Outbound`]);
 //! * [`dns`]: the box's DNS queries through the channel, and asking the
 //!   platform's resolvers;
-//! * [`control`]: only the old path of [`boxd::Health`];
 //! * `testing` (feature `test-util`): sessions connected in memory, for tests.
 //!
 //! Shared by the server, boxd and the connector, so it never depends on
@@ -21,7 +20,6 @@
 
 pub mod boxd;
 pub mod codec;
-pub mod control;
 pub mod dns;
 pub mod frame;
 pub mod hello;

@@ -15,8 +15,8 @@
 
 use crate::hypervisor::Dial;
 use psbx_wire::Hello;
-use psbx_wire::boxd::{BoxInfo, Done};
-use psbx_wire::control::Health;
+use psbx_wire::boxd::{BoxInfo, Done, Health, Service};
+use psbx_wire::frame::code;
 use psbx_wire::mux::{Config, Incoming, Role, Session, Stream};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -145,14 +145,18 @@ async fn run(
                 continue;
             }
         };
-        match tokio::time::timeout(HANDSHAKE, fetch::<BoxInfo>(&session, "info", None::<&()>)).await
+        match tokio::time::timeout(
+            HANDSHAKE,
+            fetch::<BoxInfo>(&session, Service::Info, None::<&()>),
+        )
+        .await
         {
             Ok(Ok(info)) => {
                 // The box's clock follows the host's (boot, thaw, restarts).
                 let clock = psbx_wire::boxd::Clock::now();
                 match tokio::time::timeout(
                     HANDSHAKE,
-                    fetch::<Done>(&session, "clock", Some(&clock)),
+                    fetch::<Done>(&session, Service::Clock, Some(&clock)),
                 )
                 .await
                 {
@@ -194,7 +198,10 @@ async fn accept_streams(session: Session, streams: Option<StreamHandler>) {
     while let Some(incoming) = session.accept().await {
         match &streams {
             Some(handler) => handler(incoming),
-            None => incoming.refuse(403, "this box was not started in an environment"),
+            None => incoming.refuse(
+                code::FORBIDDEN,
+                "this box was not started in an environment",
+            ),
         }
     }
 }
@@ -203,10 +210,11 @@ async fn accept_streams(session: Session, streams: Option<StreamHandler>) {
 /// the whole answer as JSON.
 async fn fetch<R: DeserializeOwned>(
     session: &Session,
-    target: &str,
+    service: Service,
     request: Option<&impl Serialize>,
 ) -> Result<R, LinkError> {
-    let mut stream = open(session, target).await?;
+    let target = service.target();
+    let mut stream = open(session, service).await?;
     if let Some(request) = request {
         let body = serde_json::to_vec(request).map_err(|e| LinkError::BadAnswer {
             target: target.to_owned(),
@@ -230,11 +238,14 @@ async fn fetch<R: DeserializeOwned>(
     })
 }
 
-async fn open(session: &Session, target: &str) -> Result<Stream, LinkError> {
-    session.open(target).await.map_err(|e| LinkError::Refused {
-        target: target.to_owned(),
-        reason: e.to_string(),
-    })
+async fn open(session: &Session, service: Service) -> Result<Stream, LinkError> {
+    session
+        .open(service.target())
+        .await
+        .map_err(|e| LinkError::Refused {
+            target: service.target().to_owned(),
+            reason: e.to_string(),
+        })
 }
 
 impl LinkHandle {
@@ -260,7 +271,11 @@ impl LinkHandle {
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let up = self.up(left).await?;
-            match tokio::time::timeout_at(deadline, fetch(&up.session, "health", None::<&()>)).await
+            match tokio::time::timeout_at(
+                deadline,
+                fetch(&up.session, Service::Health, None::<&()>),
+            )
+            .await
             {
                 Ok(Err(LinkError::Closed)) if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(RECONNECT).await;
@@ -274,21 +289,21 @@ impl LinkHandle {
     /// A JSON request and its JSON answer, within `timeout`.
     pub async fn request<R: DeserializeOwned>(
         &self,
-        target: &str,
+        service: Service,
         request: &impl Serialize,
         timeout: Duration,
     ) -> Result<R, LinkError> {
         let up = self.up(timeout).await?;
-        tokio::time::timeout(timeout, fetch(&up.session, target, Some(request)))
+        tokio::time::timeout(timeout, fetch(&up.session, service, Some(request)))
             .await
             .map_err(|_| LinkError::NoAnswer(timeout))?
     }
 
     /// A stream to one of boxd's services, for callers that read or write
     /// more than one JSON value (exec, sync, logs).
-    pub async fn open(&self, target: &str, timeout: Duration) -> Result<Stream, LinkError> {
+    pub async fn open(&self, service: Service, timeout: Duration) -> Result<Stream, LinkError> {
         let up = self.up(timeout).await?;
-        open(&up.session, target).await
+        open(&up.session, service).await
     }
 }
 

@@ -25,6 +25,8 @@ pub use route::Router;
 use crate::environments::address::Endpoint;
 use crate::ids::{ConnectionId, EnvironmentId};
 use chrono::{DateTime, Utc};
+pub use psbx_wire::frame::Refusal;
+use psbx_wire::frame::code;
 use psbx_wire::mux::{OpenError, Session, Stream};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -115,13 +117,6 @@ impl Drop for Registration {
         }
         state.last_seen.insert(self.connection.clone(), Utc::now());
     }
-}
-
-/// Why a box stream could not be routed: the code and reason boxd gets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub code: u16,
-    pub reason: String,
 }
 
 impl Hub {
@@ -234,9 +229,11 @@ impl Hub {
             live.sort_by_key(|e| (e.session.peer_goaway().is_some(), e.session.stats().streams));
             live.into_iter().map(|e| e.session.clone()).collect()
         };
-        let offline = || Refusal {
-            code: 503,
-            reason: format!("the connector \"{name}\" of this environment is offline"),
+        let offline = || {
+            Refusal::new(
+                code::UNAVAILABLE,
+                format!("the connector \"{name}\" of this environment is offline"),
+            )
         };
         if candidates.is_empty() {
             return Err(offline());
@@ -255,14 +252,14 @@ impl Hub {
             }
         }
         if full > 0 {
-            return Err(Refusal {
-                code: 503,
-                reason: format!(
+            return Err(Refusal::new(
+                code::UNAVAILABLE,
+                format!(
                     "the connector \"{name}\" of this environment is online but every one of its \
                      {full} sessions carries as many connections as it may; run it with more \
                      PSBX_SESSIONS (up to 8) or run another copy"
                 ),
-            });
+            ));
         }
         Err(offline())
     }

@@ -3,12 +3,14 @@
 //! its connectors, and spliced; the bytes the box sends are counted as its
 //! egress as they pass (`egress`).
 
-use super::{Hub, Refusal};
+use super::Hub;
 use crate::environments::Connection;
 use crate::environments::address::{Endpoint, RawEndpoint, check};
 use crate::error::blocking;
 use crate::ids::{AccountId, BoxId, EnvironmentId};
 use crate::store::Store;
+use psbx_wire::boxd::PrivateEndpoint;
+use psbx_wire::frame::{Refusal, code};
 use psbx_wire::mux::Incoming;
 use std::sync::Arc;
 
@@ -28,6 +30,13 @@ pub struct BoxRoute {
     pub environment: Option<String>,
 }
 
+/// A box's router: what its `env:` streams go through.
+#[derive(Clone)]
+pub struct BoxRouter {
+    router: Router,
+    route: Arc<BoxRoute>,
+}
+
 impl Router {
     pub fn new(hub: Hub, store: Store) -> Self {
         Self { hub, store }
@@ -37,22 +46,30 @@ impl Router {
         &self.hub
     }
 
-    /// The handler of a box's incoming streams.
-    pub fn handler(&self, route: BoxRoute) -> crate::box_::link::StreamHandler {
-        let router = self.clone();
-        let route = Arc::new(route);
-        Arc::new(move |incoming: Incoming| {
-            let (router, route) = (router.clone(), route.clone());
-            tokio::spawn(async move { router.serve(incoming, &route).await });
-        })
+    /// The router of one box's streams.
+    pub fn for_box(&self, route: BoxRoute) -> BoxRouter {
+        BoxRouter {
+            router: self.clone(),
+            route: Arc::new(route),
+        }
     }
+}
 
-    async fn serve(&self, incoming: Incoming, route: &BoxRoute) {
-        let target = incoming.target().to_owned();
-        let address = match parse(&target) {
-            Ok(address) => address,
-            Err(refusal) => return incoming.refuse(refusal.code, &refusal.reason),
-        };
+impl BoxRouter {
+    /// Serves the box's stream to `endpoint` in a task of its own.
+    pub fn spawn(&self, incoming: Incoming, endpoint: PrivateEndpoint) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            match address_of(endpoint) {
+                Ok(address) => this.router.serve(incoming, &this.route, address).await,
+                Err(refusal) => incoming.refuse(refusal.code, &refusal.reason),
+            }
+        });
+    }
+}
+
+impl Router {
+    async fn serve(&self, incoming: Incoming, route: &BoxRoute, address: Endpoint) {
         let (env_id, connection) = match self.connection_for(route, &address).await {
             Ok(found) => found,
             Err(refusal) => {
@@ -101,10 +118,10 @@ impl Router {
         address: &Endpoint,
     ) -> Result<(EnvironmentId, Connection), Refusal> {
         let Some(name) = route.environment.clone() else {
-            return Err(Refusal {
-                code: 403,
-                reason: "this box was not started in an environment".into(),
-            });
+            return Err(Refusal::new(
+                code::FORBIDDEN,
+                "this box was not started in an environment",
+            ));
         };
         let (store, account) = (self.store.clone(), route.account.clone());
         let found = blocking(move || {
@@ -115,15 +132,17 @@ impl Router {
             Ok::<_, crate::store::StoreError>(Some((env, connections)))
         })
         .await
-        .map_err(|e| Refusal {
-            code: 503,
-            reason: format!("the server could not read the environment: {e}"),
+        .map_err(|e| {
+            Refusal::new(
+                code::UNAVAILABLE,
+                format!("the server could not read the environment: {e}"),
+            )
         })?;
         let Some((env, connections)) = found else {
-            return Err(Refusal {
-                code: 403,
-                reason: "the box's environment no longer exists".into(),
-            });
+            return Err(Refusal::new(
+                code::FORBIDDEN,
+                "the box's environment no longer exists",
+            ));
         };
         // By name: when two connections list the address, the first wins.
         connections
@@ -131,53 +150,49 @@ impl Router {
             .map(Connection::from)
             .find(|c| c.record.endpoints.contains(address))
             .map(|c| (env.id.clone(), c))
-            .ok_or_else(|| Refusal {
-                code: 403,
-                reason: format!(
-                    "{address} is no longer listed on any connection of environment \"{}\"",
-                    env.name
-                ),
+            .ok_or_else(|| {
+                Refusal::new(
+                    code::FORBIDDEN,
+                    format!(
+                        "{address} is no longer listed on any connection of environment \"{}\"",
+                        env.name
+                    ),
+                )
             })
     }
 }
 
-/// `env:<host>:<port>` → the address.
-fn parse(target: &str) -> Result<Endpoint, Refusal> {
-    let bad = |why: String| Refusal {
-        code: 400,
-        reason: why,
-    };
-    let rest = target
-        .strip_prefix("env:")
-        .ok_or_else(|| bad(format!("the server takes no stream {target:?} from a box")))?;
-    let (host, port) = rest
-        .rsplit_once(':')
-        .ok_or_else(|| bad(format!("{rest:?} is not host:port")))?;
-    let port: i64 = port
-        .parse()
-        .map_err(|_| bad(format!("{rest:?} is not host:port")))?;
+/// The address a box dialed, checked as connection addresses are (a host
+/// name or IP, no wildcard, a port from 1 to 65535).
+fn address_of(endpoint: PrivateEndpoint) -> Result<Endpoint, Refusal> {
     check(&RawEndpoint {
-        host: host.to_owned(),
-        port,
+        host: endpoint.host,
+        port: i64::from(endpoint.port),
     })
-    .map_err(bad)
+    .map_err(|why| Refusal::new(code::BAD_REQUEST, why))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn dialed(host: &str, port: u16) -> PrivateEndpoint {
+        PrivateEndpoint {
+            host: host.into(),
+            port,
+        }
+    }
+
     #[test]
-    fn targets_are_addresses() {
+    fn dialed_targets_are_checked_addresses() {
         assert_eq!(
-            parse("env:db.internal:5432").unwrap(),
+            address_of(dialed("db.internal", 5432)).unwrap(),
             Endpoint {
                 host: "db.internal".into(),
                 port: 5432
             }
         );
-        assert_eq!(parse("exec").unwrap_err().code, 400);
-        assert_eq!(parse("env:db.internal").unwrap_err().code, 400);
-        assert_eq!(parse("env:*.internal:1").unwrap_err().code, 400);
+        assert_eq!(address_of(dialed("*.internal", 1)).unwrap_err().code, 400);
+        assert_eq!(address_of(dialed("db.internal", 0)).unwrap_err().code, 400);
     }
 }

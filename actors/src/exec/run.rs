@@ -6,7 +6,7 @@
 use super::mask::{MaskStream, Masker};
 use crate::box_::link::LinkHandle;
 use crate::error::BoxError;
-use psbx_wire::boxd::{ExecRequest, Exit, Record};
+use psbx_wire::boxd::{ExecRequest, Exit, Record, Service};
 use psbx_wire::mux::Stream;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -52,7 +52,7 @@ impl Command {
         masker: Arc<Masker>,
     ) -> Result<Self, BoxError> {
         let mut stream = link
-            .open("exec", OPEN)
+            .open(Service::Exec, OPEN)
             .await
             .map_err(|e| BoxError::Internal(format!("cannot reach boxd: {e}")))?;
         let body = serde_json::to_vec(request).map_err(|e| BoxError::Internal(e.to_string()))?;

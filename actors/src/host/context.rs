@@ -19,8 +19,8 @@ use crate::spec::BoxSpec;
 use crate::store::{BoxRecord, Store, Transition};
 use actix::Addr;
 use psbx_libvirt::{Accel, Boot, Disk, DomainSpec, Nic};
-use psbx_wire::boxd::BoxInfo;
-use psbx_wire::dns::Transport;
+use psbx_wire::boxd::{BoxInfo, Outbound};
+use psbx_wire::frame::code;
 use psbx_wire::mux::Incoming;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -36,9 +36,9 @@ pub struct HostContext {
     /// This installation's id: the owner written into every domain's metadata.
     pub installation: String,
     /// The account secrets, to rebuild a box's mask after a restart.
-    pub secrets: Option<Secrets>,
+    pub secrets: Secrets,
     /// Where boxes' streams to environment addresses go.
-    pub router: Option<Router>,
+    pub router: Router,
     /// The host's rules for boxes' network cards (none: boxes have no card).
     pub network: Option<Arc<BoxNetwork>>,
     capacity: Mutex<Capacity>,
@@ -69,8 +69,8 @@ impl HostContext {
         store: Store,
         settings: BoxSettings,
         facts: HostFacts,
-        secrets: Option<Secrets>,
-        router: Option<Router>,
+        secrets: Secrets,
+        router: Router,
     ) -> Arc<Self> {
         let capacity = Capacity {
             cpus_limit: f64::from(facts.cpus) * settings.cpu_overcommit,
@@ -161,32 +161,32 @@ impl HostContext {
     /// account that holds it (none while pooled) and the environment its
     /// spec names.
     pub fn link(&self, id: &BoxId, account: Option<&AccountId>, spec: &BoxSpec) -> BoxdLink {
-        let environment = match (&self.router, account) {
-            (Some(router), Some(account)) => Some(router.handler(BoxRoute {
+        let environment = account.map(|account| {
+            self.router.for_box(BoxRoute {
                 box_id: id.clone(),
                 account: account.clone(),
                 environment: spec.environment.clone(),
-            })),
-            _ => None,
-        };
+            })
+        });
         let relay = self.network.as_ref().map(|n| n.relay());
         let streams: StreamHandler = Arc::new(move |incoming: Incoming| {
-            match (
-                Transport::of_target(incoming.target()),
-                &relay,
-                &environment,
-            ) {
-                (Some(transport), Some(relay), _) => {
+            match (Outbound::parse(incoming.target()), &relay, &environment) {
+                (Ok(Outbound::Dns(transport)), Some(relay), _) => {
                     let relay = relay.clone();
                     tokio::spawn(async move { relay.serve(incoming, transport).await });
                 }
-                (Some(_), None, _) => {
-                    incoming.refuse(503, "this box has no network: psbx answers no names for it")
+                (Ok(Outbound::Dns(_)), None, _) => incoming.refuse(
+                    code::UNAVAILABLE,
+                    "this box has no network: psbx answers no names for it",
+                ),
+                (Ok(Outbound::Env(endpoint)), _, Some(environment)) => {
+                    environment.spawn(incoming, endpoint)
                 }
-                (None, _, Some(environment)) => environment(incoming),
-                (None, _, None) => {
-                    incoming.refuse(403, "this box was not started in an environment")
-                }
+                (Ok(Outbound::Env(_)), _, None) => incoming.refuse(
+                    code::FORBIDDEN,
+                    "this box was not started in an environment",
+                ),
+                (Err(e), _, _) => incoming.refuse(code::BAD_REQUEST, &e.to_string()),
             }
         });
         let socket = self.socket(id);
@@ -202,7 +202,7 @@ impl HostContext {
     /// The mask of a box's secrets, from the names it was started with (the
     /// values are read again: boxd keeps its own copy across server restarts).
     pub async fn masker_for(&self, record: &BoxRecord) -> Arc<Masker> {
-        let (Some(secrets), Some(account)) = (&self.secrets, &record.account_id) else {
+        let (secrets, Some(account)) = (&self.secrets, &record.account_id) else {
             return Arc::new(Masker::default());
         };
         let mut values = Vec::new();

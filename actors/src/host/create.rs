@@ -12,8 +12,7 @@ use crate::ids::{AccountId, BoxId};
 use crate::spec::BoxSpec;
 use crate::store::{BoxRecord, Claim, NewBox, Transition};
 use actix::prelude::*;
-use psbx_wire::boxd::BoxInfo;
-use psbx_wire::boxd::{ConfigFile, Configure, Done, PrivateEndpoint};
+use psbx_wire::boxd::{BoxInfo, ConfigFile, Configure, Done, PrivateEndpoint, Service};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -274,7 +273,7 @@ async fn configure(
     let answer: Result<Done, _> = booted
         .1
         .handle()
-        .request("configure", &configure, CONFIGURE)
+        .request(Service::Configure, &configure, CONFIGURE)
         .await;
     let failure = match answer {
         Ok(done) if done.ok => return Ok((booted, masker)),

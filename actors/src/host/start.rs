@@ -41,8 +41,8 @@ pub async fn start_host(
     uri: String,
     accel: AccelChoice,
     server_id: String,
-    secrets: Option<Secrets>,
-    router: Option<Router>,
+    secrets: Secrets,
+    router: Router,
 ) -> Result<HostStart, BoxError> {
     let probe_settings = settings.clone();
     let (host, resources, accel) = blocking(move || {
@@ -69,8 +69,8 @@ pub async fn supervise(
     store: Store,
     settings: BoxSettings,
     server_id: String,
-    secrets: Option<Secrets>,
-    router: Option<Router>,
+    secrets: Secrets,
+    router: Router,
 ) -> Result<HostStart, BoxError> {
     let Connected {
         host,

@@ -64,8 +64,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                     Accel::Tcg => AccelChoice::Tcg,
                 },
                 server.id.to_string(),
-                Some(secrets.clone()),
-                Some(Router::new(hub.clone(), store.clone())),
+                secrets.clone(),
+                Router::new(hub.clone(), store.clone()),
             )
             .await
             .map_err(|e| {

@@ -15,7 +15,7 @@ use psbx_actors::duration;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
 use psbx_actors::ids::AccountId;
-use psbx_wire::boxd::{ExecRequest, Process, SyncDone, SyncRequest};
+use psbx_wire::boxd::{ExecRequest, Process, Service, SyncDone, SyncRequest};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use utoipa::{IntoParams, ToSchema};
@@ -407,7 +407,7 @@ pub async fn unpack(
     dest: &str,
     mut payload: web::Payload,
 ) -> Result<Synced, ApiError> {
-    let mut stream = boxes.open_service(account, id, "sync").await?;
+    let mut stream = boxes.open_service(account, id, Service::Sync).await?;
     let broke = |e: std::io::Error| ApiError::internal(format!("the sync stream broke: {e}"));
     let mut head = serde_json::to_vec(&SyncRequest {
         dest: dest.to_owned(),

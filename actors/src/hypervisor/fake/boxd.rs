@@ -5,8 +5,8 @@
 //! a connection made while it is paused waits for the resume.
 
 use super::Served;
+use psbx_wire::boxd::Health;
 use psbx_wire::boxd::{BoxInfo, Done};
-use psbx_wire::control::Health;
 use psbx_wire::mux::{Config, Incoming, Role, Session};
 use psbx_wire::{Hello, PROTOCOL_VERSION};
 use std::sync::{Arc, Mutex};
