@@ -1,8 +1,7 @@
-//! The psbx domain: the actor system (DESIGN.md §3) and the store, the only
-//! place that touches diesel.
-//!
-//! Only the store and the typed ids exist yet; the actors come with the boxes,
-//! environments and connector issues.
+//! The psbx domain: the actor system (DESIGN.md §3: a HostSupervisor per host
+//! and a BoxActor per box), the connector hub and sessions, the façades the
+//! API calls (`Boxes`, `Environments`, `Secrets`) and the store, the only place
+//! that touches diesel. The crate README maps the modules.
 
 pub mod box_;
 pub mod boxes;

@@ -136,8 +136,8 @@ pub struct BoxView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub environment: Option<BoxEnvironmentView>,
     /// Bytes the box sent through its environment's connections (its metered
-    /// outbound traffic there; what comes back is not counted), as counted
-    /// by this replica since it started.
+    /// outbound traffic there; what comes back is not counted): what every
+    /// replica stored, plus what the one that answered counted since its last flush.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub egress_bytes: Option<u64>,
 }

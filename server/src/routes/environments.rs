@@ -52,7 +52,7 @@ pub struct ConnectionView {
     pub endpoints: Vec<EndpointView>,
     /// Whether a connector of this connection is connected now.
     pub online: bool,
-    /// Open connector sessions (every copy, every replica).
+    /// Open connector sessions on the replica that answered (every copy of the connector).
     pub sessions: u32,
     pub last_seen_at: Option<DateTime<Utc>>,
     pub connector_version: Option<String>,
