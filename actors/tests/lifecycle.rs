@@ -44,6 +44,13 @@ struct World {
     _dir: tempfile::TempDir,
 }
 
+/// One unit of the test host (a box of size 1).
+const UNIT: Unit = Unit {
+    vcpus: 1,
+    memory_mib: 256,
+    disk_gb: 1,
+};
+
 /// A world whose pool keeps `pool_size` boxes of size 1.
 fn world(pool_size: usize) -> World {
     let db = TestDatabase::new();
@@ -76,11 +83,7 @@ fn world(pool_size: usize) -> World {
         boxes_dir: dir.path().join("boxes"),
         images_dir: dir.path().join("images"),
         image: "test".into(),
-        unit: Unit {
-            vcpus: 1,
-            memory_mib: 256,
-            disk_gb: 1,
-        },
+        unit: UNIT,
         idle_freeze: IDLE,
         default_keep: 60 * MINUTE,
         max_keep: 24 * 60 * MINUTE,
@@ -144,19 +147,9 @@ impl World {
         let pooled = state == BoxState::Pooled;
         self.store
             .insert_box(&NewBox {
-                id: id.clone(),
                 account_id: (!pooled).then(|| self.account.clone()),
-                host_uri: self.fake.uri().to_owned(),
-                state,
-                name: None,
-                goal: None,
-                image: "test".into(),
-                size: 1,
-                vcpus: 1,
-                memory_mib: 256,
-                disk_gb: 1,
                 keep_secs,
-                spec: psbx_actors::spec::BoxSpec::default(),
+                ..NewBox::for_size(id.clone(), self.fake.uri(), "test", state, 1, UNIT)
             })
             .unwrap();
         let mut conn = PgConnection::establish(self.db.url()).unwrap();

@@ -251,19 +251,19 @@ fn new_box(store: &Store, account: &psbx_actors::ids::AccountId) -> String {
     use psbx_actors::store::NewBox;
     let record = store
         .insert_box(&NewBox {
-            id: BoxId::generate().unwrap(),
             account_id: Some(account.clone()),
-            host_uri: "test:///default".into(),
-            state: BoxState::Running,
-            name: None,
-            goal: None,
-            image: "test".into(),
-            size: 1,
-            vcpus: 1,
-            memory_mib: 256,
-            disk_gb: 2,
-            keep_secs: 0,
-            spec: psbx_actors::spec::BoxSpec::default(),
+            ..NewBox::for_size(
+                BoxId::generate().unwrap(),
+                "test:///default",
+                "test",
+                BoxState::Running,
+                1,
+                psbx_actors::settings::Unit {
+                    vcpus: 1,
+                    memory_mib: 256,
+                    disk_gb: 2,
+                },
+            )
         })
         .unwrap();
     record.id.to_string()

@@ -81,17 +81,10 @@ fn main() -> anyhow::Result<()> {
 
     let result: anyhow::Result<()> = actix_web::rt::System::new().block_on(async {
         let hub = Hub::default();
-        let state = AppState::assemble(
-            &config,
-            app::Parts {
-                store: store.clone(),
-                secrets,
-                hub: hub.clone(),
-                host: Err("boxes are disabled in the tunnel benchmark".to_owned()),
-                url: url.clone(),
-                server_id: psbx_actors::ids::ServerId::parse("srv_bench")?,
-            },
-        )?;
+        let id = psbx_actors::ids::ServerId::parse("srv_bench")?;
+        let parts = app::Parts::new(store.clone(), secrets, hub.clone(), &url, id);
+        let host = Err("boxes are disabled in the tunnel benchmark".to_owned());
+        let state = AppState::assemble(&config, parts, host)?;
         let http = actix_web::HttpServer::new(move || app::build(state.clone()))
             .disable_signals()
             .listen(listener)?

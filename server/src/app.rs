@@ -19,6 +19,7 @@ use psbx_actors::boxes::Boxes;
 use psbx_actors::connectors::Hub;
 use psbx_actors::environments::Environments;
 use psbx_actors::host::HostStart;
+use psbx_actors::ids::ServerId;
 use psbx_actors::secrets::Secrets;
 use psbx_actors::store::Store;
 use std::sync::Arc;
@@ -47,23 +48,37 @@ pub struct Parts {
     pub secrets: Secrets,
     /// The connector sessions of this replica.
     pub hub: Hub,
-    /// The supervised host, or why this server has none (box calls answer 503 with it).
-    pub host: Result<HostStart, String>,
     /// How clients reach this server.
     pub url: String,
     /// This replica (`srv_...`).
-    pub server_id: psbx_actors::ids::ServerId,
+    pub server_id: ServerId,
+}
+
+impl Parts {
+    pub fn new(store: Store, secrets: Secrets, hub: Hub, url: &str, server_id: ServerId) -> Self {
+        Self {
+            store,
+            secrets,
+            hub,
+            url: url.to_owned(),
+            server_id,
+        }
+    }
 }
 
 impl AppState {
-    /// The state every worker shares, from the configuration and the parts the
-    /// caller opened (database, vault, host).
-    pub fn assemble(config: &Config, parts: Parts) -> anyhow::Result<Self> {
+    /// The state every worker shares, from the configuration, the parts the
+    /// caller opened (database, vault) and the supervised host, or why this
+    /// server has none (box calls answer 503 with it).
+    pub fn assemble(
+        config: &Config,
+        parts: Parts,
+        host: Result<HostStart, String>,
+    ) -> anyhow::Result<Self> {
         let Parts {
             store,
             secrets,
             hub,
-            host,
             url,
             server_id,
         } = parts;

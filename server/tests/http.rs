@@ -8,6 +8,10 @@ use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::{Bootstrap, PoolOptions, Store};
 use psbx_server::app::{self, AppState};
+use psbx_server::config::Config;
+
+/// The public URL the test app believes it has.
+const URL: &str = "http://localhost:8080";
 use psbx_tests::TestDatabase;
 use serde_json::{Value, json};
 
@@ -38,16 +42,13 @@ fn fixture() -> Fixture {
 /// The app's state on the fixture's database, without a libvirt host: the
 /// one `psbx serve` assembles, with a test vault.
 fn state(f: &Fixture) -> AppState {
+    let secrets = Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
+    let id = psbx_actors::ids::ServerId::parse("srv_test").unwrap();
+    let parts = app::Parts::new(f.store.clone(), secrets, Default::default(), URL, id);
     AppState::assemble(
-        &psbx_server::config::Config::default(),
-        app::Parts {
-            store: f.store.clone(),
-            secrets: Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap(),
-            hub: Default::default(),
-            host: Err("no libvirt host in the HTTP tests".to_owned()),
-            url: "http://localhost:8080".to_owned(),
-            server_id: psbx_actors::ids::ServerId::parse("srv_test").unwrap(),
-        },
+        &Config::default(),
+        parts,
+        Err("no libvirt host in the HTTP tests".into()),
     )
     .unwrap()
 }

@@ -75,17 +75,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         } else {
             Err("boxes are disabled in this server's configuration (boxes.enabled)".to_owned())
         };
-        let state = AppState::assemble(
-            &config,
-            app::Parts {
-                store: store.clone(),
-                secrets,
-                hub: hub.clone(),
-                host,
-                url: url.clone(),
-                server_id: server.id.clone(),
-            },
-        )?;
+        let parts = app::Parts::new(store.clone(), secrets, hub.clone(), &url, server.id.clone());
+        let state = AppState::assemble(&config, parts, host)?;
         let boxes = state.boxes.clone();
         // Our own signal handling, installed before we say we listen: a stop
         // signal arriving at any moment after that is a clean shutdown.
