@@ -225,6 +225,15 @@ fn count(targets: &[String], target: &str) -> usize {
     targets.iter().filter(|t| *t == target).count()
 }
 
+/// The box's domain is gone from the host and its actor has ended.
+async fn assert_gone(w: &World, host: &HostStart, id: &BoxId) {
+    assert_eq!(w.fake.status(&name(id)), None);
+    eventually("the actor's end", || async {
+        host.ctx.actor(id).is_none()
+    })
+    .await;
+}
+
 #[actix_rt::test]
 async fn a_box_freezes_after_its_idle_time_and_thaws_when_read() {
     tokio::time::pause();
@@ -353,11 +362,7 @@ async fn a_thaw_waits_for_boxd_and_fails_the_box_when_it_never_answers() {
             Call::Remove(domain.clone()),
         ]
     );
-    assert_eq!(w.fake.status(&domain), None);
-    eventually("the actor's end", || async {
-        host.ctx.actor(&id).is_none()
-    })
-    .await;
+    assert_gone(&w, &host, &id).await;
 }
 
 #[actix_rt::test]
@@ -398,12 +403,8 @@ async fn a_box_is_torn_down_at_its_keep_time() {
             Call::Remove(domain.clone()),
         ]
     );
-    assert_eq!(w.fake.status(&domain), None);
     assert!(!dir.exists(), "the box's files are left");
-    eventually("the actor's end", || async {
-        host.ctx.actor(&id).is_none()
-    })
-    .await;
+    assert_gone(&w, &host, &id).await;
 }
 
 #[actix_rt::test]
