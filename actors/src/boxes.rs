@@ -25,6 +25,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+mod sync;
+pub use sync::Synced;
+
 /// What a caller asks for when starting a box.
 #[derive(Debug, Clone, Default)]
 pub struct CreateRequest {
@@ -474,17 +477,6 @@ impl Boxes {
                 id: id.to_owned(),
                 pid,
             })
-    }
-
-    /// A stream to one of boxd's services in a running box (sync).
-    pub async fn open_service(
-        &self,
-        account: &AccountId,
-        id: &str,
-        service: Service,
-    ) -> Result<Stream, BoxError> {
-        let (_, link, _) = self.channel(account, id).await?;
-        link.open(service, SERVICE).await.map_err(link_error)
     }
 
     /// Pool levels by size, when a host is supervised.

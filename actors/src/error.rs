@@ -42,6 +42,13 @@ pub enum BoxError {
         "the connection to boxd broke while the command ran ({0}); the command may still be running in the box"
     )]
     ChannelLost(String),
+    /// An upload to unpack in a box broke off before its end.
+    #[error("reading the upload: {0}")]
+    Upload(String),
+    /// boxd refused the archive of a sync (a path or link leaving the
+    /// destination, not a tar): why.
+    #[error("{0}")]
+    SyncRefused(String),
     /// The box did not come up.
     #[error("the box did not start: {0}")]
     Boot(String),

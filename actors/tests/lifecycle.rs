@@ -228,10 +228,7 @@ fn count(targets: &[String], target: &str) -> usize {
 /// The box's domain is gone from the host and its actor has ended.
 async fn assert_gone(w: &World, host: &HostStart, id: &BoxId) {
     assert_eq!(w.fake.status(&name(id)), None);
-    eventually("the actor's end", || async {
-        host.ctx.actor(id).is_none()
-    })
-    .await;
+    eventually("the actor's end", || async { host.ctx.actor(id).is_none() }).await;
 }
 
 #[actix_rt::test]

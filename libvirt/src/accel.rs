@@ -24,8 +24,10 @@ impl Accel {
     }
 }
 
-/// The configured choice.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The configured choice: `auto` (prove KVM with a short boot, else TCG),
+/// `kvm` or `tcg` in the server's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum AccelChoice {
     Auto,
     Kvm,

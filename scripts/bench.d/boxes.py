@@ -3,6 +3,7 @@ to freeze and to thaw, measured through the REST API of a real `psbx serve`
 (embedded PostgreSQL, TCG domains from the test image).
 
 usage: boxes.py PSBX_BINARY IMAGES_DIR [RUNS]   (RUNS >= 5, default 5)
+       PSBX_BENCH_ONLY=exec boxes.py ...        (only the exec round trip)
 
 Each figure is measured RUNS times; the median, min and max are printed.
 Freeze times are the server's own measure of the managed save (log lines
@@ -96,8 +97,31 @@ def report(name, samples, unit="s"):
           f"max {max(samples):8.3f}   (n={len(samples)})", flush=True)
 
 
+def exec_round_trip():
+    """`POST /v1/boxes/{id}/exec` of `true` on a running box, RUNS x 10 times:
+    the server's path to boxd and back (auth, the box's actor, the exec stream)
+    around a command that does nothing."""
+    server = Server("pool_size = 0\nidle_freeze = \"1h\"")
+    samples = []
+    try:
+        _, box = server.call("POST", "/v1/boxes", {"name": "bench-exec"})
+        assert box["state"] == "running", box
+        for _ in range(3):  # warm: the first commands start the shell's caches
+            server.call("POST", f"/v1/boxes/{box['id']}/exec", {"command": "true"})
+        for _ in range(RUNS * 10):
+            took, done = server.call("POST", f"/v1/boxes/{box['id']}/exec", {"command": "true"})
+            assert done["exitCode"] == 0, done
+            samples.append(took * 1000)
+    finally:
+        server.stop()
+    report("exec of `true`", samples, "ms")
+
+
 def main():
     print(f"# scripts/bench boxes {RUNS}: TCG, box = 1 vCPU / 256 MiB / 2 GB, test image", flush=True)
+    if os.environ.get("PSBX_BENCH_ONLY") == "exec":
+        return exec_round_trip()
+    exec_round_trip()
     # Pool: wait for a pooled box each time, then start one.
     server = Server("pool_size = 1\nidle_freeze = \"1h\"")
     pool = []

@@ -9,6 +9,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use psbx_actors::boxnet::policy::EgressPolicy;
 use psbx_actors::settings::{BoxSettings, SIZES, Unit};
+use psbx_libvirt::AccelChoice;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -76,7 +77,7 @@ pub struct BoxesConfig {
     /// Run boxes on `libvirt_uri`; false serves the API without boxes.
     pub enabled: bool,
     /// `auto` (prove KVM with a short boot, else TCG), `kvm` or `tcg`.
-    pub accel: Accel,
+    pub accel: AccelChoice,
     /// Images: `<images_dir>/<image>/manifest.json`; default `<data_dir>/images`.
     pub images_dir: Option<PathBuf>,
     /// The image boxes start from (`scripts/image/<name>` builds it).
@@ -126,19 +127,11 @@ pub struct EgressConfig {
     pub only: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Accel {
-    Auto,
-    Kvm,
-    Tcg,
-}
-
 impl Default for BoxesConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            accel: Accel::Auto,
+            accel: AccelChoice::Auto,
             images_dir: None,
             image: "debian".to_owned(),
             unit_vcpus: 2,
@@ -499,6 +492,27 @@ mod tests {
             let shown = c.redacted_toml().unwrap();
             assert!(!shown.contains("hunter2"), "{shown}");
             assert!(shown.contains("postgres://u:****@db/psbx"), "{shown}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_accelerator_is_named_in_lowercase() {
+        figment::Jail::expect_with(|jail| {
+            for (name, choice) in [
+                ("auto", AccelChoice::Auto),
+                ("kvm", AccelChoice::Kvm),
+                ("tcg", AccelChoice::Tcg),
+            ] {
+                jail.create_file("psbx.toml", &format!("[boxes]\naccel = \"{name}\"\n"))?;
+                let c = Config::load(None, &Overrides::default()).unwrap();
+                assert_eq!(c.boxes.accel, choice);
+                let shown = c.redacted_toml().unwrap();
+                assert!(shown.contains(&format!("accel = \"{name}\"")), "{shown}");
+            }
+            jail.create_file("psbx.toml", "[boxes]\naccel = \"KVM\"\n")?;
+            let err = Config::load(None, &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains("KVM"), "{err}");
             Ok(())
         });
     }

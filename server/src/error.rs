@@ -247,6 +247,10 @@ impl From<psbx_actors::error::BoxError> for ApiError {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "box_channel_lost", e.to_string())
                     .hint("run it again once the box answers; `GET /v1/boxes/{id}/processes` lists its background commands")
             }
+            E::Upload(_) => Self::bad_request("invalid_body", e.to_string()),
+            E::SyncRefused(reason) => Self::bad_request("sync_refused", reason).hint(
+                "send a tar of relative paths without '..' or links leaving the destination",
+            ),
             E::Boot(_) => {
                 tracing::error!(error = %e, "a box did not start");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "box_start_failed", e.to_string())

@@ -4,7 +4,8 @@ Python MCP SDK (2026-07-28 revision) against psbx's /mcp.
 usage: exec_client.py URL API_KEY SCENARIO   (SCENARIO: work or long)
 
 work: a command outliving wait_s keeps running and is waited for again by pid;
-      50 MB of output comes back capped; timeout_s kills a command.
+      50 MB of output comes back capped; timeout_s kills a command; a background
+      command's answer names its log; sandbox_status lists the commands.
 long: a 10-minute command: the first call returns after wait_s with its pid,
       the second waits for its end while other calls are answered on the
       server's only HTTP worker; progress arrives all along; the exit code is
@@ -76,6 +77,10 @@ async def work(c, box):
             seen[k]["value"]["output"]["text"] = seen[k]["value"]["output"]["text"][:100]
         seen[k]["text"] = seen[k]["text"][:100]
     seen["killed"] = await call(c, "sandbox_exec", {"id": box, "cmd": "sleep 100", "timeout_s": 2})
+    seen["background"] = await call(
+        c, "sandbox_exec", {"id": box, "cmd": "echo in-the-background; sleep 100", "background": True}
+    )
+    seen["status"] = await call(c, "sandbox_status", {"id": box})
     seen["no_cmd"] = await call(c, "sandbox_exec", {"id": box})
     seen["unknown_pid"] = await call(c, "sandbox_exec", {"id": box, "pid": 999999})
     return seen

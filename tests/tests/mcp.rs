@@ -237,6 +237,31 @@ fn sandbox_exec_waits_then_hands_back_the_pid_caps_output_and_kills_on_timeout()
     let killed = &seen["killed"]["value"];
     assert_eq!(killed["timedOut"], true, "{seen}");
     assert_eq!(killed["running"], false, "{seen}");
+    // A background command's answer names the log boxd writes, and
+    // sandbox_status lists the commands in the shape GET .../processes has.
+    let background = &seen["background"]["value"];
+    assert_eq!(background["running"], true, "{seen}");
+    let listed = |pid: &serde_json::Value| {
+        seen["status"]["value"]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == *pid)
+            .cloned()
+            .unwrap_or_else(|| panic!("process {pid} is not listed: {seen}"))
+    };
+    let pid = &background["pid"];
+    let log = background["log"].as_str().unwrap();
+    assert!(log.ends_with(&format!("/{pid}.log")), "{seen}");
+    let running = listed(pid);
+    assert_eq!(running["log"], log, "{seen}");
+    assert_eq!(running["running"], true, "{seen}");
+    assert_eq!(running["timedOut"], false, "{seen}");
+    assert!(running["exitCode"].is_null(), "{seen}");
+    let ended = listed(&killed["pid"]);
+    assert_eq!(ended["running"], false, "{seen}");
+    assert_eq!(ended["timedOut"], true, "{seen}");
+    assert_eq!(ended["log"], killed["log"], "{seen}");
     // Bad calls are results that say what to do.
     assert_eq!(seen["no_cmd"]["error"], true, "{seen}");
     assert!(

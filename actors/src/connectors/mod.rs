@@ -31,36 +31,6 @@ use psbx_wire::mux::{OpenError, Session, Stream};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// What to do about the connections to environment addresses a command saw
-/// fail (`<host>:<port> <code> <reason>` each), by their codes.
-pub fn private_endpoint_hint(errors: &[String]) -> Option<String> {
-    let code = |e: &String| e.split_whitespace().nth(1).map(str::to_owned);
-    let codes: Vec<String> = errors.iter().filter_map(code).collect();
-    let mut hints = Vec::new();
-    if codes.iter().any(|c| c == "503") {
-        hints.push(
-            "503: the connector of that connection is offline; check its log (docker logs \
-             parallelsandbox-connector) and sandbox_environments",
-        );
-    }
-    if codes.iter().any(|c| c == "502") {
-        hints.push(
-            "502: the connector could not reach the target; check DNS, routes and security groups \
-             between the connector's machine and that address",
-        );
-    }
-    if codes.iter().any(|c| c == "403") {
-        hints.push(
-            "403: the address is no longer listed; add it back with PUT \
-             /v1/environments/{env}/connections/{id}/endpoints",
-        );
-    }
-    if hints.is_empty() && !errors.is_empty() {
-        hints.push("see /work/.sbx/logs/private-endpoints.log and health.privateEndpoints");
-    }
-    (!hints.is_empty()).then(|| hints.join("; "))
-}
-
 /// A connection's live state, as reads show it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ConnectionStatus {

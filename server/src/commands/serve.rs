@@ -4,7 +4,7 @@
 
 use crate::app::{self, AppState};
 use crate::banner;
-use crate::config::{Accel, Config};
+use crate::config::Config;
 use crate::database::{Database, Opener};
 use crate::tls;
 use actix_web::HttpServer;
@@ -15,7 +15,6 @@ use psbx_actors::host::start_host;
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::Store;
-use psbx_libvirt::AccelChoice;
 use std::fs;
 use std::io::Write;
 use std::net::TcpListener;
@@ -58,11 +57,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 store.clone(),
                 box_settings.clone(),
                 config.libvirt_uri.clone(),
-                match config.boxes.accel {
-                    Accel::Auto => AccelChoice::Auto,
-                    Accel::Kvm => AccelChoice::Kvm,
-                    Accel::Tcg => AccelChoice::Tcg,
-                },
+                config.boxes.accel,
                 server.id.to_string(),
                 secrets.clone(),
                 Router::new(hub.clone(), store.clone()),

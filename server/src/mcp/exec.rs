@@ -9,9 +9,8 @@
 //! call is a task reading the followed log.
 
 use super::tools::{box_failed, failed, structured};
-use crate::routes::exec::OutputView;
+use crate::routes::exec::{OutputView, private_endpoint_hint};
 use psbx_actors::boxes::Boxes;
-use psbx_actors::connectors::private_endpoint_hint;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
 use psbx_actors::store::Principal;
@@ -133,7 +132,11 @@ pub async fn call(
         }
     };
     if background {
-        let log = format!("/run/psbx/processes/{pid}.log");
+        // Where boxd writes its output, as boxd says.
+        let log = match boxes.process(&who.account_id, &a.id, pid).await {
+            Ok(process) => process.log,
+            Err(e) => return box_failed(e),
+        };
         return structured(
             format!("started in the background as process {pid}; its output goes to {log}"),
             &serde_json::json!({ "pid": pid, "background": true, "running": true, "log": log }),

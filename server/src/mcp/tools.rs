@@ -6,6 +6,7 @@ use super::exec::{self, ExecArgs};
 use super::schema;
 use crate::routes::boxes::{BoxView, ServiceSpec, start_spec};
 use crate::routes::environments::{EnvironmentList, EnvironmentView};
+use crate::routes::exec::ProcessView;
 use crate::server_info::ServerInfo;
 use psbx_actors::box_::BoxSnapshot;
 use psbx_actors::box_::state::BoxState;
@@ -13,7 +14,6 @@ use psbx_actors::boxes::{Boxes, CreateRequest};
 use psbx_actors::environments::Environments;
 use psbx_actors::error::BoxError;
 use psbx_actors::store::Principal;
-use psbx_wire::boxd::Process;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock};
@@ -66,36 +66,6 @@ struct StatusView {
     #[serde(flatten)]
     view: BoxView,
     processes: Vec<ProcessView>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ProcessView {
-    pid: u32,
-    cmd: String,
-    running: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exit_code: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    signal: Option<i32>,
-    timed_out: bool,
-    /// Its whole output, a file in the box.
-    log: String,
-}
-
-impl From<Process> for ProcessView {
-    fn from(p: Process) -> Self {
-        let exit = p.exit.as_ref();
-        Self {
-            pid: p.pid,
-            cmd: p.cmd,
-            running: exit.is_none(),
-            exit_code: exit.and_then(|e| e.code),
-            signal: exit.and_then(|e| e.signal),
-            timed_out: exit.is_some_and(|e| e.timed_out),
-            log: p.log,
-        }
-    }
 }
 
 #[derive(Debug, Serialize)]

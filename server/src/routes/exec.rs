@@ -7,17 +7,15 @@
 use crate::auth::Auth;
 use crate::error::ApiError;
 use actix_web::http::header;
-use actix_web::{HttpRequest, HttpResponse, delete, get, post, web};
+use actix_web::{HttpResponse, delete, get, post, web};
 use futures_util::StreamExt;
 use psbx_actors::boxes::Boxes;
-use psbx_actors::connectors::private_endpoint_hint;
 use psbx_actors::duration;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
-use psbx_actors::ids::AccountId;
-use psbx_wire::boxd::{ExecRequest, Process, Service, SyncDone, SyncRequest};
+use psbx_wire::boxd::{EndpointFailure, ExecRequest, Process};
+use psbx_wire::frame::code::{BAD_GATEWAY, FORBIDDEN, UNAVAILABLE};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use utoipa::{IntoParams, ToSchema};
 
 /// Output kept of each of stdout and stderr in a JSON result: head and tail.
@@ -243,6 +241,8 @@ pub struct ProcessList {
     pub processes: Vec<ProcessView>,
 }
 
+/// A background command (or one MCP's `sandbox_exec` started), as
+/// `GET /v1/boxes/{id}/processes` and MCP's `sandbox_status` show it.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessView {
@@ -251,25 +251,65 @@ pub struct ProcessView {
     pub running: bool,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
+    /// Killed for running past its time limit.
+    pub timed_out: bool,
     /// Once it ended: like an exec result's `privateEndpointErrors`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub private_endpoint_errors: Vec<String>,
+    /// Its whole output (stdout and stderr together), a file in the box.
+    pub log: String,
 }
 
 impl From<Process> for ProcessView {
     fn from(p: Process) -> Self {
+        let exit = p.exit.as_ref();
         Self {
             pid: p.pid,
             cmd: p.cmd,
-            running: p.exit.is_none(),
-            exit_code: p.exit.as_ref().and_then(|e| e.code),
-            signal: p.exit.as_ref().and_then(|e| e.signal),
+            running: exit.is_none(),
+            exit_code: exit.and_then(|e| e.code),
+            signal: exit.and_then(|e| e.signal),
+            timed_out: exit.is_some_and(|e| e.timed_out),
             private_endpoint_errors: p
                 .exit
                 .map(|e| e.private_endpoint_errors)
                 .unwrap_or_default(),
+            log: p.log,
         }
     }
+}
+
+/// What to do about the connections to environment addresses a command saw
+/// fail ([`EndpointFailure`]s as text), by their codes.
+pub fn private_endpoint_hint(errors: &[String]) -> Option<String> {
+    let codes: Vec<u16> = errors
+        .iter()
+        .filter_map(|e| e.parse::<EndpointFailure>().ok())
+        .map(|f| f.code)
+        .collect();
+    let mut hints = Vec::new();
+    if codes.contains(&UNAVAILABLE) {
+        hints.push(
+            "503: the connector of that connection is offline; check its log (docker logs \
+             parallelsandbox-connector) and sandbox_environments",
+        );
+    }
+    if codes.contains(&BAD_GATEWAY) {
+        hints.push(
+            "502: the connector could not reach the target; check DNS, routes and security groups \
+             between the connector's machine and that address",
+        );
+    }
+    if codes.contains(&FORBIDDEN) {
+        hints.push(
+            "403: the address is no longer listed; add it back with PUT \
+             /v1/environments/{env}/connections/{id}/endpoints",
+        );
+    }
+    if hints.is_empty() && !errors.is_empty() {
+        hints.push("see /work/.sbx/logs/private-endpoints.log and health.privateEndpoints");
+    }
+    (!hints.is_empty()).then(|| hints.join("; "))
 }
 
 #[utoipa::path(
@@ -374,12 +414,11 @@ pub async fn sync(
     boxes: web::Data<Boxes>,
     id: web::Path<String>,
     query: web::Query<SyncQuery>,
-    _req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let dest = sync_dest(query.dest.as_deref().unwrap_or_default());
-    let done = unpack(&boxes, &who.account_id, &id, &dest, payload).await?;
-    Ok(HttpResponse::Ok().json(done))
+    let done = boxes.sync(&who.account_id, &id, &dest, payload).await?;
+    Ok(HttpResponse::Ok().json(Synced::from(done)))
 }
 
 /// Where under `/work` a sync unpacks: `dest` without a leading `/work` or `/`.
@@ -389,7 +428,7 @@ pub fn sync_dest(dest: &str) -> String {
         .to_owned()
 }
 
-/// What a sync answers.
+/// What a sync answers (and an upload to a one-time upload URL).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Synced {
     /// Files unpacked.
@@ -398,50 +437,73 @@ pub struct Synced {
     pub bytes: u64,
 }
 
-/// Streams a tar upload into a box's `sync` service, unpacked under
-/// `/work/<dest>`; the REST sync route and the one-time upload URLs share it.
-pub async fn unpack(
-    boxes: &Boxes,
-    account: &AccountId,
-    id: &str,
-    dest: &str,
-    mut payload: web::Payload,
-) -> Result<Synced, ApiError> {
-    let mut stream = boxes.open_service(account, id, Service::Sync).await?;
-    let broke = |e: std::io::Error| ApiError::internal(format!("the sync stream broke: {e}"));
-    let mut head = serde_json::to_vec(&SyncRequest {
-        dest: dest.to_owned(),
-    })
-    .map_err(ApiError::internal)?;
-    head.push(b'\n');
-    stream.write_all(&head).await.map_err(broke)?;
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| {
-            ApiError::bad_request("invalid_body", format!("reading the upload: {e}"))
-        })?;
-        if stream.write_all(&chunk).await.is_err() {
-            break; // boxd refused the archive: its answer says why
-        }
-    }
-    let _ = stream.shutdown().await;
-    let mut answer = Vec::new();
-    (&mut stream)
-        .take(1 << 20)
-        .read_to_end(&mut answer)
-        .await
-        .map_err(broke)?;
-    let done: SyncDone = serde_json::from_slice(&answer).map_err(ApiError::internal)?;
-    if done.ok {
-        Ok(Synced {
+impl From<psbx_actors::boxes::Synced> for Synced {
+    fn from(done: psbx_actors::boxes::Synced) -> Self {
+        Self {
             files: done.files,
             bytes: done.bytes,
-        })
-    } else {
-        Err(ApiError::bad_request(
-            "sync_refused",
-            done.error
-                .unwrap_or_else(|| "the archive was refused".into()),
-        )
-        .hint("send a tar of relative paths without '..' or links leaving the destination"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hint(errors: &[&str]) -> Option<String> {
+        private_endpoint_hint(&errors.iter().map(|e| (*e).to_owned()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn each_code_boxd_reports_has_its_hint_and_others_point_at_the_log() {
+        assert_eq!(hint(&[]), None);
+        let offline = hint(&["db.internal:5432 503 no connector session"]).unwrap();
+        assert!(
+            offline.starts_with("503: the connector of that connection is offline"),
+            "{offline}"
+        );
+        assert!(
+            !offline.contains("502") && !offline.contains("403"),
+            "{offline}"
+        );
+        let both = hint(&[
+            "db.internal:5432 502 connection refused",
+            "[fd00::1]:443 403 not listed",
+        ])
+        .unwrap();
+        assert!(
+            both.starts_with("502: ") && both.contains("; 403: "),
+            "{both}"
+        );
+        for other in ["db.internal:5432 504 no answer", "not an endpoint failure"] {
+            assert_eq!(
+                hint(&[other]).unwrap(),
+                "see /work/.sbx/logs/private-endpoints.log and health.privateEndpoints"
+            );
+        }
+    }
+
+    #[test]
+    fn a_process_shows_its_exit_its_time_limit_and_its_log() {
+        let view = ProcessView::from(Process {
+            pid: 7,
+            cmd: "make".into(),
+            started_at_unix: 1,
+            exit: Some(psbx_wire::boxd::Exit {
+                code: None,
+                signal: Some(9),
+                timed_out: true,
+                private_endpoint_errors: vec!["db.internal:5432 503 offline".into()],
+            }),
+            log: "/run/psbx/processes/7.log".into(),
+        });
+        assert_eq!(
+            serde_json::to_value(&view).unwrap(),
+            serde_json::json!({
+                "pid": 7, "cmd": "make", "running": false, "exitCode": null, "signal": 9,
+                "timedOut": true, "privateEndpointErrors": ["db.internal:5432 503 offline"],
+                "log": "/run/psbx/processes/7.log",
+            })
+        );
     }
 }

@@ -5,7 +5,7 @@
 //! routes sit outside the API key middleware. The token never reaches the log
 //! (see `request_span`).
 
-use super::exec::{Synced, unpack};
+use super::exec::Synced;
 use crate::error::{ApiError, blocking};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, post, put, web};
@@ -49,16 +49,11 @@ async fn receive(
             .hint(AGAIN));
         }
     };
-    let done: Synced = unpack(
-        &boxes,
-        &target.account_id,
-        &target.box_id,
-        &target.dest,
-        payload,
-    )
-    .await?;
+    let done = boxes
+        .sync(&target.account_id, &target.box_id, &target.dest, payload)
+        .await?;
     tracing::info!(box_id = %target.box_id, files = done.files, bytes = done.bytes, "upload unpacked");
-    Ok(HttpResponse::Ok().json(done))
+    Ok(HttpResponse::Ok().json(Synced::from(done)))
 }
 
 #[utoipa::path(
