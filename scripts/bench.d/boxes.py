@@ -107,9 +107,9 @@ def exec_round_trip():
         _, box = server.call("POST", "/v1/boxes", {"name": "bench-exec"})
         assert box["state"] == "running", box
         for _ in range(3):  # warm: the first commands start the shell's caches
-            server.call("POST", f"/v1/boxes/{box['id']}/exec", {"command": "true"})
+            server.call("POST", f"/v1/boxes/{box['id']}/exec", {"cmd": "true"})
         for _ in range(RUNS * 10):
-            took, done = server.call("POST", f"/v1/boxes/{box['id']}/exec", {"command": "true"})
+            took, done = server.call("POST", f"/v1/boxes/{box['id']}/exec", {"cmd": "true"})
             assert done["exitCode"] == 0, done
             samples.append(took * 1000)
     finally:
