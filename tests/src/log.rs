@@ -106,3 +106,52 @@ impl Log {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINES: &[u8] = b"starting\nconnected to a\nidle\nconnected to b\n";
+
+    fn finished() -> Log {
+        let log = Log::capture(LINES, None);
+        assert!(log.finish(Duration::from_secs(5)), "the reader never ended");
+        log
+    }
+
+    #[test]
+    fn lines_are_found_in_order_from_an_index() {
+        let log = finished();
+        let wait = Duration::from_secs(1);
+        assert_eq!(
+            log.wait_for_line(0, "connected", wait),
+            (1, "connected to a".to_owned())
+        );
+        assert_eq!(
+            log.wait_for_line(2, "connected", wait),
+            (3, "connected to b".to_owned())
+        );
+        assert_eq!(log.text(), String::from_utf8_lossy(LINES));
+    }
+
+    #[test]
+    #[should_panic(expected = "no log line with \"connected\" within")]
+    fn a_line_past_the_last_one_is_not_found() {
+        finished().wait_for_line(4, "connected", Duration::from_millis(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn counts_are_waited_for() {
+        let log = finished();
+        log.wait_for_count("connected to", 2, Duration::from_secs(1))
+            .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "\"connected to\" not logged 3 times")]
+    async fn a_count_not_reached_fails() {
+        let log = finished();
+        log.wait_for_count("connected to", 3, Duration::from_secs(1))
+            .await;
+    }
+}

@@ -156,11 +156,11 @@ impl ServerProcess {
         if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_err() {
             return false;
         }
-        for _ in 0..300 {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.success();
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let child = &mut self.child;
+        if let Some(status) =
+            crate::wait::within(Duration::from_secs(30), || child.try_wait().ok().flatten())
+        {
+            return status.success();
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 /// How often [`until`] checks: its checks may be costly (a `virsh` call).
 const SYNC_EVERY: Duration = Duration::from_millis(200);
-/// How often [`until_async`] checks: its checks are in-process.
-const ASYNC_EVERY: Duration = Duration::from_millis(20);
+/// How often [`until_async`] checks (a tenth of a second of a paused clock
+/// costs nothing, but each check may query the database).
+const ASYNC_EVERY: Duration = Duration::from_millis(100);
 
 /// Polls `check` every 200 ms until it returns Some, or panics after `timeout`.
 pub fn until<T>(what: &str, timeout: Duration, check: impl FnMut() -> Option<T>) -> T {
@@ -32,7 +33,7 @@ pub fn within<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Opt
     }
 }
 
-/// [`until`] for async checks, polled every 20 ms of tokio's clock.
+/// [`until`] for async checks, polled every 100 ms of tokio's clock.
 pub async fn until_async<T>(
     what: &str,
     timeout: Duration,
@@ -43,7 +44,7 @@ pub async fn until_async<T>(
         .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
 }
 
-/// [`within`] for async checks, polled every 20 ms of tokio's clock.
+/// [`within`] for async checks, polled every 100 ms of tokio's clock.
 pub async fn within_async<T>(
     timeout: Duration,
     mut check: impl AsyncFnMut() -> Option<T>,
