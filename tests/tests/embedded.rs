@@ -237,13 +237,14 @@ fn tls_self_signed_and_json_logs() {
         .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
         .build()
         .unwrap();
-    let health: Value = tls
-        .get(format!("{}/v1/health", server.url))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(health["status"], "ok");
+    let health = || -> Value {
+        tls.get(format!("{}/v1/health", server.url))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    assert_eq!(health()["status"], "ok");
     // A plain-HTTP request on the TLS port gets no HTTP answer: the TLS
     // layer answers with a TLS alert record and closes the connection.
     let reply = plain_http_reply(&server.url, "/v1/health");
@@ -253,13 +254,7 @@ fn tls_self_signed_and_json_logs() {
         String::from_utf8_lossy(&reply)
     );
     // ...and the server still serves HTTPS after it.
-    let health: Value = tls
-        .get(format!("{}/v1/health", server.url))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(health["status"], "ok");
+    assert_eq!(health()["status"], "ok");
     let (clean, log) = server.stop();
     assert!(clean, "{log}");
     let mut lines = 0;
