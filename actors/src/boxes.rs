@@ -12,7 +12,7 @@ use crate::error::{BoxError, blocking};
 use crate::exec::bounded::Bounded;
 use crate::exec::mask::{MaskStream, Masker};
 use crate::exec::run::{Command, ExecEvent};
-use crate::host::{CreateBox, HostStart, PoolLevels, Shutdown};
+use crate::host::{CreateBox, HostStart, Shutdown};
 use crate::ids::{AccountId, BoxId};
 use crate::secrets::{SecretError, Secrets};
 use crate::settings::{BoxSettings, SIZES};
@@ -477,14 +477,6 @@ impl Boxes {
                 id: id.to_owned(),
                 pid,
             })
-    }
-
-    /// Pool levels by size, when a host is supervised.
-    pub async fn pool_levels(&self) -> Vec<(u32, usize)> {
-        match &self.host {
-            Ok(host) => host.supervisor.send(PoolLevels).await.unwrap_or_default(),
-            Err(_) => Vec::new(),
-        }
     }
 
     /// Removes the pool's boxes before the server exits; running boxes stay.

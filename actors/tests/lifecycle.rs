@@ -212,13 +212,10 @@ async fn sleep(d: Duration) {
 
 /// Waits (on the paused clock) until `f` holds; a minute at most.
 async fn eventually<F: Future<Output = bool>>(what: &str, mut f: impl FnMut() -> F) {
-    for _ in 0..600 {
-        if f().await {
-            return;
-        }
-        sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{what} did not happen within a minute");
+    psbx_tests::wait::until_async(what, Duration::from_secs(60), async || {
+        f().await.then_some(())
+    })
+    .await;
 }
 
 fn count(targets: &[String], target: &str) -> usize {

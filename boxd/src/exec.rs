@@ -455,11 +455,12 @@ mod tests {
 
         // The running one is signalled like any other, and seen to end.
         assert!(restored.signal(running.id(), nix::sys::signal::Signal::SIGKILL));
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while restored.get(running.id()).unwrap().exit.is_none() {
-            assert!(std::time::Instant::now() < deadline, "never seen to end");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        psbx_tests::wait::until_async(
+            "it to be seen to end",
+            Duration::from_secs(10),
+            async || restored.get(running.id()).unwrap().exit,
+        )
+        .await;
         let _ = running.wait();
         let kept: Vec<Process> = crate::kept::read(&path).unwrap().unwrap();
         assert!(kept.iter().all(|p| p.exit.is_some()), "{kept:?}");

@@ -34,15 +34,3 @@ pub fn create_overlay(base: &Path, overlay: &Path, size_gb: u64) -> Result<(), L
         )))
     }
 }
-
-/// Deletes a file; one that is already gone is fine.
-pub fn remove_file_if_exists(path: &Path) -> Result<(), LibvirtError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(LibvirtError::Disk(format!(
-            "deleting {}: {e}",
-            path.display()
-        ))),
-    }
-}

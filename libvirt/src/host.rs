@@ -202,7 +202,7 @@ impl Host {
                         0,
                     )
                     .ok()
-                    .and_then(|xml| owner_of(&xml));
+                    .and_then(|xml| crate::xml::owner_of(&xml));
                 match Self::status_of(&d, &name) {
                     Ok(status) => out.push(DomainInfo {
                         name,
@@ -260,29 +260,5 @@ impl Host {
             let d = Self::domain(c, name)?;
             f(&d).map_err(|e| LibvirtError::from_virt(&e, Some(name)))
         })
-    }
-}
-
-/// The `owner` attribute of psbx's metadata element.
-fn owner_of(xml: &str) -> Option<String> {
-    let start = xml.find("owner=")? + "owner=".len();
-    let quote = xml[start..].chars().next()?;
-    let rest = &xml[start + quote.len_utf8()..];
-    rest.find(quote).map(|end| rest[..end].to_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn reads_the_owner_back() {
-        assert_eq!(
-            super::owner_of("<box xmlns=\"urn:psbx:box\" owner=\"inst_1\"/>").as_deref(),
-            Some("inst_1")
-        );
-        assert_eq!(
-            super::owner_of("<psbx:box owner='x'/>").as_deref(),
-            Some("x")
-        );
-        assert_eq!(super::owner_of("<box/>"), None);
     }
 }

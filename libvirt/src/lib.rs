@@ -15,7 +15,7 @@ mod state;
 mod xml;
 
 pub use accel::{Accel, AccelChoice, probe_kvm};
-pub use disk::{create_overlay, remove_file_if_exists};
+pub use disk::create_overlay;
 pub use error::LibvirtError;
 pub use host::{DOMAIN_PREFIX, DomainInfo, Host, HostResources};
 pub use state::DomainStatus;

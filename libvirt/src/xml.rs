@@ -1,12 +1,14 @@
 //! A box's libvirt domain, described by a typed [`DomainSpec`] and rendered to
 //! the domain XML. Written by hand: the XML is small and fixed, and every value
-//! placed in it is escaped here.
+//! placed in it is escaped here. The one value read back, the owner in psbx's
+//! metadata element ([`owner_of`]), is parsed as XML (`roxmltree`), since
+//! libvirt hands the element back re-serialized in its own way.
 
 use crate::Accel;
 use std::fmt::Write;
 use std::path::PathBuf;
 
-/// How the domain boots.
+/// How the domain boots: every box boots its image's kernel directly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Boot {
     /// Direct kernel boot (the test image, and the production image's kernel).
@@ -15,8 +17,6 @@ pub enum Boot {
         initrd: PathBuf,
         cmdline: String,
     },
-    /// From the disk's own boot loader.
-    Disk,
 }
 
 /// A qcow2 overlay on a base image shared by every box of that image.
@@ -92,6 +92,17 @@ fn path(p: &std::path::Path) -> String {
     esc(&p.to_string_lossy())
 }
 
+/// The `owner` attribute of psbx's metadata element (namespace
+/// [`METADATA_URI`], name `box`) in `xml`: a whole domain's XML, or the
+/// element alone as libvirt's metadata call returns it.
+pub(crate) fn owner_of(xml: &str) -> Option<String> {
+    let doc = roxmltree::Document::parse(xml).ok()?;
+    doc.descendants()
+        .find(|n| n.has_tag_name((METADATA_URI, "box")))?
+        .attribute("owner")
+        .map(str::to_owned)
+}
+
 impl DomainSpec {
     /// The domain XML for `virDomainDefineXML`.
     pub fn to_xml(&self) -> String {
@@ -118,7 +129,6 @@ impl DomainSpec {
                 let _ = writeln!(x, "    <initrd>{}</initrd>", path(initrd));
                 let _ = writeln!(x, "    <cmdline>{}</cmdline>", esc(cmdline));
             }
-            Boot::Disk => x.push_str("    <boot dev='hd'/>\n"),
         }
         x.push_str("  </os>\n  <features><acpi/></features>\n");
         if self.accel == Accel::Kvm {
@@ -235,7 +245,43 @@ mod tests {
     }
 
     #[test]
-    fn renders_kvm_nic_and_disk_boot() {
+    fn the_owner_reads_back_from_the_domain_xml() {
+        for owner in ["inst_abc", "a'b\"c<&>d", "  spaced  ", ""] {
+            let mut s = spec();
+            s.owner = owner.into();
+            assert_eq!(owner_of(&s.to_xml()).as_deref(), Some(owner), "{owner:?}");
+        }
+    }
+
+    #[test]
+    fn the_owner_reads_back_as_libvirt_returns_it() {
+        // libvirt's metadata call gives the element alone, with the
+        // namespace as the default one and double quotes.
+        assert_eq!(
+            owner_of("<box xmlns=\"urn:psbx:box\" owner=\"inst_1\"/>").as_deref(),
+            Some("inst_1")
+        );
+        assert_eq!(
+            owner_of("<box xmlns=\"urn:psbx:box\" owner=\"a&apos;b&quot;c&lt;&amp;&gt;\"/>")
+                .as_deref(),
+            Some("a'b\"c<&>")
+        );
+        assert_eq!(
+            owner_of("<p:box xmlns:p='urn:psbx:box' owner='x'/>").as_deref(),
+            Some("x")
+        );
+        // Not psbx's element, or no owner on it, or not XML: no owner.
+        assert_eq!(owner_of("<box owner=\"x\"/>"), None);
+        assert_eq!(
+            owner_of("<other xmlns=\"urn:psbx:box\" owner=\"x\"/>"),
+            None
+        );
+        assert_eq!(owner_of("<box xmlns=\"urn:psbx:box\"/>"), None);
+        assert_eq!(owner_of("owner='x'"), None);
+    }
+
+    #[test]
+    fn renders_kvm_and_a_nic() {
         let mut s = spec();
         s.accel = Accel::Kvm;
         s.nic = Some(Nic::User {
@@ -243,7 +289,6 @@ mod tests {
             prefix: 24,
         });
         s.run_as = Some((1879048200, 64055));
-        s.boot = Boot::Disk;
         s.console_log = None;
         let xml = s.to_xml();
         assert!(xml.starts_with("<domain type='kvm'>"));
@@ -257,8 +302,7 @@ mod tests {
             xml.contains("<source file='/img/base.qcow2'></source>"),
             "{xml}"
         );
-        assert!(xml.contains("<boot dev='hd'/>"));
-        assert!(!xml.contains("<kernel>"));
+        assert!(!xml.contains("<boot dev"));
         assert!(xml.contains("<serial type='null'>"));
     }
 }

@@ -7,6 +7,8 @@
 //!   `psbx serve` child that is stopped when dropped.
 //! * [`vm`] — a server running real (TCG) boxes from the test image, with a
 //!   guard that removes their libvirt domains whatever happens.
+//! * [`wait`] — polling a check until a deadline, from sync and async tests.
+//! * [`log`] — a child's log lines, and waits for a line to appear.
 //! * [`api`] — REST calls with a bearer key.
 //! * [`git`] — repositories made by a shell script, and the names in a tar stream.
 //! * [`python`] — the Python MCP clients under `tests/mcp/`, run with the venv.
@@ -18,10 +20,12 @@
 pub mod api;
 mod database;
 pub mod git;
+pub mod log;
 pub mod netns;
 mod process;
 pub mod python;
 pub mod vm;
+pub mod wait;
 
 pub use database::TestDatabase;
 pub use process::{ServerProcess, binary};

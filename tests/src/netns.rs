@@ -318,15 +318,11 @@ impl Listener {
         let mut text = String::new();
         let _ = stream.read_to_string(&mut text);
         assert!(!text.is_empty(), "{} sent no greeting", self.addr);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while self.accepted() == before {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{} did not count the connection",
-                self.addr
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        crate::wait::until(
+            &format!("{} to count the connection", self.addr),
+            std::time::Duration::from_secs(5),
+            || (self.accepted() != before).then_some(()),
+        );
     }
 }
 

@@ -1,6 +1,7 @@
 //! The workspace's binaries, as `scripts/test` built them, and a running
 //! `psbx serve` that tests talk to over HTTP.
 
+use crate::log::Log;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -38,10 +39,10 @@ pub struct ServerProcess {
     pub url: String,
     /// Everything it printed on stdout before it listened (the first key, if any).
     pub banner: String,
-    stderr: mpsc::Receiver<String>,
-    /// Log lines already taken off `stderr` by [`Self::wait_for_log`]...
-    seen: Vec<String>,
-    /// ...of which those before this index were already matched.
+    /// What it logs (on stderr).
+    pub log: Log,
+    /// The lines of `log` before this index were already matched by
+    /// [`Self::wait_for_log`].
     cursor: usize,
 }
 
@@ -76,12 +77,7 @@ impl ServerProcess {
         let mut child = command.spawn().expect("starting psbx serve");
         let stdout = child.stdout.take().expect("stdout");
         let stderr = child.stderr.take().expect("stderr");
-        let (err_tx, err_rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = err_tx.send(line);
-            }
-        });
+        let log = Log::capture(stderr, None);
         let (out_tx, out_rx) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -101,10 +97,9 @@ impl ServerProcess {
                 Err(_) => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    let log: Vec<String> = err_rx.try_iter().collect();
                     panic!(
                         "psbx serve did not start listening; stdout:\n{banner}\nstderr:\n{}",
-                        log.join("\n")
+                        log.text()
                     );
                 }
             }
@@ -113,8 +108,7 @@ impl ServerProcess {
             child,
             url,
             banner,
-            stderr: err_rx,
-            seen: Vec::new(),
+            log,
             cursor: 0,
         }
     }
@@ -122,31 +116,9 @@ impl ServerProcess {
     /// Waits for a log line containing `needle` after the line the previous
     /// call matched; returns it. Panics with the log so far after `timeout`.
     pub fn wait_for_log(&mut self, needle: &str, timeout: Duration) -> String {
-        let deadline = std::time::Instant::now() + timeout;
-        if let Some(i) = self.seen[self.cursor..]
-            .iter()
-            .position(|l| l.contains(needle))
-        {
-            self.cursor += i + 1;
-            return self.seen[self.cursor - 1].clone();
-        }
-        self.cursor = self.seen.len();
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.stderr.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    self.cursor = self.seen.len();
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!(
-                    "no log line with {needle:?} within {timeout:?}; log:\n{}",
-                    self.seen.join("\n")
-                ),
-            }
-        }
+        let (at, line) = self.log.wait_for_line(self.cursor, needle, timeout);
+        self.cursor = at + 1;
+        line
     }
 
     /// The API key printed on a first start, if this start printed one.
@@ -164,12 +136,9 @@ impl ServerProcess {
     /// exit was successful and what it logged.
     pub fn stop(mut self) -> (bool, String) {
         let ok = self.terminate();
-        let mut log = std::mem::take(&mut self.seen);
         // The reader thread drains the pipe and ends with it.
-        while let Ok(line) = self.stderr.recv_timeout(Duration::from_secs(2)) {
-            log.push(line);
-        }
-        (ok, log.join("\n"))
+        self.log.finish(Duration::from_secs(2));
+        (ok, self.log.lines().join("\n"))
     }
 
     pub fn pid(&self) -> u32 {
@@ -187,11 +156,11 @@ impl ServerProcess {
         if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_err() {
             return false;
         }
-        for _ in 0..300 {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.success();
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let child = &mut self.child;
+        if let Some(status) =
+            crate::wait::within(Duration::from_secs(30), || child.try_wait().ok().flatten())
+        {
+            return status.success();
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -6,7 +6,7 @@ use crate::{ServerProcess, TestDatabase};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The variable `scripts/test` sets to where it built the test image.
 pub const IMAGES_VAR: &str = "PSBX_TEST_IMAGES_DIR";
@@ -47,21 +47,6 @@ pub fn virsh(args: &[&str]) -> (bool, String) {
 pub fn domain_state(box_id: &str) -> Option<String> {
     let (ok, text) = virsh(&["domstate", &format!("psbx-{box_id}")]);
     ok.then_some(text)
-}
-
-/// Polls `check` every 200 ms until it returns Some, or panics after `timeout`.
-pub fn wait_until<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// The egress of test boxes unless a test sets its own: the allow-list mode
@@ -327,7 +312,7 @@ pub fn network_table(installation: &str) -> String {
 /// until it answers again. Running domains keep running meanwhile.
 pub fn restart_libvirtd() {
     let _ = Command::new("pkill").args(["-x", "libvirtd"]).status();
-    wait_until("libvirtd to exit", Duration::from_secs(30), || {
+    crate::wait::until("libvirtd to exit", Duration::from_secs(30), || {
         let running = Command::new("pgrep")
             .args(["-x", "libvirtd"])
             .stdout(std::process::Stdio::null())
@@ -339,7 +324,7 @@ pub fn restart_libvirtd() {
         .status()
         .expect("starting libvirtd");
     assert!(started.success(), "libvirtd -d failed");
-    wait_until("libvirtd to answer", Duration::from_secs(30), || {
+    crate::wait::until("libvirtd to answer", Duration::from_secs(30), || {
         virsh(&["version"]).0.then_some(())
     });
 }

@@ -2,7 +2,8 @@
 //! driven through the `psbx` binary's REST API.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use psbx_tests::vm::{BoxServer, domain_state, has_saved_memory, virsh, wait_until};
+use psbx_tests::vm::{BoxServer, domain_state, has_saved_memory, virsh};
+use psbx_tests::wait;
 use serde_json::json;
 use std::time::Duration;
 
@@ -58,7 +59,7 @@ fn a_box_runs_freezes_thaws_and_stops() {
     );
 
     // Idle past idle_freeze: shut off with a managed save, listed as frozen.
-    wait_until("the box to freeze", LONG, || {
+    wait::until("the box to freeze", LONG, || {
         (s.listed_state(&id).as_deref() == Some("frozen")).then_some(())
     });
     assert_eq!(domain_state(&id).as_deref(), Some("shut off"));
@@ -131,7 +132,7 @@ fn auto_acceleration_settles_and_an_unused_box_expires() {
     let (status, started) = s.call("POST", "/v1/boxes", Some(json!({})));
     assert_eq!(status, 201, "{started}");
     let id = started["id"].as_str().unwrap().to_owned();
-    wait_until("the box to expire", LONG, || {
+    wait::until("the box to expire", LONG, || {
         (s.listed_state(&id).as_deref() == Some("stopped")).then_some(())
     });
     assert_eq!(domain_state(&id), None);
@@ -168,7 +169,7 @@ fn restarts_keep_running_boxes_and_leave_no_half_made_ones() {
             .timeout(Duration::from_secs(120))
             .send();
     });
-    let doomed = wait_until("the new box's domain", LONG, || {
+    let doomed = wait::until("the new box's domain", LONG, || {
         let (_, names) = virsh(&["list", "--all", "--name"]);
         names
             .lines()

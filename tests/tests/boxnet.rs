@@ -20,7 +20,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use psbx_tests::netns::{Listener, Netns};
-use psbx_tests::vm::{BoxServer, network_table, wait_until};
+use psbx_tests::vm::{BoxServer, network_table};
+use psbx_tests::wait;
 use serde_json::json;
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -233,7 +234,7 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
 
     // Frozen and thawed: the card still works, and the clock is the host's
     // again (boxd sets it from the server's on the new session).
-    wait_until("the box to freeze", Duration::from_secs(120), || {
+    wait::until("the box to freeze", Duration::from_secs(120), || {
         (s.listed_state(&id).as_deref() == Some("frozen")).then_some(())
     });
     std::thread::sleep(Duration::from_secs(20));
@@ -262,7 +263,7 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
             .unwrap()
             .success()
     );
-    wait_until("the rules to be put back", Duration::from_secs(30), || {
+    wait::until("the rules to be put back", Duration::from_secs(30), || {
         table_present(&table).then_some(())
     });
 
@@ -430,7 +431,7 @@ fn the_production_image_on_the_box_network() {
     internet.spawn(http);
     let mut office = Netns::new(&[]);
     let unlisted = office.listener(office.ns_ip, 9443, "unlisted");
-    wait_until(
+    wait::until(
         "the web server in the namespace",
         Duration::from_secs(10),
         || std::net::TcpStream::connect((web, 80)).ok(),
@@ -637,7 +638,7 @@ fn no_box_starts_without_its_rules() {
         writeln!(stdin, "add table inet {table} {{ flags owner; }}").unwrap();
         stdin.flush().unwrap();
     }
-    wait_until("the other program's table", Duration::from_secs(10), || {
+    wait::until("the other program's table", Duration::from_secs(10), || {
         table_present(&table).then_some(())
     });
     let (status, body) = s.call("POST", "/v1/boxes", Some(json!({"name": "refused"})));
@@ -650,7 +651,7 @@ fn no_box_starts_without_its_rules() {
         "{body}"
     );
     drop(holder);
-    wait_until("the rules to be put back", Duration::from_secs(30), || {
+    wait::until("the rules to be put back", Duration::from_secs(30), || {
         let text = String::from_utf8(
             Command::new("nft")
                 .args(["list", "table", "inet", &table])

@@ -15,7 +15,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use psbx_tests::netns::Netns;
-use psbx_tests::vm::{BoxServer, wait_until};
+use psbx_tests::vm::BoxServer;
+use psbx_tests::wait;
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -423,7 +424,7 @@ fn a_freeze_lets_go_of_the_boxs_connections() {
         &format!("/boxes/{id}/exec"),
         json!({"cmd": "sleep 600 | { nc db.internal 5432 > /tmp/held.txt; echo closed > /tmp/held.done; }", "background": true}),
     );
-    wait_until(
+    wait::until(
         "the box's connection reaching dev",
         Duration::from_secs(20),
         || (held(&ns, 5432) == 1).then_some(()),
@@ -440,11 +441,11 @@ fn a_freeze_lets_go_of_the_boxs_connections() {
             .map(|b| b["state"].as_str().unwrap().to_owned())
             .unwrap()
     };
-    wait_until("the box freezing", Duration::from_secs(60), || {
+    wait::until("the box freezing", Duration::from_secs(60), || {
         (state() == "frozen").then_some(())
     });
     let frozen = Instant::now();
-    wait_until("dev's side closing", Duration::from_secs(60), || {
+    wait::until("dev's side closing", Duration::from_secs(60), || {
         (held(&ns, 5432) == 0).then_some(())
     });
     let took = frozen.elapsed();
@@ -531,7 +532,7 @@ fn a_silently_lost_network_is_noticed_and_recovered() {
 
     blackhole(&ns, true);
     let lost = Instant::now();
-    wait_until(
+    wait::until(
         "the server seeing the connector gone",
         Duration::from_secs(40),
         || (api.connection("dc")["online"] == false).then_some(()),
@@ -552,7 +553,7 @@ fn a_silently_lost_network_is_noticed_and_recovered() {
         "{out}"
     );
     // The connector noticed too, on its own.
-    wait_until("the connector noticing", Duration::from_secs(40), || {
+    wait::until("the connector noticing", Duration::from_secs(40), || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()
             .contains("reconnecting in")
@@ -561,7 +562,7 @@ fn a_silently_lost_network_is_noticed_and_recovered() {
 
     blackhole(&ns, false);
     let back = Instant::now();
-    wait_until("the connector coming back", Duration::from_secs(90), || {
+    wait::until("the connector coming back", Duration::from_secs(90), || {
         let c = api.connection("dc");
         (c["online"] == true && c["sessions"] == 2).then_some(())
     });

@@ -191,6 +191,28 @@ fn database_url_is_used_instead_of_the_embedded_cluster() {
     assert!(!log.contains(&key));
 }
 
+/// The content type of a TLS alert record.
+const TLS_ALERT: u8 = 21;
+
+/// What the server at `url` sends back to a plain-HTTP GET of `path` on its
+/// port, up to its close.
+fn plain_http_reply(url: &str, path: &str) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("https://").trim_end_matches('/');
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        tcp,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = Vec::new();
+    tcp.read_to_end(&mut reply)
+        .expect("the server closes the connection");
+    reply
+}
+
 #[test]
 fn tls_self_signed_and_json_logs() {
     let db = TestDatabase::new();
@@ -215,17 +237,24 @@ fn tls_self_signed_and_json_logs() {
         .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
         .build()
         .unwrap();
-    let health: Value = tls
-        .get(format!("{}/v1/health", server.url))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(health["status"], "ok");
-    let plain = client()
-        .get(format!("{}/v1/health", server.url.replace("https", "http")))
-        .send();
-    assert!(plain.is_err() || !plain.unwrap().status().is_success());
+    let health = || -> Value {
+        tls.get(format!("{}/v1/health", server.url))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    assert_eq!(health()["status"], "ok");
+    // A plain-HTTP request on the TLS port gets no HTTP answer: the TLS
+    // layer answers with a TLS alert record and closes the connection.
+    let reply = plain_http_reply(&server.url, "/v1/health");
+    assert!(
+        reply.len() >= 5 && reply[0] == TLS_ALERT && reply[1] == 3,
+        "not a TLS alert: {:?}",
+        String::from_utf8_lossy(&reply)
+    );
+    // ...and the server still serves HTTPS after it.
+    assert_eq!(health()["status"], "ok");
     let (clean, log) = server.stop();
     assert!(clean, "{log}");
     let mut lines = 0;

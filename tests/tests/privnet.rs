@@ -11,7 +11,8 @@
 //! more with its kept setup damaged, it says so and serves without it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use psbx_tests::vm::{BoxServer, wait_until};
+use psbx_tests::vm::BoxServer;
+use psbx_tests::wait;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -190,7 +191,7 @@ fn environment_addresses_inside_a_box() {
     assert!(own_errors.starts_with("10.9.8.7:8080 "), "{own}");
     assert!(!own_errors.contains("db.internal"), "{own}");
     // The background command's own, once it ended.
-    let ended = wait_until(
+    let ended = wait::until(
         "the failing background command to end",
         Duration::from_secs(60),
         || Some(process(&s, &id, noisy)).filter(|p| p["running"] == false),
@@ -248,7 +249,7 @@ fn a_restarted_boxd_keeps_the_addresses(s: &BoxServer, id: &str) {
         None,
     );
     assert_eq!(status, 204, "{body}");
-    wait_until(
+    wait::until(
         "the killed command to be seen ended",
         Duration::from_secs(15),
         || (process(s, id, pid)["running"] == false).then_some(()),
@@ -352,7 +353,7 @@ fn restart_boxd(s: &BoxServer, id: &str) {
             .contains("may still be running"),
         "{lost}"
     );
-    let new_pid = wait_until(
+    let new_pid = wait::until(
         "the server to run a command through the restarted boxd",
         Duration::from_secs(120),
         || {

@@ -358,11 +358,10 @@ mod tests {
         let _second = tokio::time::timeout(wait, boxd(&listener, "second"))
             .await
             .expect("the link connects again");
-        let deadline = tokio::time::Instant::now() + wait;
-        while handle.hello(wait).await.unwrap().boot_id != "second" {
-            assert!(tokio::time::Instant::now() < deadline);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        psbx_tests::wait::until_async("the link to meet the second boxd", wait, async || {
+            (handle.hello(wait).await.unwrap().boot_id == "second").then_some(())
+        })
+        .await;
         let _ = tokio::time::timeout(wait, first.closed())
             .await
             .expect("the first session ends");

@@ -34,21 +34,6 @@ impl Masker {
         };
         Self { matcher, longest }
     }
-
-    /// Masks a complete text.
-    pub fn mask_all(&self, text: &[u8]) -> Vec<u8> {
-        let mut stream = MaskStream::new(Arc::new(self.clone_shallow()));
-        let mut out = stream.push(text);
-        out.extend(stream.finish());
-        out
-    }
-
-    fn clone_shallow(&self) -> Self {
-        Self {
-            matcher: self.matcher.clone(),
-            longest: self.longest,
-        }
-    }
 }
 
 /// Masking of one output stream, chunk by chunk.
@@ -176,11 +161,10 @@ mod tests {
     }
 
     #[test]
-    fn mask_all_masks_a_whole_text() {
-        let m = Masker::new(["password123"]);
-        assert_eq!(
-            m.mask_all(b"password123 password12"),
-            b"**** password12".to_vec()
-        );
+    fn a_whole_text_is_masked() {
+        let mut s = MaskStream::new(Arc::new(Masker::new(["password123"])));
+        let mut out = s.push(b"password123 password12");
+        out.extend(s.finish());
+        assert_eq!(out, b"**** password12".to_vec());
     }
 }

@@ -114,7 +114,7 @@ impl Handler<Shutdown> for HostSupervisor {
     }
 }
 
-/// What the pool holds, by size, for operators.
+/// What the pool holds, by size (read by the actor tests in `tests/lifecycle.rs`).
 #[derive(Message)]
 #[rtype(result = "Vec<(u32, usize)>")]
 pub struct PoolLevels;

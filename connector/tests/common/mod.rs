@@ -12,7 +12,7 @@
 )]
 
 use std::future::Future;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -24,6 +24,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::ready;
 use futures_util::{SinkExt, StreamExt};
+use psbx_tests::log::Log;
+use psbx_tests::wait;
 use psbx_wire::{Config, Hello, Role, Session};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -240,7 +242,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Killable<S> {
 /// assertions (and echoed to the test's output).
 pub struct Connector {
     child: Child,
-    logs: Arc<Mutex<String>>,
+    logs: Log,
     _files: Vec<tempfile::NamedTempFile>,
 }
 
@@ -275,18 +277,7 @@ impl Connector {
             command.env(k, v);
         }
         let mut child = command.spawn().unwrap();
-        let logs = Arc::new(Mutex::new(String::new()));
-        let stderr = child.stderr.take().unwrap();
-        let sink = logs.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { return };
-                eprintln!("[connector] {line}");
-                let mut logs = sink.lock().unwrap();
-                logs.push_str(&line);
-                logs.push('\n');
-            }
-        });
+        let logs = Log::capture(child.stderr.take().unwrap(), Some("[connector]"));
         Self {
             child,
             logs,
@@ -305,20 +296,12 @@ impl Connector {
     }
 
     pub fn logs(&self) -> String {
-        self.logs.lock().unwrap().clone()
+        self.logs.text()
     }
 
     /// Waits until the logs contain `needle` `times` times.
     pub async fn wait_for_log(&self, needle: &str, times: usize, within: Duration) {
-        let deadline = tokio::time::Instant::now() + within;
-        while self.logs().matches(needle).count() < times {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{needle:?} not logged {times} times within {within:?}; logs:\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.logs.wait_for_count(needle, times, within).await;
     }
 
     pub fn is_running(&mut self) -> bool {
@@ -336,17 +319,11 @@ impl Connector {
 
     /// Waits for the process to exit.
     pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the connector did not exit within {within:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let child = &mut self.child;
+        wait::until_async("the connector to exit", within, async || {
+            child.try_wait().unwrap()
+        })
+        .await
     }
 }
 
