@@ -4,6 +4,7 @@
 //! Only the store and the typed ids exist yet; the actors come with the boxes,
 //! environments and connector issues.
 
+pub mod blocking;
 pub mod box_;
 pub mod boxes;
 pub mod boxnet;
