@@ -372,4 +372,96 @@ mod tests {
             (StatusCode::CONFLICT, "invalid_state")
         );
     }
+
+    #[test]
+    fn a_slow_boxd_is_a_504_and_a_closed_link_a_503_not_a_500() {
+        use psbx_actors::box_::link::LinkError;
+        let slow = ApiError::from(BoxError::from(LinkError::NoAnswer(
+            std::time::Duration::from_secs(30),
+        )));
+        assert_eq!(
+            (slow.status(), slow.code()),
+            (StatusCode::GATEWAY_TIMEOUT, "box_not_answering")
+        );
+        assert_eq!(slow.detail.message, "boxd did not answer within 30s");
+        assert!(slow.detail.hint.is_some());
+        let closed = ApiError::from(BoxError::from(LinkError::Closed));
+        assert_eq!(
+            (closed.status(), closed.code()),
+            (StatusCode::SERVICE_UNAVAILABLE, "box_channel_lost")
+        );
+        assert!(closed.detail.hint.is_some());
+        // boxd refusing or garbling a request is psbx's own failure.
+        let refused = ApiError::from(BoxError::from(LinkError::Refused {
+            target: "exec".into(),
+            reason: "no".into(),
+        }));
+        assert_eq!(
+            (refused.status(), refused.code()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+        );
+    }
+
+    #[test]
+    fn a_command_whose_channel_broke_is_still_box_channel_lost() {
+        let broke = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let api = ApiError::from(BoxError::ChannelLost(broke));
+        assert_eq!(
+            (api.status(), api.code()),
+            (StatusCode::SERVICE_UNAVAILABLE, "box_channel_lost")
+        );
+        assert!(
+            api.detail.message.contains("(reset)"),
+            "{}",
+            api.detail.message
+        );
+    }
+
+    #[test]
+    fn a_box_in_a_missing_environment_is_a_bad_request_and_its_store_failure_a_500() {
+        use psbx_actors::environments::EnvError;
+        let missing = ApiError::from(BoxError::from(EnvError::NotFound(
+            "no environment \"nope\" in this account".into(),
+        )));
+        assert_eq!(
+            (missing.status(), missing.code()),
+            (StatusCode::BAD_REQUEST, "invalid_request")
+        );
+        assert_eq!(
+            missing.detail.message,
+            "no environment \"nope\" in this account"
+        );
+        // The same error on `/v1/environments/...` is the environment's 404.
+        let direct = ApiError::from(EnvError::NotFound("no environment".into()));
+        assert_eq!(
+            (direct.status(), direct.code()),
+            (StatusCode::NOT_FOUND, "environment_not_found")
+        );
+        let failed = ApiError::from(BoxError::from(EnvError::Store(StoreError::Query(
+            diesel::result::Error::BrokenTransactionManager,
+        ))));
+        assert_eq!(
+            (failed.status(), failed.code()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+        );
+    }
+
+    #[test]
+    fn the_log_line_of_a_500_carries_the_causes_once_each() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("reading the log of process 7")]
+        struct Outer(#[source] std::io::Error);
+        #[derive(Debug, thiserror::Error)]
+        #[error("wrapped: {0}")]
+        struct Repeats(#[source] std::io::Error);
+        let outer = Outer(std::io::Error::other("disk gone"));
+        assert_eq!(
+            Causes(&outer).to_string(),
+            "reading the log of process 7: disk gone"
+        );
+        let repeats = Repeats(std::io::Error::other("disk gone"));
+        assert_eq!(Causes(&repeats).to_string(), "wrapped: disk gone");
+        let io = psbx_actors::error::io_error("deleting /boxes/b")(std::io::Error::other("busy"));
+        assert_eq!(Causes(&io).to_string(), "deleting /boxes/b: busy");
+    }
 }
