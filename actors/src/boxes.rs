@@ -2,13 +2,14 @@
 //! account scoping (another account's box is "not found"), and the route to
 //! the host supervisor or the box's actor.
 
-use crate::box_::link::{LinkError, LinkHandle};
+use crate::blocking::blocking;
+use crate::box_::link::LinkHandle;
 use crate::box_::state::BoxState;
 use crate::box_::{BoxSnapshot, Channel, Forget, Keep, Status, Stop, Touch};
 use crate::duration;
+use crate::environments::Environments;
 use crate::environments::claim::{Claim, seal_mask};
-use crate::environments::{EnvError, Environments};
-use crate::error::{BoxError, blocking};
+use crate::error::BoxError;
 use crate::exec::bounded::Bounded;
 use crate::exec::mask::{MaskStream, Masker};
 use crate::exec::run::{Command, ExecEvent};
@@ -45,9 +46,6 @@ const MAX_NAME: usize = 100;
 /// How long a service request to boxd may take.
 const SERVICE: Duration = Duration::from_secs(30);
 
-fn link_error(e: LinkError) -> BoxError {
-    BoxError::Internal(format!("boxd: {e}"))
-}
 const MAX_GOAL: usize = 2000;
 
 pub struct Boxes {
@@ -85,16 +83,9 @@ impl Boxes {
         name: &str,
         spec: &mut BoxSpec,
     ) -> Result<Claim, BoxError> {
-        let env = self
-            .environments
-            .for_box(account, name)
-            .await
-            .map_err(|e| match e {
-                EnvError::Invalid(m) | EnvError::NotFound(m) | EnvError::Conflict(m) => {
-                    BoxError::Invalid(m)
-                }
-                EnvError::Internal(m) => BoxError::Internal(m),
-            })?;
+        // Kept as the environment's error: the API answers a missing
+        // environment named in the request as a bad request, not a 404.
+        let env = self.environments.for_box(account, name).await?;
         let claim = Claim::new(env);
         spec.claimed = Some(claim.summary.clone());
         if !claim.mask.is_empty() {
@@ -159,7 +150,7 @@ impl Boxes {
                     "there is no secret {name:?} in this account: store it with PUT /v1/secrets/{name} first"
                 )),
                 SecretError::Invalid(message) => BoxError::Invalid(message),
-                other => BoxError::Internal(other.to_string()),
+                other => BoxError::Secrets(other),
             })?
         };
         let mut spec = req.spec;
@@ -186,7 +177,7 @@ impl Boxes {
                 endpoints,
             })
             .await
-            .map_err(|e| BoxError::Internal(format!("the host supervisor is gone: {e}")))??;
+            .map_err(|e| BoxError::Gone("host supervisor", e))??;
         // Read it back through its actor: the answer carries boxd's health.
         match host.ctx.actor(&made.record.id) {
             Some(addr) => send(
@@ -367,7 +358,7 @@ impl Boxes {
         let (_, link, _) = self.channel(account, id).await?;
         link.request(Service::Processes, &(), SERVICE)
             .await
-            .map_err(link_error)
+            .map_err(BoxError::from)
     }
 
     /// Signals a background command's process group.
@@ -382,7 +373,7 @@ impl Boxes {
         let done: Done = link
             .request(Service::Signal, &Signal { pid, signal }, SERVICE)
             .await
-            .map_err(link_error)?;
+            .map_err(BoxError::from)?;
         if done.ok {
             Ok(())
         } else {
@@ -498,13 +489,12 @@ async fn open_log(
     let mut stream = link
         .open(Service::Logs, SERVICE)
         .await
-        .map_err(link_error)?;
+        .map_err(BoxError::from)?;
     let body = serde_json::to_vec(&Logs {
         pid,
         offset,
         follow,
-    })
-    .map_err(|e| BoxError::Internal(e.to_string()))?;
+    })?;
     stream
         .write_all(&body)
         .await
@@ -525,14 +515,17 @@ fn no_process(id: &str, pid: u32, e: std::io::Error) -> BoxError {
             pid,
         }
     } else {
-        BoxError::Internal(format!("reading the log of process {pid} in box {id}: {e}"))
+        BoxError::Io {
+            what: format!("reading the log of process {pid} in box {id}"),
+            source: e,
+        }
     }
 }
 
 fn send<T>(
     result: Result<Result<T, BoxError>, actix::MailboxError>,
 ) -> Result<Result<T, BoxError>, BoxError> {
-    result.map_err(|e| BoxError::Internal(format!("the box actor is gone: {e}")))
+    result.map_err(|e| BoxError::Gone("box actor", e))
 }
 
 fn over(record: &BoxRecord) -> BoxError {

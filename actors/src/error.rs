@@ -1,6 +1,10 @@
 //! What can go wrong with a box, in terms the HTTP layer maps to statuses.
 
+use crate::blocking::TaskFailed;
+use crate::box_::link::LinkError;
 use crate::box_::state::{BoxState, InvalidTransition};
+use crate::environments::EnvError;
+use crate::secrets::SecretError;
 use crate::store::StoreError;
 use psbx_libvirt::LibvirtError;
 
@@ -34,14 +38,14 @@ pub enum BoxError {
     NoHost(String),
     /// The host's rules for boxes' network cards are not in place: no box
     /// with a card starts or wakes without them.
-    #[error("{0}")]
-    NetworkUnavailable(String),
+    #[error(transparent)]
+    NetworkUnavailable(#[from] crate::boxnet::NetworkError),
     /// The channel to boxd broke while a command ran (boxd restarted, the
     /// box froze or stopped under it): the command may still be running.
     #[error(
         "the connection to boxd broke while the command ran ({0}); the command may still be running in the box"
     )]
-    ChannelLost(String),
+    ChannelLost(#[source] std::io::Error),
     /// An upload to unpack in a box broke off before its end.
     #[error("reading the upload: {0}")]
     Upload(String),
@@ -49,15 +53,48 @@ pub enum BoxError {
     /// destination, not a tar): why.
     #[error("{0}")]
     SyncRefused(String),
+    /// boxd did not answer in time, its link is closed, or it refused or
+    /// garbled a request.
+    #[error(transparent)]
+    Boxd(#[from] LinkError),
     /// The box did not come up.
     #[error("the box did not start: {0}")]
     Boot(String),
+    /// The box's environment: missing, refused, or its store or vault failing.
+    #[error(transparent)]
+    Environment(#[from] EnvError),
+    /// The box's secrets could not be read (the store or the vault failed).
+    #[error(transparent)]
+    Secrets(#[from] SecretError),
     #[error(transparent)]
     Libvirt(#[from] LibvirtError),
     #[error(transparent)]
     Store(StoreError),
+    #[error(transparent)]
+    Task(#[from] TaskFailed),
+    /// A box actor or the host supervisor is gone (its mailbox is closed).
+    #[error("the {0} is gone")]
+    Gone(&'static str, #[source] actix::MailboxError),
+    #[error("{what}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the operating system's random generator failed")]
+    Random(#[from] getrandom::Error),
+    #[error("a request to boxd could not be encoded")]
+    Encode(#[from] serde_json::Error),
+    /// Something that should not happen, said in words (never a stringified
+    /// error: those get a variant that keeps them as the source).
     #[error("{0}")]
     Internal(String),
+}
+
+/// Names a file system failure: `.map_err(io_error(format!("making {dir}")))`.
+pub fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BoxError {
+    let what = what.into();
+    move |source| BoxError::Io { what, source }
 }
 
 impl From<StoreError> for BoxError {
@@ -67,31 +104,5 @@ impl From<StoreError> for BoxError {
             StoreError::InvalidTransition(refused) => Self::InvalidTransition(refused),
             other => Self::Store(other),
         }
-    }
-}
-
-impl From<crate::boxnet::NetworkError> for BoxError {
-    fn from(e: crate::boxnet::NetworkError) -> Self {
-        Self::NetworkUnavailable(e.to_string())
-    }
-}
-
-/// Runs a blocking call (libvirt, the store, the file system) off the async threads.
-pub async fn blocking<T, E>(
-    f: impl FnOnce() -> Result<T, E> + Send + 'static,
-) -> Result<T, BoxError>
-where
-    T: Send + 'static,
-    E: Into<BoxError> + Send + 'static,
-{
-    match tokio::task::spawn_blocking(f).await {
-        Ok(result) => result.map_err(Into::into),
-        Err(e) => Err(BoxError::Internal(format!("a blocking task failed: {e}"))),
-    }
-}
-
-impl From<std::io::Error> for BoxError {
-    fn from(e: std::io::Error) -> Self {
-        Self::Internal(e.to_string())
     }
 }

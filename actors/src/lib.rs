@@ -3,6 +3,7 @@
 //! API calls (`Boxes`, `Environments`, `Secrets`) and the store, the only place
 //! that touches diesel. The crate README maps the modules.
 
+pub mod blocking;
 pub mod box_;
 pub mod boxes;
 pub mod boxnet;

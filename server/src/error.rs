@@ -106,7 +106,14 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
+    /// Logs an error with its chain of causes; the caller only learns that
+    /// something failed inside.
+    pub fn internal_error(e: &(dyn std::error::Error + 'static)) -> Self {
+        Self::internal(Causes(e))
+    }
+
     /// Logs the cause; the caller only learns that something failed inside.
+    /// An error goes through [`ApiError::internal_error`], which keeps its causes.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "internal error");
         Self::new(
@@ -132,6 +139,27 @@ impl ApiError {
             "the database is not answering right now",
         )
         .hint("retry in a moment; the operator should check the server log")
+    }
+}
+
+/// An error and its sources, `outer: inner: innermost`, for the log. A source
+/// whose text the message already holds (an `"...: {0}"` wrapper) is not
+/// repeated.
+pub struct Causes<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Causes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut text = self.0.to_string();
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            let said = cause.to_string();
+            if !text.contains(&said) {
+                text.push_str(": ");
+                text.push_str(&said);
+            }
+            source = cause.source();
+        }
+        f.write_str(&text)
     }
 }
 
@@ -181,30 +209,38 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Invalid(message) => Self::bad_request("invalid_request", message),
             StoreError::InvalidTransition(refused) => Self::invalid_state(&refused),
-            StoreError::Pool(_) | StoreError::Connect(_) => Self::unavailable(e),
-            other => Self::internal(other),
+            StoreError::Pool(_) | StoreError::Connect(_) => Self::unavailable(Causes(&e)),
+            other => Self::internal_error(&other),
         }
     }
 }
 
-impl From<actix_web::error::BlockingError> for ApiError {
-    fn from(e: actix_web::error::BlockingError) -> Self {
-        Self::internal(e)
-    }
-}
-
-/// Runs a blocking store call off the async threads.
+/// Runs a blocking store call off the async threads: the one helper,
+/// [`psbx_actors::blocking::blocking`], with the store's error answered as an
+/// [`ApiError`] here. A thin wrapper because many callers use the answer
+/// itself (its status, its text on a sign-in page, an OAuth error wrapping
+/// it), not only `?`.
 pub async fn blocking<T, F>(f: F) -> Result<T, ApiError>
 where
     F: FnOnce() -> Result<T, StoreError> + Send + 'static,
     T: Send + 'static,
 {
-    actix_web::web::block(f).await?.map_err(ApiError::from)
+    psbx_actors::blocking::blocking(f)
+        .await
+        .map_err(ApiError::from)
 }
+
+/// What to do when boxd is too slow to answer (504 `box_not_answering`).
+const NOT_ANSWERING_HINT: &str =
+    "the box is busy or stuck: retry in a moment; `GET /v1/boxes/{id}` shows its health";
+/// What to do when the link to boxd is closed (503 `box_channel_lost`).
+const CLOSED_HINT: &str = "boxd is restarting, or the box froze or stopped: retry once the box answers; `GET /v1/boxes/{id}` shows its state";
 
 impl From<psbx_actors::error::BoxError> for ApiError {
     fn from(e: psbx_actors::error::BoxError) -> Self {
+        use psbx_actors::box_::link::LinkError;
         use psbx_actors::box_::state::BoxState;
+        use psbx_actors::environments::EnvError;
         use psbx_actors::error::BoxError as E;
         match e {
             E::NotFound(_) => Self::not_found("box_not_found", e.to_string())
@@ -228,12 +264,12 @@ impl From<psbx_actors::error::BoxError> for ApiError {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "host_full", message)
                     .hint("stop boxes you no longer need, or ask for a smaller size")
             }
-            E::NetworkUnavailable(message) => {
-                tracing::error!(error = %message, "the box network rules are not in place");
+            E::NetworkUnavailable(ref cause) => {
+                tracing::error!(error = %Causes(cause), "the box network rules are not in place");
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "box_network_unavailable",
-                    format!("boxes cannot start or wake now: {message}"),
+                    format!("boxes cannot start or wake now: {cause}"),
                 )
                 .hint("the operator should check the server log and nftables (nft list ruleset)")
             }
@@ -256,8 +292,33 @@ impl From<psbx_actors::error::BoxError> for ApiError {
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "box_start_failed", e.to_string())
                     .hint("retry; if it keeps failing, the operator should check the box image and the server log")
             }
+            E::Boxd(LinkError::NoAnswer(_)) => {
+                tracing::warn!(error = %e, "boxd did not answer in time");
+                Self::new(StatusCode::GATEWAY_TIMEOUT, "box_not_answering", e.to_string())
+                    .hint(NOT_ANSWERING_HINT)
+            }
+            E::Boxd(LinkError::Closed) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "box_channel_lost", e.to_string())
+                    .hint(CLOSED_HINT)
+            }
+            // The request names an environment that is not there (or that
+            // refuses the box): the request is wrong, `/v1/boxes` is not missing.
+            E::Environment(EnvError::NotFound(message))
+            | E::Environment(EnvError::Invalid(message))
+            | E::Environment(EnvError::Conflict(message)) => {
+                Self::bad_request("invalid_request", message)
+            }
+            E::Environment(inner) => inner.into(),
+            E::Secrets(inner) => inner.into(),
             E::Store(inner) => inner.into(),
-            E::Libvirt(_) | E::Internal(_) => Self::internal(e),
+            E::Boxd(_)
+            | E::Libvirt(_)
+            | E::Task(_)
+            | E::Gone(..)
+            | E::Io { .. }
+            | E::Random(_)
+            | E::Encode(_)
+            | E::Internal(_) => Self::internal_error(&e),
         }
     }
 }
@@ -270,7 +331,7 @@ impl From<psbx_actors::secrets::SecretError> for ApiError {
             E::NotFound(_) => Self::not_found("secret_not_found", e.to_string())
                 .hint("`GET /v1/secrets` lists this account's secret names; `PUT /v1/secrets/{name}` stores one"),
             E::Store(inner) => inner.into(),
-            E::Vault(_) | E::Internal(_) => Self::internal(e),
+            E::Vault(_) | E::Internal(_) => Self::internal_error(&e),
         }
     }
 }
@@ -314,5 +375,97 @@ mod tests {
             (stored.status(), stored.code()),
             (StatusCode::CONFLICT, "invalid_state")
         );
+    }
+
+    #[test]
+    fn a_slow_boxd_is_a_504_and_a_closed_link_a_503_not_a_500() {
+        use psbx_actors::box_::link::LinkError;
+        let slow = ApiError::from(BoxError::from(LinkError::NoAnswer(
+            std::time::Duration::from_secs(30),
+        )));
+        assert_eq!(
+            (slow.status(), slow.code()),
+            (StatusCode::GATEWAY_TIMEOUT, "box_not_answering")
+        );
+        assert_eq!(slow.detail.message, "boxd did not answer within 30s");
+        assert!(slow.detail.hint.is_some());
+        let closed = ApiError::from(BoxError::from(LinkError::Closed));
+        assert_eq!(
+            (closed.status(), closed.code()),
+            (StatusCode::SERVICE_UNAVAILABLE, "box_channel_lost")
+        );
+        assert!(closed.detail.hint.is_some());
+        // boxd refusing or garbling a request is psbx's own failure.
+        let refused = ApiError::from(BoxError::from(LinkError::Refused {
+            target: "exec".into(),
+            reason: "no".into(),
+        }));
+        assert_eq!(
+            (refused.status(), refused.code()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+        );
+    }
+
+    #[test]
+    fn a_command_whose_channel_broke_is_still_box_channel_lost() {
+        let broke = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let api = ApiError::from(BoxError::ChannelLost(broke));
+        assert_eq!(
+            (api.status(), api.code()),
+            (StatusCode::SERVICE_UNAVAILABLE, "box_channel_lost")
+        );
+        assert!(
+            api.detail.message.contains("(reset)"),
+            "{}",
+            api.detail.message
+        );
+    }
+
+    #[test]
+    fn a_box_in_a_missing_environment_is_a_bad_request_and_its_store_failure_a_500() {
+        use psbx_actors::environments::EnvError;
+        let missing = ApiError::from(BoxError::from(EnvError::NotFound(
+            "no environment \"nope\" in this account".into(),
+        )));
+        assert_eq!(
+            (missing.status(), missing.code()),
+            (StatusCode::BAD_REQUEST, "invalid_request")
+        );
+        assert_eq!(
+            missing.detail.message,
+            "no environment \"nope\" in this account"
+        );
+        // The same error on `/v1/environments/...` is the environment's 404.
+        let direct = ApiError::from(EnvError::NotFound("no environment".into()));
+        assert_eq!(
+            (direct.status(), direct.code()),
+            (StatusCode::NOT_FOUND, "environment_not_found")
+        );
+        let failed = ApiError::from(BoxError::from(EnvError::Store(StoreError::Query(
+            diesel::result::Error::BrokenTransactionManager,
+        ))));
+        assert_eq!(
+            (failed.status(), failed.code()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+        );
+    }
+
+    #[test]
+    fn the_log_line_of_a_500_carries_the_causes_once_each() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("reading the log of process 7")]
+        struct Outer(#[source] std::io::Error);
+        #[derive(Debug, thiserror::Error)]
+        #[error("wrapped: {0}")]
+        struct Repeats(#[source] std::io::Error);
+        let outer = Outer(std::io::Error::other("disk gone"));
+        assert_eq!(
+            Causes(&outer).to_string(),
+            "reading the log of process 7: disk gone"
+        );
+        let repeats = Repeats(std::io::Error::other("disk gone"));
+        assert_eq!(Causes(&repeats).to_string(), "wrapped: disk gone");
+        let io = psbx_actors::error::io_error("deleting /boxes/b")(std::io::Error::other("busy"));
+        assert_eq!(Causes(&io).to_string(), "deleting /boxes/b: busy");
     }
 }

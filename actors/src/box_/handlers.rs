@@ -7,7 +7,8 @@
 use super::link::LinkHandle;
 use super::state::BoxState;
 use super::{BoxActor, BoxSnapshot, PING_TIMEOUT};
-use crate::error::{BoxError, blocking};
+use crate::blocking::blocking;
+use crate::error::BoxError;
 use crate::exec::mask::Masker;
 use crate::store::Transition;
 use actix::fut::{ActorFutureExt, WrapFuture, ready};
@@ -194,7 +195,7 @@ impl BoxActor {
         Box::pin(
             async move {
                 let h = hctx.clone();
-                blocking(move || h.host.managed_save(&name)).await?;
+                blocking(move || h.host.managed_save(&name).map_err(BoxError::from)).await?;
                 hctx.transition(&record, BoxState::Frozen, Transition::default())
                     .await
             }
@@ -278,7 +279,7 @@ impl Handler<Keep> for BoxActor {
                                 act.record.keep_secs = msg.keep_secs;
                                 act.status_after_thaw(true)
                             }
-                            Err(e) => Box::pin(ready(Err(e))),
+                            Err(e) => Box::pin(ready(Err(e.into()))),
                         }),
                 )
             },

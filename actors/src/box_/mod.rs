@@ -12,7 +12,7 @@ pub mod state;
 
 pub use handlers::{Channel, Forget, Keep, Status, Stop, Touch};
 
-use crate::error::blocking;
+use crate::blocking::blocking;
 use crate::exec::mask::Masker;
 use crate::host::context::HostContext;
 use crate::store::BoxRecord;

@@ -4,8 +4,10 @@
 //! [`SyncDone`]. Callers (the REST sync route, the one-time upload URLs) hand
 //! over the upload as a stream of chunks and get [`Synced`] or a [`BoxError`].
 
-use super::{Boxes, SERVICE, link_error};
+use super::{Boxes, SERVICE};
+use crate::box_::link::LinkError;
 use crate::error::BoxError;
+use crate::error::io_error;
 use crate::ids::AccountId;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
@@ -40,7 +42,7 @@ impl Boxes {
         let stream = link
             .open(Service::Sync, SERVICE)
             .await
-            .map_err(link_error)?;
+            .map_err(BoxError::from)?;
         sync_over(stream, dest, upload).await
     }
 }
@@ -55,13 +57,14 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     E: std::fmt::Display,
 {
-    let broke = |e: std::io::Error| BoxError::Internal(format!("the sync stream broke: {e}"));
     let mut head = serde_json::to_vec(&SyncRequest {
         dest: dest.to_owned(),
-    })
-    .map_err(|e| BoxError::Internal(e.to_string()))?;
+    })?;
     head.push(b'\n');
-    stream.write_all(&head).await.map_err(broke)?;
+    stream
+        .write_all(&head)
+        .await
+        .map_err(io_error("the sync stream"))?;
     let mut upload = std::pin::pin!(upload);
     while let Some(chunk) = upload.next().await {
         let chunk = chunk.map_err(|e| BoxError::Upload(e.to_string()))?;
@@ -75,9 +78,11 @@ where
         .take(MAX_ANSWER)
         .read_to_end(&mut answer)
         .await
-        .map_err(broke)?;
-    let done: SyncDone = serde_json::from_slice(&answer)
-        .map_err(|e| BoxError::Internal(format!("boxd's answer to a sync: {e}")))?;
+        .map_err(io_error("the sync stream"))?;
+    let done: SyncDone = serde_json::from_slice(&answer).map_err(|e| LinkError::BadAnswer {
+        target: Service::Sync.target().to_owned(),
+        reason: e.to_string(),
+    })?;
     if done.ok {
         Ok(Synced {
             files: done.files,
@@ -192,7 +197,7 @@ mod tests {
         });
         assert!(matches!(
             sync_over(ours, "", chunks(&[b"tar"])).await,
-            Err(BoxError::Internal(_))
+            Err(BoxError::Boxd(LinkError::BadAnswer { .. }))
         ));
     }
 }

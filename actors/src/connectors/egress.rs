@@ -8,7 +8,7 @@
 //!
 //! [`flush`]: Egress::flush
 
-use crate::error::blocking;
+use crate::blocking::blocking;
 use crate::store::Store;
 use std::collections::HashMap;
 use std::io;
@@ -74,7 +74,7 @@ impl Egress {
                     .fetch_add(bytes, Ordering::Relaxed);
             }
         }
-        stored
+        Ok(stored?)
     }
 }
 

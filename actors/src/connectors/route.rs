@@ -4,9 +4,9 @@
 //! egress as they pass (`egress`).
 
 use super::Hub;
+use crate::blocking::blocking;
 use crate::environments::Connection;
 use crate::environments::address::{Endpoint, RawEndpoint, check};
-use crate::error::blocking;
 use crate::ids::{AccountId, BoxId, EnvironmentId};
 use crate::store::Store;
 use psbx_wire::boxd::PrivateEndpoint;

@@ -6,7 +6,7 @@
 //! only authenticates the connector, upgrades to WebSocket and carries frames.
 
 use super::Hub;
-use crate::error::blocking;
+use crate::blocking::blocking;
 use crate::ids::{ConnectionId, ServerId, random_token};
 use crate::store::Store;
 use psbx_wire::mux::Session;

@@ -8,10 +8,10 @@ pub mod address;
 pub mod claim;
 pub mod settings;
 
+use crate::blocking::blocking;
 use crate::connectors::{ConnectionStatus, Hub};
-use crate::error::{BoxError, blocking};
 use crate::ids::{AccountId, ConnectionId, ConnectorToken, EnvironmentId};
-use crate::secrets::vault::Vault;
+use crate::secrets::vault::{Vault, VaultError};
 use crate::store::{
     ConnectionRecord, EnvironmentChange, EnvironmentRecord, ServiceRecord, Store, StoreError,
 };
@@ -33,20 +33,22 @@ pub enum EnvError {
     Conflict(String),
     #[error("{0}")]
     Invalid(String),
-    #[error("{0}")]
-    Internal(String),
-}
-
-impl From<BoxError> for EnvError {
-    fn from(e: BoxError) -> Self {
-        Self::Internal(e.to_string())
-    }
-}
-
-impl From<StoreError> for EnvError {
-    fn from(e: StoreError) -> Self {
-        Self::Internal(e.to_string())
-    }
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A value could not be sealed under the master key.
+    #[error(transparent)]
+    Vault(#[from] VaultError),
+    /// A service's stored settings do not open or read back.
+    #[error("the settings of service {service} are unreadable")]
+    Settings {
+        service: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("the operating system's random generator failed")]
+    Random(#[from] getrandom::Error),
+    #[error("a service's settings could not be encoded")]
+    Encode(#[from] serde_json::Error),
 }
 
 /// An environment with what hangs off it.
@@ -145,7 +147,7 @@ impl Environments {
 
     pub async fn create(&self, account: &AccountId, name: &str) -> Result<Environment, EnvError> {
         check_name("the environment", name)?;
-        let id = EnvironmentId::generate().map_err(|e| EnvError::Internal(e.to_string()))?;
+        let id = EnvironmentId::generate()?;
         let (store, a, n) = (self.store.clone(), account.clone(), name.to_owned());
         let record = blocking(move || store.insert_environment(&a, &id, &n))
             .await?
@@ -247,9 +249,8 @@ impl Environments {
     ) -> Result<(Connection, ConnectorToken), EnvError> {
         check_name("the connection", name)?;
         let record = self.record(account, env).await?;
-        let id = ConnectionId::generate().map_err(|e| EnvError::Internal(e.to_string()))?;
-        let token = ConnectorToken::generate(&self.issuer)
-            .map_err(|e| EnvError::Internal(e.to_string()))?;
+        let id = ConnectionId::generate()?;
+        let token = ConnectorToken::generate(&self.issuer)?;
         let (store, t, n) = (self.store.clone(), token.clone(), name.to_owned());
         let made = blocking(move || store.insert_connection(&record.id, &id, &n, t.expose()))
             .await?
@@ -288,8 +289,7 @@ impl Environments {
         id: &str,
     ) -> Result<(Connection, ConnectorToken), EnvError> {
         let record = self.record(account, env).await?;
-        let token = ConnectorToken::generate(&self.issuer)
-            .map_err(|e| EnvError::Internal(e.to_string()))?;
+        let token = ConnectorToken::generate(&self.issuer)?;
         let i = connection_id(env, id)?;
         let (store, t) = (self.store.clone(), token.clone());
         let updated = blocking(move || store.rotate_connection_token(&record.id, &i, t.expose()))
@@ -354,12 +354,9 @@ impl Environments {
         }
         let record = self.record(account, env).await?;
         let names: Vec<&str> = vars.iter().map(|(k, _)| k.as_str()).collect();
-        let names = serde_json::to_value(names).map_err(|e| EnvError::Internal(e.to_string()))?;
-        let plain = serde_json::to_vec(&vars).map_err(|e| EnvError::Internal(e.to_string()))?;
-        let sealed = self
-            .vault
-            .seal(&service_owner(&record.id, name), &plain)
-            .map_err(|e| EnvError::Internal(e.to_string()))?;
+        let names = serde_json::to_value(names)?;
+        let plain = serde_json::to_vec(&vars)?;
+        let sealed = self.vault.seal(&service_owner(&record.id, name), &plain)?;
         let (store, n) = (self.store.clone(), name.to_owned());
         Ok(blocking(move || {
             store.put_service(
@@ -405,9 +402,14 @@ impl Environments {
                 let plain = self
                     .vault
                     .open(&service_owner(env_id, &s.name), &s.nonce, &s.ciphertext)
-                    .map_err(|e| EnvError::Internal(format!("service {}: {e}", s.name)))?;
-                let vars = serde_json::from_slice(&plain)
-                    .map_err(|e| EnvError::Internal(format!("service {}: {e}", s.name)))?;
+                    .map_err(|e| EnvError::Settings {
+                        service: s.name.clone(),
+                        source: e.into(),
+                    })?;
+                let vars = serde_json::from_slice(&plain).map_err(|e| EnvError::Settings {
+                    service: s.name.clone(),
+                    source: e.into(),
+                })?;
                 Ok((s.name, vars))
             })
             .collect()

@@ -51,11 +51,8 @@ impl Command {
         request: &ExecRequest,
         masker: Arc<Masker>,
     ) -> Result<Self, BoxError> {
-        let mut stream = link
-            .open(Service::Exec, OPEN)
-            .await
-            .map_err(|e| BoxError::Internal(format!("cannot reach boxd: {e}")))?;
-        let body = serde_json::to_vec(request).map_err(|e| BoxError::Internal(e.to_string()))?;
+        let mut stream = link.open(Service::Exec, OPEN).await?;
+        let body = serde_json::to_vec(request)?;
         stream.write_all(&body).await.map_err(lost)?;
         stream.shutdown().await.map_err(lost)?;
         Ok(Self {
@@ -134,7 +131,7 @@ impl Command {
 
 /// The stream to boxd broke while the command ran.
 fn lost(e: std::io::Error) -> BoxError {
-    BoxError::ChannelLost(e.to_string())
+    BoxError::ChannelLost(e)
 }
 
 #[cfg(test)]

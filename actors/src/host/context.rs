@@ -2,13 +2,14 @@
 //! the settings, the chosen accelerator, where box files live, the capacity
 //! ledger and the registry of live box actors.
 
+use crate::blocking::blocking;
 use crate::box_::BoxActor;
 use crate::box_::link::{BoxdLink, StreamHandler};
 use crate::box_::state::BoxState;
 use crate::boxnet::{self, BoxNetwork};
 use crate::connectors::Router;
 use crate::connectors::route::BoxRoute;
-use crate::error::{BoxError, blocking};
+use crate::error::{BoxError, io_error};
 use crate::exec::mask::Masker;
 use crate::hypervisor::Hypervisor;
 use crate::ids::{AccountId, BoxId};
@@ -365,7 +366,7 @@ impl HostContext {
     pub fn boot(&self, record: &BoxRecord) -> Result<(), BoxError> {
         let image = self.image(&record.image)?;
         let dir = self.box_dir(&record.id);
-        std::fs::create_dir_all(&dir)?;
+        std::fs::create_dir_all(&dir).map_err(io_error(format!("making {}", dir.display())))?;
         allow_qemu(&dir)?;
         self.network_ready()?;
         let overlay = dir.join("disk.qcow2");
@@ -375,7 +376,8 @@ impl HostContext {
             // QEMU runs as the installation's user and libvirt relabels
             // nothing for it: the overlay it writes must be that user's.
             let (uid, gid) = network.run_as();
-            std::os::unix::fs::chown(&overlay, Some(uid), Some(gid))?;
+            std::os::unix::fs::chown(&overlay, Some(uid), Some(gid))
+                .map_err(io_error(format!("giving {} to QEMU", overlay.display())))?;
         }
         self.host.define(&self.domain_spec(record, &image))?;
         self.host.start(&Self::domain_name(&record.id))?;
@@ -392,10 +394,7 @@ pub fn teardown(host: &dyn Hypervisor, boxes_dir: &Path, id: &BoxId) -> Result<(
     match std::fs::remove_dir_all(&dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(BoxError::Internal(format!(
-            "deleting {}: {e}",
-            dir.display()
-        ))),
+        Err(e) => Err(io_error(format!("deleting {}", dir.display()))(e)),
     }
 }
 
@@ -403,6 +402,7 @@ pub fn teardown(host: &dyn Hypervisor, boxes_dir: &Path, id: &BoxId) -> Result<(
 /// the KVM probe's).
 pub(super) fn allow_qemu(dir: &Path) -> Result<(), BoxError> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+        .map_err(io_error(format!("opening {} to QEMU", dir.display())))?;
     Ok(())
 }

@@ -2,10 +2,11 @@
 //! booted cold, and the pool's background refill.
 
 use super::{HostSupervisor, POOL_RETRY, PooledBox};
+use crate::blocking::blocking;
 use crate::box_::link::BoxdLink;
 use crate::box_::state::BoxState;
 use crate::box_::{BoxActor, BoxSnapshot};
-use crate::error::{BoxError, blocking};
+use crate::error::BoxError;
 use crate::exec::mask::Masker;
 use crate::host::context::HostContext;
 use crate::ids::{AccountId, BoxId};
@@ -78,7 +79,7 @@ async fn clean_up_failed(hctx: &Arc<HostContext>, record: &BoxRecord, error: &Bo
 /// A new box of `size` units of the configured image, in `state`, with its
 /// resources promised.
 fn reserve_new(hctx: &HostContext, size: u32, state: BoxState) -> Result<NewBox, BoxError> {
-    let id = BoxId::generate().map_err(|e| BoxError::Internal(e.to_string()))?;
+    let id = BoxId::generate()?;
     let unit = hctx.settings.resources(size);
     hctx.image(&hctx.settings.image)?;
     hctx.reserve(&id, unit)?;
@@ -99,7 +100,7 @@ async fn insert(hctx: &Arc<HostContext>, new: NewBox) -> Result<BoxRecord, BoxEr
     if record.is_err() {
         hctx.release(&id);
     }
-    record
+    Ok(record?)
 }
 
 /// A cold start: row, disk, domain, hello, `running`.
@@ -176,7 +177,7 @@ async fn pool_boot(hctx: Arc<HostContext>, size: u32) -> Result<PooledBox, BoxEr
         // The session ends before the pause, not during it.
         drop(link);
         let (h, name) = (hctx.clone(), HostContext::domain_name(&record.id));
-        blocking(move || h.host.suspend(&name)).await?;
+        blocking(move || h.host.suspend(&name).map_err(BoxError::from)).await?;
         Ok(PooledBox { record })
     }
     .await;

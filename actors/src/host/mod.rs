@@ -57,7 +57,7 @@ impl Actor for HostSupervisor {
             ctx.run_interval(crate::boxnet::CHECK_EVERY, |act, _| {
                 let hctx = act.ctx.clone();
                 actix::spawn(async move {
-                    if let Err(e) = crate::error::blocking(move || hctx.network_ready()).await {
+                    if let Err(e) = crate::blocking::blocking(move || hctx.network_ready()).await {
                         tracing::error!(error = %e, "the box network rules are not in place");
                     }
                 });
@@ -82,7 +82,7 @@ impl Handler<Shutdown> for HostSupervisor {
         ctx.stop();
         let hctx = self.ctx.clone();
         Box::pin(async move {
-            let result = crate::error::blocking(move || {
+            let result = crate::blocking::blocking(move || {
                 for row in hctx.store.live_boxes_on_host(hctx.host.uri())? {
                     if row.state == crate::box_::state::BoxState::Pooled {
                         hctx.teardown(&row.id)?;

@@ -4,10 +4,11 @@
 use super::HostSupervisor;
 use super::context::{HostContext, HostFacts};
 use super::reconcile::{self, Adopt};
+use crate::blocking::blocking;
 use crate::box_::BoxActor;
 use crate::boxnet::BoxNetwork;
 use crate::connectors::Router;
-use crate::error::{BoxError, blocking};
+use crate::error::{BoxError, io_error};
 use crate::hypervisor::Hypervisor;
 use crate::secrets::Secrets;
 use crate::settings::BoxSettings;
@@ -93,7 +94,7 @@ pub async fn supervise(
         let network = blocking(move || {
             let network = BoxNetwork::new(&inst, &uri, policy, resolvers)?;
             network.ensure()?;
-            Ok::<_, crate::boxnet::NetworkError>(network)
+            Ok::<_, BoxError>(network)
         })
         .await?;
         tracing::info!(
@@ -272,7 +273,7 @@ fn probe(host: &Host, settings: &BoxSettings) -> Result<bool, BoxError> {
     let dir = settings
         .boxes_dir
         .join(format!("kvm-probe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&dir).map_err(io_error(format!("making {}", dir.display())))?;
     super::context::allow_qemu(&dir)?;
     let spec = DomainSpec {
         name: format!("psbx-kvm-probe-{}", std::process::id()),

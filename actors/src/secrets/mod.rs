@@ -4,7 +4,7 @@
 
 pub mod vault;
 
-use crate::error::blocking;
+use crate::blocking::blocking;
 use crate::ids::AccountId;
 use crate::store::{Store, StoreError};
 use chrono::{DateTime, Utc};
@@ -27,12 +27,6 @@ pub enum SecretError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Internal(String),
-}
-
-impl From<crate::error::BoxError> for SecretError {
-    fn from(e: crate::error::BoxError) -> Self {
-        Self::Internal(e.to_string())
-    }
 }
 
 /// Checks a secret name: it becomes an environment variable name.

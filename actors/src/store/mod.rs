@@ -63,6 +63,9 @@ pub enum StoreError {
     /// A transition the box's state does not allow (the store checks too).
     #[error(transparent)]
     InvalidTransition(#[from] crate::box_::state::InvalidTransition),
+    /// The thread running the call failed (see [`crate::blocking`]).
+    #[error(transparent)]
+    Task(#[from] crate::blocking::TaskFailed),
 }
 
 /// How many connections a [`Store`] keeps, and how long a caller waits for one.

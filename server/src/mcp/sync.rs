@@ -149,7 +149,7 @@ impl PsbxMcp {
         }
         let store = sync.store.clone();
         let (account, box_id, to) = (who.account_id.clone(), a.id.clone(), dest.clone());
-        let made = tokio::task::spawn_blocking(move || {
+        let made = psbx_actors::blocking::blocking(move || {
             store.create_upload(
                 &account,
                 &box_id,
@@ -159,11 +159,7 @@ impl PsbxMcp {
         })
         .await;
         let (token, expires_at) = match made {
-            Ok(Ok(made)) => made,
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "making an upload token");
-                return Ok(failed("could not make an upload URL; retry in a moment"));
-            }
+            Ok(made) => made,
             Err(e) => {
                 tracing::error!(error = %e, "making an upload token");
                 return Ok(failed("could not make an upload URL; retry in a moment"));

@@ -9,9 +9,10 @@ use crate::routes::environments::{EnvironmentList, EnvironmentView};
 use crate::routes::exec::ProcessView;
 use crate::server_info::ServerInfo;
 use psbx_actors::box_::BoxSnapshot;
+use psbx_actors::box_::link::LinkError;
 use psbx_actors::box_::state::BoxState;
 use psbx_actors::boxes::{Boxes, CreateRequest};
-use psbx_actors::environments::Environments;
+use psbx_actors::environments::{EnvError, Environments};
 use psbx_actors::error::BoxError;
 use psbx_actors::store::Principal;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -102,7 +103,16 @@ pub(super) fn box_failed(e: BoxError) -> CallToolResult {
         BoxError::InvalidTransition(_) => {
             " sandbox_status shows the box's state; ask again once the state allows it."
         }
-        BoxError::Invalid(_) => "",
+        BoxError::Boxd(LinkError::NoAnswer(_)) => {
+            " The box is busy or stuck: retry in a moment; sandbox_status shows its health."
+        }
+        BoxError::Boxd(LinkError::Closed) => {
+            " boxd is restarting, or the box froze or stopped: retry once the box answers."
+        }
+        BoxError::Invalid(_)
+        | BoxError::Environment(
+            EnvError::NotFound(_) | EnvError::Invalid(_) | EnvError::Conflict(_),
+        ) => "",
         _ => " Retry in a moment; if it keeps failing, tell the operator.",
     };
     failed(format!("{e}.{next}"))

@@ -22,7 +22,8 @@ impl From<EnvError> for ApiError {
             EnvError::NotFound(message) => Self::not_found("environment_not_found", message),
             EnvError::Conflict(message) => Self::new(StatusCode::CONFLICT, "name_taken", message),
             EnvError::Invalid(message) => Self::bad_request("invalid_request", message),
-            EnvError::Internal(message) => Self::internal(message),
+            EnvError::Store(inner) => inner.into(),
+            other => Self::internal_error(&other),
         }
     }
 }

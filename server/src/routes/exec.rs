@@ -147,6 +147,8 @@ fn request(body: ExecBody) -> Result<ExecRequest, ApiError> {
         (status = 400, body = crate::error::ErrorBody),
         (status = 404, body = crate::error::ErrorBody),
         (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody),
+        (status = 503, description = "The connection to boxd broke or is closed (`box_channel_lost`): boxd is restarting, or the box froze or stopped", body = crate::error::ErrorBody),
+        (status = 504, description = "boxd did not answer in time (`box_not_answering`): the box is busy or stuck", body = crate::error::ErrorBody),
     )
 )]
 #[post("/boxes/{id}/exec")]
@@ -317,7 +319,7 @@ pub fn private_endpoint_hint(errors: &[String]) -> Option<String> {
     operation_id = "listProcesses",
     params(("id" = String, Path)),
     security(("api_key" = [])),
-    responses((status = 200, body = ProcessList), (status = 404, body = crate::error::ErrorBody), (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody))
+    responses((status = 200, body = ProcessList), (status = 404, body = crate::error::ErrorBody), (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody), (status = 503, description = "The connection to boxd broke or is closed (`box_channel_lost`): boxd is restarting, or the box froze or stopped", body = crate::error::ErrorBody), (status = 504, description = "boxd did not answer in time (`box_not_answering`): the box is busy or stuck", body = crate::error::ErrorBody))
 )]
 #[get("/boxes/{id}/processes")]
 pub async fn processes(
@@ -336,7 +338,7 @@ pub async fn processes(
     operation_id = "processLogs",
     params(("id" = String, Path), ("pid" = u32, Path)),
     security(("api_key" = [])),
-    responses((status = 200, body = OutputView), (status = 404, body = crate::error::ErrorBody), (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody))
+    responses((status = 200, body = OutputView), (status = 404, body = crate::error::ErrorBody), (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody), (status = 503, description = "The connection to boxd broke or is closed (`box_channel_lost`): boxd is restarting, or the box froze or stopped", body = crate::error::ErrorBody), (status = 504, description = "boxd did not answer in time (`box_not_answering`): the box is busy or stuck", body = crate::error::ErrorBody))
 )]
 #[get("/boxes/{id}/processes/{pid}/logs")]
 pub async fn logs(
@@ -361,7 +363,7 @@ pub struct SignalQuery {
     operation_id = "signalProcess",
     params(("id" = String, Path), ("pid" = u32, Path), SignalQuery),
     security(("api_key" = [])),
-    responses((status = 204), (status = 404, body = crate::error::ErrorBody), (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody))
+    responses((status = 204), (status = 404, body = crate::error::ErrorBody), (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody), (status = 503, description = "The connection to boxd broke or is closed (`box_channel_lost`): boxd is restarting, or the box froze or stopped", body = crate::error::ErrorBody), (status = 504, description = "boxd did not answer in time (`box_not_answering`): the box is busy or stuck", body = crate::error::ErrorBody))
 )]
 #[delete("/boxes/{id}/processes/{pid}")]
 pub async fn signal(
