@@ -3,12 +3,12 @@
 //! the host supervisor or the box's actor.
 
 use crate::blocking::blocking;
-use crate::box_::link::LinkHandle;
-use crate::box_::state::BoxState;
-use crate::box_::{BoxSnapshot, Channel, Forget, Keep, Status, Stop, Touch};
+use crate::box_actor::link::LinkHandle;
+use crate::box_actor::state::BoxState;
+use crate::box_actor::{BoxSnapshot, Channel, Forget, Keep, Status, Stop, Touch};
 use crate::duration;
 use crate::environments::Environments;
-use crate::environments::claim::{Claim, seal_mask};
+use crate::environments::claim::{EnvironmentClaim, seal_mask};
 use crate::error::BoxError;
 use crate::exec::bounded::Bounded;
 use crate::exec::mask::{MaskStream, Masker};
@@ -82,11 +82,11 @@ impl Boxes {
         account: &AccountId,
         name: &str,
         spec: &mut BoxSpec,
-    ) -> Result<Claim, BoxError> {
+    ) -> Result<EnvironmentClaim, BoxError> {
         // Kept as the environment's error: the API answers a missing
         // environment named in the request as a bad request, not a 404.
         let env = self.environments.for_box(account, name).await?;
-        let claim = Claim::new(env);
+        let claim = EnvironmentClaim::new(env);
         spec.claimed = Some(claim.summary.clone());
         if !claim.mask.is_empty() {
             spec.environment_mask = Some(
@@ -179,7 +179,7 @@ impl Boxes {
             .await
             .map_err(|e| BoxError::Gone("host supervisor", e))??;
         // Read it back through its actor: the answer carries boxd's health.
-        match host.ctx.actor(&made.record.id) {
+        match host.shared.actor(&made.record.id) {
             Some(addr) => send(
                 addr.send(Status {
                     thaw: false,
@@ -209,19 +209,19 @@ impl Boxes {
         &self,
         account: &AccountId,
         id: &str,
-    ) -> Result<Result<actix::Addr<crate::box_::BoxActor>, BoxRecord>, BoxError> {
+    ) -> Result<Result<actix::Addr<crate::box_actor::BoxActor>, BoxRecord>, BoxError> {
         let record = self.row(account, id).await?;
         if record.state.is_terminal() {
             // Ended behind the actor's back (an operator's stop): let it go.
             if let Ok(host) = &self.host
-                && let Some(addr) = host.ctx.actor(&record.id)
+                && let Some(addr) = host.shared.actor(&record.id)
             {
                 addr.do_send(Forget);
             }
             return Ok(Err(record));
         }
         let host = self.host()?;
-        host.ctx.actor(&record.id).map(Ok).ok_or_else(|| {
+        host.shared.actor(&record.id).map(Ok).ok_or_else(|| {
             BoxError::NoHost(format!(
                 "box {} is {} but this server does not supervise it right now; retry shortly",
                 record.id, record.state
@@ -289,7 +289,14 @@ impl Boxes {
         &self,
         account: &AccountId,
         id: &str,
-    ) -> Result<(actix::Addr<crate::box_::BoxActor>, LinkHandle, Arc<Masker>), BoxError> {
+    ) -> Result<
+        (
+            actix::Addr<crate::box_actor::BoxActor>,
+            LinkHandle,
+            Arc<Masker>,
+        ),
+        BoxError,
+    > {
         let addr = match self.actor(account, id).await? {
             Err(record) => return Err(over(&record)),
             Ok(addr) => addr,
@@ -573,7 +580,7 @@ pub fn stop_directly(
         return Ok(record);
     }
     let host = psbx_libvirt::Host::connect(libvirt_uri)?;
-    crate::host::context::teardown(&host, &settings.boxes_dir, &id)?;
+    crate::host::shared::teardown(&host, &settings.boxes_dir, &id)?;
     if record.state == BoxState::Pooled {
         store.delete_pooled_box(&id)?;
         return Ok(record);

@@ -1,8 +1,8 @@
 //! What can go wrong with a box, in terms the HTTP layer maps to statuses.
 
 use crate::blocking::TaskFailed;
-use crate::box_::link::LinkError;
-use crate::box_::state::{BoxState, InvalidTransition};
+use crate::box_actor::link::LinkError;
+use crate::box_actor::state::{BoxState, InvalidTransition};
 use crate::environments::EnvError;
 use crate::secrets::SecretError;
 use crate::store::StoreError;

@@ -12,10 +12,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use diesel::{Connection, PgConnection, RunQueryDsl};
-use psbx_actors::box_::state::BoxState;
-use psbx_actors::box_::{BoxSnapshot, Status, Stop};
+use psbx_actors::box_actor::state::BoxState;
+use psbx_actors::box_actor::{BoxSnapshot, Status, Stop};
 use psbx_actors::error::BoxError;
-use psbx_actors::host::context::HostContext;
+use psbx_actors::host::shared::HostShared;
 use psbx_actors::host::{Connected, CreateBox, HostStart, PoolLevels, supervise};
 use psbx_actors::hypervisor::Hypervisor;
 use psbx_actors::hypervisor::fake::{Call, FakeHypervisor};
@@ -179,7 +179,7 @@ impl World {
 }
 
 fn name(id: &BoxId) -> String {
-    HostContext::domain_name(id)
+    HostShared::domain_name(id)
 }
 
 /// Makes a box of size `size` for the world's account through the supervisor.
@@ -225,7 +225,10 @@ fn count(targets: &[String], target: &str) -> usize {
 /// The box's domain is gone from the host and its actor has ended.
 async fn assert_gone(w: &World, host: &HostStart, id: &BoxId) {
     assert_eq!(w.fake.status(&name(id)), None);
-    eventually("the actor's end", || async { host.ctx.actor(id).is_none() }).await;
+    eventually("the actor's end", || async {
+        host.shared.actor(id).is_none()
+    })
+    .await;
 }
 
 #[actix_rt::test]
@@ -268,7 +271,10 @@ async fn a_box_freezes_after_its_idle_time_and_thaws_when_read() {
     );
 
     let infos = count(&w.fake.served_on(&domain), "info");
-    let addr = host.ctx.actor(&id).expect("a frozen box keeps its actor");
+    let addr = host
+        .shared
+        .actor(&id)
+        .expect("a frozen box keeps its actor");
     let thawed = addr
         .send(Status {
             thaw: true,
@@ -321,7 +327,7 @@ async fn a_thaw_waits_for_boxd_and_fails_the_box_when_it_never_answers() {
     assert_eq!(w.row(&id).state, BoxState::Frozen);
 
     w.fake.set_boxd_answers(&domain, false);
-    let addr = host.ctx.actor(&id).unwrap();
+    let addr = host.shared.actor(&id).unwrap();
     let error = addr
         .send(Status {
             thaw: true,
@@ -442,7 +448,7 @@ async fn the_pool_fills_to_its_level_and_refills_after_a_claim() {
     assert_eq!(row.state, BoxState::Running);
     assert_eq!(row.account_id.as_ref(), Some(&w.account));
     assert_eq!(row.boot_id, w.fake.boot_id(&claimed));
-    assert!(host.ctx.actor(&made.record.id).is_some());
+    assert!(host.shared.actor(&made.record.id).is_some());
 
     eventually("the pool refilled", || async { levels().await == [(1, 2)] }).await;
     let paused = w.domains_in(DomainStatus::Paused);
@@ -483,7 +489,7 @@ async fn a_restarted_supervisor_adopts_live_boxes_and_reconciles_the_rest() {
 
     let adopted = [&running, &paused, &frozen, &thawing];
     eventually("the adopted boxes' actors", || async {
-        adopted.iter().all(|id| host.ctx.actor(id).is_some())
+        adopted.iter().all(|id| host.shared.actor(id).is_some())
     })
     .await;
     assert_eq!(w.fake.calls_on(&name(&running)), Vec::<Call>::new());
@@ -509,7 +515,7 @@ async fn a_restarted_supervisor_adopts_live_boxes_and_reconciles_the_rest() {
         gone_row.failure.as_deref(),
         Some("its VM was gone when the server restarted (the box was running)")
     );
-    assert!(host.ctx.actor(&gone).is_none());
+    assert!(host.shared.actor(&gone).is_none());
     assert_eq!(w.store.box_by_id(&pooled).unwrap(), None);
     assert_eq!(w.fake.status(&name(&pooled)), None);
     let orphan_calls = w.fake.calls_on(&name(&orphan));
@@ -547,7 +553,7 @@ async fn lifecycle_calls_a_box_cannot_take_change_nothing() {
     let host = w.start().await;
     let id = create(&host, &w, 1, 3600).await.unwrap().record.id;
     let domain = name(&id);
-    let addr = host.ctx.actor(&id).unwrap();
+    let addr = host.shared.actor(&id).unwrap();
 
     // A box the host cannot fit is not made: no row, no libvirt call.
     let before = w.fake.calls();

@@ -48,7 +48,7 @@ pub struct ServiceFiles {
 }
 
 /// Everything a box start needs from its environment.
-pub struct Claim {
+pub struct EnvironmentClaim {
     pub summary: Claimed,
     pub files: Vec<ConfigFile>,
     pub mask: Vec<String>,
@@ -56,7 +56,7 @@ pub struct Claim {
     pub endpoints: Vec<PrivateEndpoint>,
 }
 
-impl Claim {
+impl EnvironmentClaim {
     pub fn new(env: BoxEnvironment) -> Self {
         let mut files = Vec::new();
         let mut mask = Vec::new();

@@ -4,7 +4,7 @@
 //! events off the stream itself ([`Command::next`]).
 
 use super::mask::{MaskStream, Masker};
-use crate::box_::link::LinkHandle;
+use crate::box_actor::link::LinkHandle;
 use crate::error::BoxError;
 use psbx_wire::boxd::{ExecRequest, Exit, Record, Service};
 use psbx_wire::mux::Stream;
@@ -137,7 +137,7 @@ fn lost(e: std::io::Error) -> BoxError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::box_::link::BoxdLink;
+    use crate::box_actor::link::BoxdLink;
     use psbx_wire::Hello;
     use psbx_wire::boxd::BoxInfo;
     use psbx_wire::mux::{Config, Role, Session};

@@ -3,15 +3,15 @@
 
 use super::{HostSupervisor, POOL_RETRY, PooledBox};
 use crate::blocking::blocking;
-use crate::box_::link::BoxdLink;
-use crate::box_::state::BoxState;
-use crate::box_::{BoxActor, BoxSnapshot};
+use crate::box_actor::link::BoxdLink;
+use crate::box_actor::state::BoxState;
+use crate::box_actor::{BoxActor, BoxSnapshot};
 use crate::error::BoxError;
 use crate::exec::mask::Masker;
-use crate::host::context::HostContext;
+use crate::host::shared::HostShared;
 use crate::ids::{AccountId, BoxId};
 use crate::spec::BoxSpec;
-use crate::store::{BoxRecord, Claim, NewBox, Transition};
+use crate::store::{BoxRecord, NewBox, PoolClaim, Transition};
 use actix::prelude::*;
 use psbx_wire::boxd::{BoxInfo, ConfigFile, Configure, Done, PrivateEndpoint, Service};
 use std::sync::Arc;
@@ -53,24 +53,25 @@ type Booted = (BoxRecord, BoxdLink, BoxInfo);
 /// Starts a box's domain; the record moves from `creating` to `booting` on
 /// the way (a pooled record stays `pooled`). The link is to wait on for boxd's hello.
 async fn boot(
-    hctx: &Arc<HostContext>,
+    shared: &Arc<HostShared>,
     record: BoxRecord,
 ) -> Result<(BoxRecord, BoxdLink), BoxError> {
-    let (h, r) = (hctx.clone(), record.clone());
+    let (h, r) = (shared.clone(), record.clone());
     blocking(move || h.boot(&r)).await?;
     let record = if record.state == BoxState::Creating {
-        hctx.transition(&record, BoxState::Booting, Transition::default())
+        shared
+            .transition(&record, BoxState::Booting, Transition::default())
             .await?
     } else {
         record
     };
-    let link = hctx.link_of(&record);
+    let link = shared.link_of(&record);
     Ok((record, link))
 }
 
-/// Fails a box whose start went wrong ([`HostContext::fail_box`]).
-async fn clean_up_failed(hctx: &Arc<HostContext>, record: &BoxRecord, error: &BoxError) {
-    let (h, r, reason) = (hctx.clone(), record.clone(), error.to_string());
+/// Fails a box whose start went wrong ([`HostShared::fail_box`]).
+async fn clean_up_failed(shared: &Arc<HostShared>, record: &BoxRecord, error: &BoxError) {
+    let (h, r, reason) = (shared.clone(), record.clone(), error.to_string());
     if let Err(e) = blocking(move || h.fail_box(&r, &reason)).await {
         tracing::error!(box_id = %record.id, error = %e, "could not clean up after a failed start");
     }
@@ -78,15 +79,15 @@ async fn clean_up_failed(hctx: &Arc<HostContext>, record: &BoxRecord, error: &Bo
 
 /// A new box of `size` units of the configured image, in `state`, with its
 /// resources promised.
-fn reserve_new(hctx: &HostContext, size: u32, state: BoxState) -> Result<NewBox, BoxError> {
+fn reserve_new(shared: &HostShared, size: u32, state: BoxState) -> Result<NewBox, BoxError> {
     let id = BoxId::generate()?;
-    let unit = hctx.settings.resources(size);
-    hctx.image(&hctx.settings.image)?;
-    hctx.reserve(&id, unit)?;
+    let unit = shared.settings.resources(size);
+    shared.image(&shared.settings.image)?;
+    shared.reserve(&id, unit)?;
     Ok(NewBox::for_size(
         id,
-        hctx.host.uri(),
-        &hctx.settings.image,
+        shared.host.uri(),
+        &shared.settings.image,
         state,
         size,
         unit,
@@ -94,23 +95,23 @@ fn reserve_new(hctx: &HostContext, size: u32, state: BoxState) -> Result<NewBox,
 }
 
 /// Writes a new box's row; a box without one holds nothing of the host.
-async fn insert(hctx: &Arc<HostContext>, new: NewBox) -> Result<BoxRecord, BoxError> {
-    let (store, id) = (hctx.store.clone(), new.id.clone());
+async fn insert(shared: &Arc<HostShared>, new: NewBox) -> Result<BoxRecord, BoxError> {
+    let (store, id) = (shared.store.clone(), new.id.clone());
     let record = blocking(move || store.insert_box(&new)).await;
     if record.is_err() {
-        hctx.release(&id);
+        shared.release(&id);
     }
     Ok(record?)
 }
 
 /// A cold start: row, disk, domain, hello, `running`.
-async fn cold(hctx: Arc<HostContext>, new: NewBox) -> Result<Booted, BoxError> {
+async fn cold(shared: Arc<HostShared>, new: NewBox) -> Result<Booted, BoxError> {
     let started = Instant::now();
-    let inserted = insert(&hctx, new).await?;
+    let inserted = insert(&shared, new).await?;
     let result = async {
-        let (record, link) = boot(&hctx, inserted.clone()).await?;
-        let (record, hello) = hctx
-            .await_hello_and_run(record, &link, hctx.settings.boot_timeout, "")
+        let (record, link) = boot(&shared, inserted.clone()).await?;
+        let (record, hello) = shared
+            .await_hello_and_run(record, &link, shared.settings.boot_timeout, "")
             .await?;
         Ok((record, link, hello))
     }
@@ -119,33 +120,37 @@ async fn cold(hctx: Arc<HostContext>, new: NewBox) -> Result<Booted, BoxError> {
         Ok(_) => {
             tracing::info!(box_id = %inserted.id, ms = started.elapsed().as_millis() as u64, "box started cold")
         }
-        Err(e) => clean_up_failed(&hctx, &inserted, e).await,
+        Err(e) => clean_up_failed(&shared, &inserted, e).await,
     }
     result
 }
 
 /// A pool box for an account: resume it, check boxd answers, hand it over.
 async fn claim(
-    hctx: Arc<HostContext>,
+    shared: Arc<HostShared>,
     pooled: PooledBox,
-    claim: Claim,
+    claim: PoolClaim,
 ) -> Result<Booted, BoxError> {
     let PooledBox { record } = pooled;
     let started = Instant::now();
     let result = async {
-        let (h, name) = (hctx.clone(), HostContext::domain_name(&record.id));
+        let (h, name) = (shared.clone(), HostShared::domain_name(&record.id));
         blocking(move || {
             h.network_ready()?;
             h.host.resume(&name).map_err(BoxError::from)
         })
         .await?;
-        let link = hctx.link(&record.id, Some(&claim.account_id), &claim.spec);
+        let link = shared.link(&record.id, Some(&claim.account_id), &claim.spec);
         let hello = link
             .handle()
             .hello(RESUME_HELLO)
             .await
             .map_err(|e| BoxError::Boot(format!("the pooled box did not wake: {e}")))?;
-        let (store, id, boot_id) = (hctx.store.clone(), record.id.clone(), hello.boot_id.clone());
+        let (store, id, boot_id) = (
+            shared.store.clone(),
+            record.id.clone(),
+            hello.boot_id.clone(),
+        );
         let record = blocking(move || store.claim_pooled_box(&id, &claim, &boot_id))
             .await?
             .ok_or_else(|| BoxError::Internal("the pooled box was taken twice".into()))?;
@@ -158,31 +163,31 @@ async fn claim(
             Ok(booted)
         }
         Err(e) => {
-            clean_up_failed(&hctx, &record, &e).await;
+            clean_up_failed(&shared, &record, &e).await;
             Err(e)
         }
     }
 }
 
 /// Boots one box into the pool and suspends it.
-async fn pool_boot(hctx: Arc<HostContext>, size: u32) -> Result<PooledBox, BoxError> {
-    let new = reserve_new(&hctx, size, BoxState::Pooled)?;
-    let inserted = insert(&hctx, new).await?;
+async fn pool_boot(shared: Arc<HostShared>, size: u32) -> Result<PooledBox, BoxError> {
+    let new = reserve_new(&shared, size, BoxState::Pooled)?;
+    let inserted = insert(&shared, new).await?;
     let result = async {
-        let (record, link) = boot(&hctx, inserted.clone()).await?;
+        let (record, link) = boot(&shared, inserted.clone()).await?;
         link.handle()
-            .hello(hctx.settings.boot_timeout)
+            .hello(shared.settings.boot_timeout)
             .await
             .map_err(|e| BoxError::Boot(e.to_string()))?;
         // The session ends before the pause, not during it.
         drop(link);
-        let (h, name) = (hctx.clone(), HostContext::domain_name(&record.id));
+        let (h, name) = (shared.clone(), HostShared::domain_name(&record.id));
         blocking(move || h.host.suspend(&name).map_err(BoxError::from)).await?;
         Ok(PooledBox { record })
     }
     .await;
     if let Err(e) = &result {
-        clean_up_failed(&hctx, &inserted, e).await;
+        clean_up_failed(&shared, &inserted, e).await;
     }
     result
 }
@@ -195,7 +200,7 @@ impl Handler<CreateBox> for HostSupervisor {
         if pooled.is_some() {
             ctx.notify(Refill);
         }
-        let hctx = self.ctx.clone();
+        let shared = self.shared.clone();
         let configure_with = Configure {
             env: std::mem::take(&mut msg.env),
             files: std::mem::take(&mut msg.files),
@@ -204,8 +209,8 @@ impl Handler<CreateBox> for HostSupervisor {
         let mask = std::mem::take(&mut msg.mask);
         Box::pin(
             async move {
-                let booted = make(hctx.clone(), pooled, msg).await?;
-                configure(&hctx, booted, configure_with, mask).await
+                let booted = make(shared.clone(), pooled, msg).await?;
+                configure(&shared, booted, configure_with, mask).await
             }
             .into_actor(self)
             .map(|result, act, _| {
@@ -214,9 +219,9 @@ impl Handler<CreateBox> for HostSupervisor {
                     record.clone(),
                     Some(hello.clone()),
                     None,
-                    act.ctx.settings.idle_freeze,
+                    act.shared.settings.idle_freeze,
                 );
-                BoxActor::new(record, act.ctx.clone(), Some((link, hello)), masker).start();
+                BoxActor::new(record, act.shared.clone(), Some((link, hello)), masker).start();
                 Ok(snapshot)
             }),
         )
@@ -225,11 +230,11 @@ impl Handler<CreateBox> for HostSupervisor {
 
 /// A box for the request: from the pool when one was taken, else cold.
 async fn make(
-    hctx: Arc<HostContext>,
+    shared: Arc<HostShared>,
     pooled: Option<PooledBox>,
     msg: CreateBox,
 ) -> Result<Booted, BoxError> {
-    let claimed = Claim {
+    let claimed = PoolClaim {
         account_id: msg.account.clone(),
         name: msg.name.clone(),
         goal: msg.goal.clone(),
@@ -237,7 +242,7 @@ async fn make(
         spec: msg.spec.clone(),
     };
     if let Some(pooled) = pooled {
-        match claim(hctx.clone(), pooled, claimed).await {
+        match claim(shared.clone(), pooled, claimed).await {
             Ok(booted) => return Ok(booted),
             Err(e) => {
                 tracing::warn!(error = %e, "pooled box unusable; starting one cold")
@@ -250,16 +255,16 @@ async fn make(
         goal: msg.goal,
         keep_secs: msg.keep_secs,
         spec: msg.spec,
-        ..reserve_new(&hctx, msg.size, BoxState::Creating)?
+        ..reserve_new(&shared, msg.size, BoxState::Creating)?
     };
-    cold(hctx, new).await
+    cold(shared, new).await
 }
 
 /// Pushes the account data (the secrets, the environment's files) to boxd; a
 /// box that cannot take it is removed. Returns the mask of the secrets and of
 /// the further `mask` values.
 async fn configure(
-    hctx: &Arc<HostContext>,
+    shared: &Arc<HostShared>,
     booted: Booted,
     configure: Configure,
     mask: Vec<String>,
@@ -286,7 +291,7 @@ async fn configure(
     ));
     let record = booted.0.clone();
     drop(booted);
-    clean_up_failed(hctx, &record, &error).await;
+    clean_up_failed(shared, &record, &error).await;
     Err(error)
 }
 
@@ -294,14 +299,14 @@ impl Handler<Refill> for HostSupervisor {
     type Result = ();
 
     fn handle(&mut self, _: Refill, ctx: &mut Context<Self>) {
-        let settings = &self.ctx.settings;
+        let settings = &self.shared.settings;
         for size in settings.pool_unit_sizes.clone() {
             let have = self.pool.get(&size).map_or(0, |q| q.len());
             if have >= settings.pool_size || self.filling.contains(&size) {
                 continue;
             }
             self.filling.insert(size);
-            let fut = pool_boot(self.ctx.clone(), size).into_actor(self).map(
+            let fut = pool_boot(self.shared.clone(), size).into_actor(self).map(
                 move |result, act, ctx| {
                     act.filling.remove(&size);
                     match result {

@@ -3,9 +3,9 @@
 //! or cold. Start-up (`start.rs`) connects to libvirt, settles KVM or TCG,
 //! reconciles libvirt with the store (`reconcile.rs`) and adopts live boxes.
 
-pub mod context;
 mod create;
 mod reconcile;
+pub mod shared;
 mod start;
 
 pub use create::CreateBox;
@@ -13,7 +13,7 @@ pub use start::{Connected, HostStart, start_host, supervise};
 
 use crate::store::BoxRecord;
 use actix::prelude::*;
-use context::HostContext;
+use shared::HostShared;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +26,7 @@ struct PooledBox {
 }
 
 pub struct HostSupervisor {
-    ctx: Arc<HostContext>,
+    shared: Arc<HostShared>,
     /// Pooled boxes of the configured image, by size.
     pool: HashMap<u32, VecDeque<PooledBox>>,
     /// Sizes whose pool is being refilled right now.
@@ -37,9 +37,9 @@ pub struct HostSupervisor {
 const POOL_RETRY: Duration = Duration::from_secs(30);
 
 impl HostSupervisor {
-    fn new(ctx: Arc<HostContext>) -> Self {
+    fn new(shared: Arc<HostShared>) -> Self {
         Self {
-            ctx,
+            shared,
             pool: HashMap::new(),
             filling: HashSet::new(),
         }
@@ -51,13 +51,14 @@ impl Actor for HostSupervisor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.notify(create::Refill);
-        if self.ctx.network.is_some() {
+        if self.shared.network.is_some() {
             // Rules removed under the server (an `nft flush ruleset`) are put
             // back, and a change of the host's networks reaches them.
             ctx.run_interval(crate::boxnet::CHECK_EVERY, |act, _| {
-                let hctx = act.ctx.clone();
+                let shared = act.shared.clone();
                 actix::spawn(async move {
-                    if let Err(e) = crate::blocking::blocking(move || hctx.network_ready()).await {
+                    if let Err(e) = crate::blocking::blocking(move || shared.network_ready()).await
+                    {
                         tracing::error!(error = %e, "the box network rules are not in place");
                     }
                 });
@@ -80,21 +81,21 @@ impl Handler<Shutdown> for HostSupervisor {
         // still booting into it.
         self.pool.clear();
         ctx.stop();
-        let hctx = self.ctx.clone();
+        let shared = self.shared.clone();
         Box::pin(async move {
             let result = crate::blocking::blocking(move || {
-                for row in hctx.store.live_boxes_on_host(hctx.host.uri())? {
-                    if row.state == crate::box_::state::BoxState::Pooled {
-                        hctx.teardown(&row.id)?;
-                        hctx.store.delete_pooled_box(&row.id)?;
+                for row in shared.store.live_boxes_on_host(shared.host.uri())? {
+                    if row.state == crate::box_actor::state::BoxState::Pooled {
+                        shared.teardown(&row.id)?;
+                        shared.store.delete_pooled_box(&row.id)?;
                     }
                 }
-                if let Some(network) = &hctx.network {
-                    let running = hctx
+                if let Some(network) = &shared.network {
+                    let running = shared
                         .host
                         .list()?
                         .into_iter()
-                        .filter(|d| d.owner.as_deref() == Some(hctx.installation.as_str()))
+                        .filter(|d| d.owner.as_deref() == Some(shared.installation.as_str()))
                         .filter(|d| matches!(d.status, psbx_libvirt::DomainStatus::Running | psbx_libvirt::DomainStatus::Paused))
                         .count();
                     if running == 0 {

@@ -4,8 +4,8 @@
 //! half-made is marked failed; pooled boxes are thrown away (the pool is
 //! rebuilt); running and frozen boxes are handed back for adoption.
 
-use super::context::HostContext;
-use crate::box_::state::BoxState;
+use super::shared::HostShared;
+use crate::box_actor::state::BoxState;
 use crate::error::BoxError;
 use crate::ids::BoxId;
 use crate::store::BoxRecord;
@@ -21,7 +21,7 @@ pub(super) enum Adopt {
     Frozen(BoxRecord),
 }
 
-pub(super) fn reconcile(ctx: &HostContext) -> Result<Vec<Adopt>, BoxError> {
+pub(super) fn reconcile(ctx: &HostShared) -> Result<Vec<Adopt>, BoxError> {
     let mut domains: HashMap<String, DomainStatus> = ctx
         .host
         .list()?
@@ -31,7 +31,7 @@ pub(super) fn reconcile(ctx: &HostContext) -> Result<Vec<Adopt>, BoxError> {
         .collect();
     let mut adopt = Vec::new();
     for row in ctx.store.live_boxes_on_host(ctx.host.uri())? {
-        let status = domains.remove(&HostContext::domain_name(&row.id));
+        let status = domains.remove(&HostShared::domain_name(&row.id));
         match (row.state, status) {
             (BoxState::Pooled, _) => {
                 ctx.teardown(&row.id)?;
@@ -42,7 +42,7 @@ pub(super) fn reconcile(ctx: &HostContext) -> Result<Vec<Adopt>, BoxError> {
             }
             (BoxState::Running, Some(DomainStatus::Running)) => adopt.push(Adopt::Running(row)),
             (BoxState::Running, Some(DomainStatus::Paused)) => {
-                ctx.host.resume(&HostContext::domain_name(&row.id))?;
+                ctx.host.resume(&HostShared::domain_name(&row.id))?;
                 adopt.push(Adopt::Running(row));
             }
             (BoxState::Frozen, Some(DomainStatus::ShutOff { saved: true })) => {

@@ -2,10 +2,10 @@
 //! host, reconcile, adopt the live boxes, start the supervisor (and its pool).
 
 use super::HostSupervisor;
-use super::context::{HostContext, HostFacts};
 use super::reconcile::{self, Adopt};
+use super::shared::{HostFacts, HostShared};
 use crate::blocking::blocking;
-use crate::box_::BoxActor;
+use crate::box_actor::BoxActor;
 use crate::boxnet::BoxNetwork;
 use crate::connectors::Router;
 use crate::error::{BoxError, io_error};
@@ -26,7 +26,7 @@ const ADOPT_HELLO: Duration = Duration::from_secs(30);
 /// A supervised host.
 pub struct HostStart {
     pub supervisor: Addr<HostSupervisor>,
-    pub ctx: Arc<HostContext>,
+    pub shared: Arc<HostShared>,
 }
 
 /// A hypervisor connected to, with what start-up learned of it.
@@ -115,45 +115,45 @@ pub async fn supervise(
         memory_mib: resources.memory_mib,
         network,
     };
-    let ctx = HostContext::new(host, store, settings, facts, secrets, router);
-    let rctx = ctx.clone();
-    let adopt = blocking(move || reconcile::reconcile(&rctx)).await?;
+    let shared = HostShared::new(host, store, settings, facts, secrets, router);
+    let reconciling = shared.clone();
+    let adopt = blocking(move || reconcile::reconcile(&reconciling)).await?;
     for box_ in adopt {
-        adopt_box(&ctx, box_).await;
+        adopt_box(&shared, box_).await;
     }
     tracing::info!(
-        uri = %ctx.host.uri(),
+        uri = %shared.host.uri(),
         accel = accel_name,
         cpus = resources.cpus,
         memory_mib = resources.memory_mib,
         "supervising libvirt host"
     );
-    let supervisor = HostSupervisor::new(ctx.clone()).start();
-    Ok(HostStart { supervisor, ctx })
+    let supervisor = HostSupervisor::new(shared.clone()).start();
+    Ok(HostStart { supervisor, shared })
 }
 
-async fn adopt_box(ctx: &Arc<HostContext>, adopt: Adopt) {
+async fn adopt_box(shared: &Arc<HostShared>, adopt: Adopt) {
     match adopt {
         Adopt::Frozen(record) => {
-            let masker = ctx.masker_for(&record).await;
-            BoxActor::new(record, ctx.clone(), None, masker).start();
+            let masker = shared.masker_for(&record).await;
+            BoxActor::new(record, shared.clone(), None, masker).start();
         }
         Adopt::Running(record) => {
-            let link = ctx.link_of(&record);
+            let link = shared.link_of(&record);
             // A row that still says frozen (the server died during a thaw)
             // is recorded running once boxd says hello.
-            let result = ctx
+            let result = shared
                 .await_hello_and_run(record.clone(), &link, ADOPT_HELLO, "")
                 .await;
             match result {
                 Ok((record, hello)) => {
                     tracing::info!(box_id = %record.id, "adopted a running box");
-                    let masker = ctx.masker_for(&record).await;
-                    BoxActor::new(record, ctx.clone(), Some((link, hello)), masker).start();
+                    let masker = shared.masker_for(&record).await;
+                    BoxActor::new(record, shared.clone(), Some((link, hello)), masker).start();
                 }
                 Err(e) => {
                     drop(link);
-                    let (c, r) = (ctx.clone(), record.clone());
+                    let (c, r) = (shared.clone(), record.clone());
                     let reason = format!("boxd did not answer after the server restarted: {e}");
                     if let Err(e) = blocking(move || c.fail_box(&r, &reason)).await {
                         tracing::error!(box_id = %record.id, error = %e, "could not fail a box");
@@ -274,7 +274,7 @@ fn probe(host: &Host, settings: &BoxSettings) -> Result<bool, BoxError> {
         .boxes_dir
         .join(format!("kvm-probe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(io_error(format!("making {}", dir.display())))?;
-    super::context::allow_qemu(&dir)?;
+    super::shared::allow_qemu(&dir)?;
     let spec = DomainSpec {
         name: format!("psbx-kvm-probe-{}", std::process::id()),
         accel: Accel::Kvm,

@@ -5,7 +5,7 @@
 
 use super::schema::boxes;
 use super::{Store, StoreError};
-use crate::box_::state::BoxState;
+use crate::box_actor::state::BoxState;
 use crate::ids::{AccountId, BoxId};
 use crate::settings::Unit;
 use crate::spec::BoxSpec;
@@ -161,7 +161,7 @@ impl NewBox {
 
 /// What an account asks for when it claims a pooled box.
 #[derive(Debug, Clone)]
-pub struct Claim {
+pub struct PoolClaim {
     pub account_id: AccountId,
     pub name: Option<String>,
     pub goal: Option<String>,
@@ -334,7 +334,7 @@ impl Store {
     pub fn claim_pooled_box(
         &self,
         id: &BoxId,
-        claim: &Claim,
+        claim: &PoolClaim,
         boot_id: &str,
     ) -> Result<Option<BoxRecord>, StoreError> {
         let now = Utc::now();

@@ -19,7 +19,7 @@ mod uploads;
 
 pub use accounts::{Account, Bootstrap};
 pub use api_keys::{ApiKey, Credential, KeyPage, NewApiKey, Principal};
-pub use boxes::{BoxCursor, BoxRecord, Claim, NewBox, Transition};
+pub use boxes::{BoxCursor, BoxRecord, NewBox, PoolClaim, Transition};
 pub use environments::{
     ConnectionRecord, EnvironmentChange, EnvironmentRecord, SealedService, ServiceRecord,
     token_digest,
@@ -62,7 +62,7 @@ pub enum StoreError {
     Unreadable { what: String, why: String },
     /// A transition the box's state does not allow (the store checks too).
     #[error(transparent)]
-    InvalidTransition(#[from] crate::box_::state::InvalidTransition),
+    InvalidTransition(#[from] crate::box_actor::state::InvalidTransition),
     /// The thread running the call failed (see [`crate::blocking`]).
     #[error(transparent)]
     Task(#[from] crate::blocking::TaskFailed),

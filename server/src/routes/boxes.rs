@@ -5,7 +5,7 @@ use crate::auth::Auth;
 use crate::error::ApiError;
 use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::{DateTime, Utc};
-use psbx_actors::box_::BoxSnapshot;
+use psbx_actors::box_actor::BoxSnapshot;
 use psbx_actors::boxes::{Boxes, CreateRequest};
 use psbx_actors::connectors::ConnectionStatus;
 use psbx_actors::duration;

@@ -14,7 +14,7 @@ pub use handlers::{Channel, Forget, Keep, Status, Stop, Touch};
 
 use crate::blocking::blocking;
 use crate::exec::mask::Masker;
-use crate::host::context::HostContext;
+use crate::host::shared::HostShared;
 use crate::store::BoxRecord;
 use actix::prelude::*;
 use chrono::{DateTime, Utc};
@@ -64,7 +64,7 @@ const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct BoxActor {
     record: BoxRecord,
-    ctx: Arc<HostContext>,
+    shared: Arc<HostShared>,
     link: Option<BoxdLink>,
     hello: Option<BoxInfo>,
     idle_timer: Option<SpawnHandle>,
@@ -78,7 +78,7 @@ impl BoxActor {
     /// frozen (no link).
     pub fn new(
         record: BoxRecord,
-        ctx: Arc<HostContext>,
+        shared: Arc<HostShared>,
         link: Option<(BoxdLink, BoxInfo)>,
         masker: Arc<Masker>,
     ) -> Self {
@@ -88,7 +88,7 @@ impl BoxActor {
         };
         Self {
             record,
-            ctx,
+            shared,
             link,
             hello,
             idle_timer: None,
@@ -98,7 +98,7 @@ impl BoxActor {
     }
 
     fn name(&self) -> String {
-        HostContext::domain_name(&self.record.id)
+        HostShared::domain_name(&self.record.id)
     }
 
     fn snapshot(&self, health: Option<Health>) -> BoxSnapshot {
@@ -106,7 +106,7 @@ impl BoxActor {
             self.record.clone(),
             self.hello.clone(),
             health,
-            self.ctx.settings.idle_freeze,
+            self.shared.settings.idle_freeze,
         )
     }
 
@@ -138,15 +138,15 @@ impl BoxActor {
     }
 
     /// Fails the box after its VM was found broken or gone
-    /// ([`HostContext::fail_box`]), and ends the actor.
+    /// ([`HostShared::fail_box`]), and ends the actor.
     fn fail(&mut self, ctx: &mut Context<Self>, reason: String) {
         self.cancel_timers(ctx);
         self.link = None;
-        let (hctx, record) = (self.ctx.clone(), self.record.clone());
+        let (shared, record) = (self.shared.clone(), self.record.clone());
         ctx.wait(
             async move {
                 let id = record.id.clone();
-                let result = blocking(move || hctx.fail_box(&record, &reason)).await;
+                let result = blocking(move || shared.fail_box(&record, &reason)).await;
                 match result {
                     Ok(failed) => failed,
                     Err(e) => {
@@ -170,9 +170,9 @@ impl Actor for BoxActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.ctx.register(self.record.id.clone(), ctx.address());
+        self.shared.register(self.record.id.clone(), ctx.address());
         if self.record.state == BoxState::Running
-            && let Err(e) = self.ctx.reserve(&self.record.id, self.record.unit())
+            && let Err(e) = self.shared.reserve(&self.record.id, self.record.unit())
         {
             // Adopted after a restart onto a host that shrank: keep it running.
             tracing::warn!(box_id = %self.record.id, error = %e, "running box exceeds capacity");
@@ -181,6 +181,6 @@ impl Actor for BoxActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        self.ctx.unregister(&self.record.id);
+        self.shared.unregister(&self.record.id);
     }
 }

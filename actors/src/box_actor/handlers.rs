@@ -83,23 +83,23 @@ impl BoxActor {
         if let Err(e) = self.check(BoxState::Running) {
             return Box::pin(ready(Err(e)));
         }
-        if let Err(e) = self.ctx.reserve(&self.record.id, self.record.unit()) {
+        if let Err(e) = self.shared.reserve(&self.record.id, self.record.unit()) {
             return Box::pin(ready(Err(e)));
         }
-        let (hctx, record, name) = (self.ctx.clone(), self.record.clone(), self.name());
+        let (shared, record, name) = (self.shared.clone(), self.record.clone(), self.name());
         let started = std::time::Instant::now();
         Box::pin(
             async move {
-                let h = hctx.clone();
+                let h = shared.clone();
                 blocking(move || {
                     h.network_ready()?;
                     h.host.start(&name).map_err(BoxError::from)
                 })
                 .await?;
                 let restored_ms = started.elapsed().as_millis() as u64;
-                let link = hctx.link_of(&record);
-                let (record, hello) = hctx
-                    .await_hello_and_run(record, &link, hctx.settings.boot_timeout, "after thawing: ")
+                let link = shared.link_of(&record);
+                let (record, hello) = shared
+                    .await_hello_and_run(record, &link, shared.settings.boot_timeout, "after thawing: ")
                     .await?;
                 tracing::debug!(box_id = %record.id, restored_ms, "boxd answered after the restore");
                 Ok((record, link, hello))
@@ -131,7 +131,7 @@ impl BoxActor {
         if self.record.state.is_terminal() {
             return Box::pin(ready(Err(self.over())));
         }
-        let (store, id) = (self.ctx.store.clone(), self.record.id.clone());
+        let (store, id) = (self.shared.store.clone(), self.record.id.clone());
         Box::pin(
             async move { blocking(move || store.touch_box(&id)).await }
                 .into_actor(self)
@@ -144,7 +144,7 @@ impl BoxActor {
     }
 
     /// Counts activity now when `touch`, and pings boxd when running.
-    fn status_after_thaw(&mut self, touch: bool) -> Flow<BoxSnapshot> {
+    fn refresh(&mut self, touch: bool) -> Flow<BoxSnapshot> {
         if self.record.state.is_terminal() {
             return Box::pin(ready(Err(self.over())));
         }
@@ -190,13 +190,13 @@ impl BoxActor {
         }
         self.cancel_timers(ctx);
         self.link = None;
-        let (hctx, record, name) = (self.ctx.clone(), self.record.clone(), self.name());
+        let (shared, record, name) = (self.shared.clone(), self.record.clone(), self.name());
         let started = std::time::Instant::now();
         Box::pin(
             async move {
-                let h = hctx.clone();
+                let h = shared.clone();
                 blocking(move || h.host.managed_save(&name).map_err(BoxError::from)).await?;
-                hctx.transition(&record, BoxState::Frozen, Transition::default())
+                shared.transition(&record, BoxState::Frozen, Transition::default())
                     .await
             }
             .into_actor(self)
@@ -204,7 +204,7 @@ impl BoxActor {
                 Ok(record) => {
                     tracing::info!(box_id = %record.id, ms = started.elapsed().as_millis() as u64, "frozen");
                     act.record = record;
-                    act.ctx.release(&act.record.id);
+                    act.shared.release(&act.record.id);
                     act.arm_timers(ctx);
                     Ok(())
                 }
@@ -223,12 +223,13 @@ impl BoxActor {
         }
         self.cancel_timers(ctx);
         self.link = None;
-        let (hctx, record) = (self.ctx.clone(), self.record.clone());
+        let (shared, record) = (self.shared.clone(), self.record.clone());
         Box::pin(
             async move {
-                let (h, id) = (hctx.clone(), record.id.clone());
+                let (h, id) = (shared.clone(), record.id.clone());
                 blocking(move || h.teardown(&id)).await?;
-                hctx.transition(&record, BoxState::Stopped, Transition::default())
+                shared
+                    .transition(&record, BoxState::Stopped, Transition::default())
                     .await
             }
             .into_actor(self)
@@ -253,7 +254,7 @@ impl Handler<Status> for BoxActor {
             Box::pin(ready(Ok(())))
         };
         AtomicResponse::new(Box::pin(thaw.then(move |result, act, _| match result {
-            Ok(()) => act.status_after_thaw(msg.touch),
+            Ok(()) => act.refresh(msg.touch),
             Err(e) => Box::pin(ready(Err(e))),
         })))
     }
@@ -270,14 +271,14 @@ impl Handler<Keep> for BoxActor {
                 if let Err(e) = result {
                     return Box::pin(ready(Err(e)));
                 }
-                let (store, id) = (act.ctx.store.clone(), act.record.id.clone());
+                let (store, id) = (act.shared.store.clone(), act.record.id.clone());
                 Box::pin(
                     async move { blocking(move || store.set_box_keep(&id, msg.keep_secs)).await }
                         .into_actor(act)
                         .then(move |result, act, _| match result {
                             Ok(()) => {
                                 act.record.keep_secs = msg.keep_secs;
-                                act.status_after_thaw(true)
+                                act.refresh(true)
                             }
                             Err(e) => Box::pin(ready(Err(e.into()))),
                         }),

@@ -3,9 +3,9 @@
 //! ledger and the registry of live box actors.
 
 use crate::blocking::blocking;
-use crate::box_::BoxActor;
-use crate::box_::link::{BoxdLink, StreamHandler};
-use crate::box_::state::BoxState;
+use crate::box_actor::BoxActor;
+use crate::box_actor::link::{BoxdLink, StreamHandler};
+use crate::box_actor::state::BoxState;
 use crate::boxnet::{self, BoxNetwork};
 use crate::connectors::Router;
 use crate::connectors::route::BoxRoute;
@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub struct HostContext {
+pub struct HostShared {
     pub host: Arc<dyn Hypervisor>,
     pub store: Store,
     pub settings: BoxSettings,
@@ -64,7 +64,7 @@ pub struct HostFacts {
     pub network: Option<Arc<BoxNetwork>>,
 }
 
-impl HostContext {
+impl HostShared {
     pub fn new(
         host: Arc<dyn Hypervisor>,
         store: Store,
@@ -195,7 +195,7 @@ impl HostContext {
         BoxdLink::over(socket, dial, Some(streams))
     }
 
-    /// [`HostContext::link`] for a box as stored.
+    /// [`HostShared::link`] for a box as stored.
     pub fn link_of(&self, record: &BoxRecord) -> BoxdLink {
         self.link(&record.id, record.account_id.as_ref(), &record.spec)
     }
@@ -386,10 +386,10 @@ impl HostContext {
 }
 
 /// Removes box `id`'s domain (with its managed save) on `host` and its
-/// directory under `boxes_dir`: [`HostContext::teardown`], and `psbx boxes
+/// directory under `boxes_dir`: [`HostShared::teardown`], and `psbx boxes
 /// stop` without a server.
 pub fn teardown(host: &dyn Hypervisor, boxes_dir: &Path, id: &BoxId) -> Result<(), BoxError> {
-    host.remove(&HostContext::domain_name(id))?;
+    host.remove(&HostShared::domain_name(id))?;
     let dir = boxes_dir.join(id.as_str());
     match std::fs::remove_dir_all(&dir) {
         Ok(()) => Ok(()),
