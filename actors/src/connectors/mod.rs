@@ -3,7 +3,9 @@
 //! reaches an address"; DESIGN.md §3, §5, §8).
 //!
 //! [`Hub`] keeps, per connection, the wire sessions of every connector copy
-//! connected here, and the box streams open through each environment address.
+//! connected here, the box streams open through each environment address,
+//! and each environment's address table (its connections, read again after
+//! [`ADDRESS_TABLE_TTL`] or at once when this replica changes them).
 //! It is shared state behind a mutex rather than an actor per environment:
 //! every operation is a short lookup or insertion with no ordering between
 //! messages to keep, and routing a stream must not wait behind a mailbox.
@@ -23,13 +25,15 @@ pub mod session;
 pub use route::Router;
 
 use crate::environments::address::Endpoint;
-use crate::ids::{ConnectionId, EnvironmentId};
+use crate::ids::{AccountId, ConnectionId, EnvironmentId};
+use crate::store::ConnectionRecord;
 use chrono::{DateTime, Utc};
 pub use psbx_wire::frame::Refusal;
 use psbx_wire::frame::code;
 use psbx_wire::mux::{OpenError, Session, Stream};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// A connection's live state, as reads show it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -54,6 +58,19 @@ struct OpenStream {
     reset: tokio::sync::oneshot::Sender<&'static str>,
 }
 
+/// An environment's connections as last read, to route box streams without
+/// two queries per connection.
+struct AddressTable {
+    read_at: Instant,
+    env_id: EnvironmentId,
+    connections: Vec<ConnectionRecord>,
+}
+
+/// How long a table read here is used. This replica's own changes (addresses
+/// set, a connection or the environment deleted) drop it at once; another
+/// replica's reach this one within this time.
+pub const ADDRESS_TABLE_TTL: Duration = Duration::from_secs(5);
+
 #[derive(Default)]
 struct State {
     next: u64,
@@ -63,6 +80,8 @@ struct State {
     last_seen: HashMap<ConnectionId, DateTime<Utc>>,
     /// (environment id, address) → box streams open through it.
     streams: HashMap<(EnvironmentId, Endpoint), Vec<OpenStream>>,
+    /// (account, environment name) → its address table.
+    tables: HashMap<(AccountId, String), AddressTable>,
 }
 
 /// Cheap to clone; one per replica.
@@ -264,10 +283,43 @@ impl Hub {
         }
     }
 
+    /// The environment's id and connections as read less than
+    /// [`ADDRESS_TABLE_TTL`] ago, if they were.
+    pub fn address_table(
+        &self,
+        account: &AccountId,
+        env_name: &str,
+    ) -> Option<(EnvironmentId, Vec<ConnectionRecord>)> {
+        let state = self.lock();
+        let table = state.tables.get(&(account.clone(), env_name.to_owned()))?;
+        (table.read_at.elapsed() < ADDRESS_TABLE_TTL)
+            .then(|| (table.env_id.clone(), table.connections.clone()))
+    }
+
+    /// Keeps an environment's connections as just read.
+    pub fn keep_address_table(
+        &self,
+        account: &AccountId,
+        env_name: &str,
+        env_id: &EnvironmentId,
+        connections: &[ConnectionRecord],
+    ) {
+        self.lock().tables.insert(
+            (account.clone(), env_name.to_owned()),
+            AddressTable {
+                read_at: Instant::now(),
+                env_id: env_id.clone(),
+                connections: connections.to_vec(),
+            },
+        );
+    }
+
     /// Closes the open box streams of environment `env` whose address is not
-    /// in `listed` any more.
+    /// in `listed` any more, and drops its address table (read again at the
+    /// next stream).
     pub fn unlisted(&self, env: &EnvironmentId, listed: &[Endpoint]) {
         let mut state = self.lock();
+        state.tables.retain(|_, table| &table.env_id != env);
         let gone: Vec<(EnvironmentId, Endpoint)> = state
             .streams
             .keys()
@@ -290,5 +342,45 @@ impl Hub {
     /// What boxes sent through connections, counted on this replica.
     pub fn egress(&self) -> &egress::Egress {
         &self.egress
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_table_is_kept_until_its_environment_changes_here() {
+        let hub = Hub::default();
+        let account = AccountId::parse("acct_a").unwrap();
+        let (env, other) = (
+            EnvironmentId::parse("env_dev").unwrap(),
+            EnvironmentId::parse("env_other").unwrap(),
+        );
+        let connection = ConnectionRecord {
+            id: ConnectionId::parse("conn_office").unwrap(),
+            environment_id: env.clone(),
+            name: "office".into(),
+            endpoints: vec![Endpoint {
+                host: "db.internal".into(),
+                port: 5432,
+            }],
+            created_at: Utc::now(),
+            token_rotated_at: None,
+        };
+        assert!(hub.address_table(&account, "dev").is_none());
+        hub.keep_address_table(&account, "dev", &env, std::slice::from_ref(&connection));
+        assert_eq!(
+            hub.address_table(&account, "dev"),
+            Some((env.clone(), vec![connection]))
+        );
+        assert!(hub.address_table(&account, "staging").is_none());
+        let stranger = AccountId::parse("acct_b").unwrap();
+        assert!(hub.address_table(&stranger, "dev").is_none());
+        // Another environment's change leaves it; its own drops it.
+        hub.unlisted(&other, &[]);
+        assert!(hub.address_table(&account, "dev").is_some());
+        hub.unlisted(&env, &[]);
+        assert!(hub.address_table(&account, "dev").is_none());
     }
 }

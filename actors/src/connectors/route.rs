@@ -8,7 +8,7 @@ use crate::blocking::blocking;
 use crate::environments::Connection;
 use crate::environments::address::{Endpoint, RawEndpoint, check};
 use crate::ids::{AccountId, BoxId, EnvironmentId};
-use crate::store::Store;
+use crate::store::{ConnectionRecord, Store};
 use psbx_wire::boxd::PrivateEndpoint;
 use psbx_wire::frame::{Refusal, code};
 use psbx_wire::mux::Incoming;
@@ -123,13 +123,39 @@ impl Router {
                 "this box was not started in an environment",
             ));
         };
-        let (store, account) = (self.store.clone(), route.account.clone());
+        let (env_id, connections) = match self.hub.address_table(&route.account, &name) {
+            Some(table) => table,
+            None => self.read_table(&route.account, &name).await?,
+        };
+        // By name: when two connections list the address, the first wins.
+        connections
+            .into_iter()
+            .map(Connection::from)
+            .find(|c| c.record.endpoints.contains(address))
+            .map(|c| (env_id, c))
+            .ok_or_else(|| {
+                Refusal::new(
+                    code::FORBIDDEN,
+                    format!(
+                        "{address} is no longer listed on any connection of environment \"{name}\""
+                    ),
+                )
+            })
+    }
+
+    /// An environment's id and connections from the store, kept in the hub.
+    async fn read_table(
+        &self,
+        account: &AccountId,
+        name: &str,
+    ) -> Result<(EnvironmentId, Vec<ConnectionRecord>), Refusal> {
+        let (store, a, n) = (self.store.clone(), account.clone(), name.to_owned());
         let found = blocking(move || {
-            let Some(env) = store.environment(&account, &name)? else {
+            let Some(env) = store.environment(&a, &n)? else {
                 return Ok(None);
             };
             let connections = store.connections(&env.id)?;
-            Ok::<_, crate::store::StoreError>(Some((env, connections)))
+            Ok::<_, crate::store::StoreError>(Some((env.id, connections)))
         })
         .await
         .map_err(|e| {
@@ -138,27 +164,12 @@ impl Router {
                 format!("the server could not read the environment: {e}"),
             )
         })?;
-        let Some((env, connections)) = found else {
-            return Err(Refusal::new(
-                code::FORBIDDEN,
-                "the box's environment no longer exists",
-            ));
-        };
-        // By name: when two connections list the address, the first wins.
-        connections
-            .into_iter()
-            .map(Connection::from)
-            .find(|c| c.record.endpoints.contains(address))
-            .map(|c| (env.id.clone(), c))
-            .ok_or_else(|| {
-                Refusal::new(
-                    code::FORBIDDEN,
-                    format!(
-                        "{address} is no longer listed on any connection of environment \"{}\"",
-                        env.name
-                    ),
-                )
-            })
+        let (env_id, connections) = found.ok_or_else(|| {
+            Refusal::new(code::FORBIDDEN, "the box's environment no longer exists")
+        })?;
+        self.hub
+            .keep_address_table(account, name, &env_id, &connections);
+        Ok((env_id, connections))
     }
 }
 
