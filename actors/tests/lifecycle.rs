@@ -222,6 +222,12 @@ fn count(targets: &[String], target: &str) -> usize {
     targets.iter().filter(|t| *t == target).count()
 }
 
+/// The fake saw exactly these calls on `domain`, in this order.
+fn assert_calls(w: &World, domain: &str, expected: &[fn(String) -> Call]) {
+    let expected: Vec<Call> = expected.iter().map(|c| c(domain.to_owned())).collect();
+    assert_eq!(w.fake.calls_on(domain), expected);
+}
+
 /// The box's domain is gone from the host and its actor has ended.
 async fn assert_gone(w: &World, host: &HostStart, id: &BoxId) {
     assert_eq!(w.fake.status(&name(id)), None);
@@ -288,14 +294,10 @@ async fn a_box_freezes_after_its_idle_time_and_thaws_when_read() {
     assert_eq!(thawed.hello.as_ref().unwrap().boot_id, boot_id);
     assert!(thawed.health.is_some(), "boxd was not asked how it is");
     assert_eq!(count(&w.fake.served_on(&domain), "info"), infos + 1);
-    assert_eq!(
-        w.fake.calls_on(&domain),
-        [
-            Call::Define(domain.clone()),
-            Call::Start(domain.clone()),
-            Call::ManagedSave(domain.clone()),
-            Call::Start(domain.clone()),
-        ]
+    assert_calls(
+        &w,
+        &domain,
+        &[Call::Define, Call::Start, Call::ManagedSave, Call::Start],
     );
     let running = w.row(&id);
     assert_eq!(running.state, BoxState::Running);
@@ -352,15 +354,16 @@ async fn a_thaw_waits_for_boxd_and_fails_the_box_when_it_never_answers() {
         "{:?}",
         row.failure
     );
-    assert_eq!(
-        w.fake.calls_on(&domain),
-        [
-            Call::Define(domain.clone()),
-            Call::Start(domain.clone()),
-            Call::ManagedSave(domain.clone()),
-            Call::Start(domain.clone()),
-            Call::Remove(domain.clone()),
-        ]
+    assert_calls(
+        &w,
+        &domain,
+        &[
+            Call::Define,
+            Call::Start,
+            Call::ManagedSave,
+            Call::Start,
+            Call::Remove,
+        ],
     );
     assert_gone(&w, &host, &id).await;
 }
@@ -395,14 +398,7 @@ async fn a_box_is_torn_down_at_its_keep_time() {
     assert_eq!(row.state, BoxState::Stopped);
     assert!(row.stopped_at.is_some());
     assert_eq!(row.failure, None);
-    assert_eq!(
-        w.fake.calls_on(&domain),
-        [
-            Call::Define(domain.clone()),
-            Call::Start(domain.clone()),
-            Call::Remove(domain.clone()),
-        ]
-    );
+    assert_calls(&w, &domain, &[Call::Define, Call::Start, Call::Remove]);
     assert!(!dir.exists(), "the box's files are left");
     assert_gone(&w, &host, &id).await;
 }
@@ -417,14 +413,7 @@ async fn the_pool_fills_to_its_level_and_refills_after_a_claim() {
     let pooled = w.domains_in(DomainStatus::Paused);
     assert_eq!(pooled.len(), 2, "{:?}", w.fake.calls());
     for domain in &pooled {
-        assert_eq!(
-            w.fake.calls_on(domain),
-            [
-                Call::Define(domain.clone()),
-                Call::Start(domain.clone()),
-                Call::Suspend(domain.clone()),
-            ]
-        );
+        assert_calls(&w, domain, &[Call::Define, Call::Start, Call::Suspend]);
         // The pool box said hello before it was paused.
         assert_eq!(count(&w.fake.served_on(domain), "info"), 1);
     }
@@ -435,14 +424,10 @@ async fn the_pool_fills_to_its_level_and_refills_after_a_claim() {
     let made = create(&host, &w, 1, 3600).await.unwrap();
     let claimed = name(&made.record.id);
     assert!(pooled.contains(&claimed), "{claimed} was not a pool box");
-    assert_eq!(
-        w.fake.calls_on(&claimed),
-        [
-            Call::Define(claimed.clone()),
-            Call::Start(claimed.clone()),
-            Call::Suspend(claimed.clone()),
-            Call::Resume(claimed.clone()),
-        ]
+    assert_calls(
+        &w,
+        &claimed,
+        &[Call::Define, Call::Start, Call::Suspend, Call::Resume],
     );
     let row = w.row(&made.record.id);
     assert_eq!(row.state, BoxState::Running);
