@@ -1,6 +1,14 @@
 //! What every actor of one host shares: the libvirt connection, the store,
 //! the settings, the chosen accelerator, where box files live, the capacity
-//! ledger and the registry of live box actors.
+//! ledger and the registry of live box actors, and the lifecycle steps they
+//! all take (`transition`, `await_hello_and_run`, `fail_box`, `teardown`).
+//!
+//! The ledger and the registry are behind `std::sync::Mutex`es rather than
+//! owned by the HostSupervisor: each use is a lookup or an insertion held for
+//! no await, taken by the API's calls (`Boxes` finds a box's actor) and by
+//! the box actors themselves; a message to the supervisor would put every
+//! exec and status call behind its mailbox, and there is no order between
+//! them to keep.
 
 use crate::blocking::blocking;
 use crate::box_actor::BoxActor;
