@@ -94,13 +94,23 @@ fn path(p: &std::path::Path) -> String {
 
 /// The `owner` attribute of psbx's metadata element (namespace
 /// [`METADATA_URI`], name `box`) in `xml`: a whole domain's XML, or the
-/// element alone as libvirt's metadata call returns it.
+/// element alone as libvirt's metadata call for [`METADATA_URI`] returns it
+/// (libvirt 9 gives it without any namespace: `<box owner="..."/>`).
 pub(crate) fn owner_of(xml: &str) -> Option<String> {
     let doc = roxmltree::Document::parse(xml).ok()?;
-    doc.descendants()
-        .find(|n| n.has_tag_name((METADATA_URI, "box")))?
-        .attribute("owner")
-        .map(str::to_owned)
+    let root = doc.root_element();
+    let alone = root.tag_name().name() == "box"
+        && root
+            .tag_name()
+            .namespace()
+            .is_none_or(|ns| ns == METADATA_URI);
+    let element = if alone {
+        root
+    } else {
+        doc.descendants()
+            .find(|n| n.has_tag_name((METADATA_URI, "box")))?
+    };
+    element.attribute("owner").map(str::to_owned)
 }
 
 impl DomainSpec {
@@ -255,8 +265,13 @@ mod tests {
 
     #[test]
     fn the_owner_reads_back_as_libvirt_returns_it() {
-        // libvirt's metadata call gives the element alone, with the
-        // namespace as the default one and double quotes.
+        // libvirt 9's metadata call gives the element alone, without its
+        // namespace (the call named it), with double quotes.
+        assert_eq!(
+            owner_of("<box owner=\"inst_yo89f43fe9g6gc34\"/>").as_deref(),
+            Some("inst_yo89f43fe9g6gc34")
+        );
+        // Others may keep the namespace, as the default one or a prefix.
         assert_eq!(
             owner_of("<box xmlns=\"urn:psbx:box\" owner=\"inst_1\"/>").as_deref(),
             Some("inst_1")
@@ -271,7 +286,11 @@ mod tests {
             Some("x")
         );
         // Not psbx's element, or no owner on it, or not XML: no owner.
-        assert_eq!(owner_of("<box owner=\"x\"/>"), None);
+        assert_eq!(owner_of("<box xmlns=\"urn:other\" owner=\"x\"/>"), None);
+        assert_eq!(
+            owner_of("<domain><metadata><box owner=\"x\"/></metadata></domain>"),
+            None
+        );
         assert_eq!(
             owner_of("<other xmlns=\"urn:psbx:box\" owner=\"x\"/>"),
             None

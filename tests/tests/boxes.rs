@@ -153,7 +153,7 @@ fn restarts_keep_running_boxes_and_leave_no_half_made_ones() {
     s.restart();
     let (status, back) = s.call("GET", &format!("/v1/boxes/{x_id}"), None);
     assert_eq!(status, 200, "{back}");
-    assert_eq!(back["state"], "running");
+    assert_eq!(back["state"], "running", "{back}");
     assert_eq!(back["health"]["answering"], true, "{back}");
     assert_eq!(back["health"]["bootId"], x_boot.as_str());
     assert!(back["freezesAt"].as_str().unwrap() >= x_freezes.as_str());
