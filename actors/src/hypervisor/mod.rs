@@ -27,12 +27,12 @@ pub trait ChannelIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> ChannelIo for T {}
 
 /// One connection to a box's channel.
-pub type Channel = Box<dyn ChannelIo>;
+pub type ChannelStream = Box<dyn ChannelIo>;
 
 /// Opens a new connection to a box's channel; the link to boxd calls it for
 /// every session (it may fail while the domain is not running yet).
 pub type Dial =
-    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = io::Result<Channel>> + Send>> + Send + Sync>;
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = io::Result<ChannelStream>> + Send>> + Send + Sync>;
 
 /// The calls the actors make on a host's hypervisor (see
 /// [`psbx_libvirt::Host`] for what each does).
@@ -69,7 +69,7 @@ pub fn unix_dial(socket: &Path) -> Dial {
         let socket = socket.clone();
         Box::pin(async move {
             let stream = tokio::net::UnixStream::connect(&socket).await?;
-            Ok(Box::new(stream) as Channel)
+            Ok(Box::new(stream) as ChannelStream)
         })
     })
 }

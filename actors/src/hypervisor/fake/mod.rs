@@ -13,7 +13,7 @@
 
 mod boxd;
 
-use super::{Channel, Dial, Hypervisor};
+use super::{ChannelStream, Dial, Hypervisor};
 use boxd::Power;
 use psbx_libvirt::{DOMAIN_PREFIX, DomainInfo, DomainSpec, DomainStatus, LibvirtError};
 use std::collections::BTreeMap;
@@ -208,7 +208,7 @@ impl FakeHypervisor {
 
     /// A connection to the channel at `socket`: refused unless its domain
     /// runs or is paused (QEMU listens on it only then).
-    fn connect(&self, socket: &Path) -> io::Result<Channel> {
+    fn connect(&self, socket: &Path) -> io::Result<ChannelStream> {
         let inner = self.lock();
         let Some((name, domain)) = inner.domains.iter().find(|(_, d)| d.socket == socket) else {
             return Err(io::Error::new(
