@@ -292,12 +292,19 @@ impl Drop for DomainGuard {
                 .load(&mut conn)
                 .unwrap_or_default();
         for Id { id } in installation {
-            let _ = Command::new("nft")
-                .args(["delete", "table", "inet", &network_table(&id)])
-                .stderr(std::process::Stdio::null())
-                .status();
+            delete_network_table(&network_table(&id));
         }
     }
+}
+
+/// Deletes an nftables table of a box network; false when nft could not
+/// (absent, or held by another program).
+pub fn delete_network_table(table: &str) -> bool {
+    Command::new("nft")
+        .args(["delete", "table", "inet", table])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// The nftables table of an installation's box network.

@@ -20,7 +20,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use psbx_tests::netns::{Listener, Netns};
-use psbx_tests::vm::{BoxServer, network_table};
+use psbx_tests::vm::{BoxServer, delete_network_table, network_table};
 use psbx_tests::wait;
 use serde_json::json;
 use std::net::Ipv4Addr;
@@ -256,13 +256,7 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     );
 
     // Rules removed under the server are put back.
-    assert!(
-        Command::new("nft")
-            .args(["delete", "table", "inet", &table])
-            .status()
-            .unwrap()
-            .success()
-    );
+    assert!(delete_network_table(&table), "nft could not delete {table}");
     wait::until("the rules to be put back", Duration::from_secs(30), || {
         table_present(&table).then_some(())
     });
@@ -609,13 +603,7 @@ fn installations_keep_their_own_rules() {
 fn no_box_starts_without_its_rules() {
     let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true");
     let table = network_table(&s.installation());
-    assert!(
-        Command::new("nft")
-            .args(["delete", "table", "inet", &table])
-            .status()
-            .unwrap()
-            .success()
-    );
+    assert!(delete_network_table(&table), "nft could not delete {table}");
     // The holder keeps its table for as long as it runs.
     struct Holder(std::process::Child);
     impl Drop for Holder {
