@@ -379,8 +379,7 @@ impl Boxes {
         let (_, link, _) = self.channel(account, id).await?;
         let done: Done = link
             .request(Service::Signal, &Signal { pid, signal }, SERVICE)
-            .await
-            .map_err(BoxError::from)?;
+            .await?;
         if done.ok {
             Ok(())
         } else {
@@ -493,10 +492,7 @@ async fn open_log(
     offset: u64,
     follow: bool,
 ) -> Result<Stream, BoxError> {
-    let mut stream = link
-        .open(Service::Logs, SERVICE)
-        .await
-        .map_err(BoxError::from)?;
+    let mut stream = link.open(Service::Logs, SERVICE).await?;
     let body = serde_json::to_vec(&Logs {
         pid,
         offset,

@@ -39,10 +39,7 @@ impl Boxes {
         upload: impl Stream<Item = Result<Bytes, E>>,
     ) -> Result<Synced, BoxError> {
         let (_, link, _) = self.channel(account, id).await?;
-        let stream = link
-            .open(Service::Sync, SERVICE)
-            .await
-            .map_err(BoxError::from)?;
+        let stream = link.open(Service::Sync, SERVICE).await?;
         sync_over(stream, dest, upload).await
     }
 }
