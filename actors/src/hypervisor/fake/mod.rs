@@ -193,6 +193,25 @@ impl FakeHypervisor {
     }
 
     /// Records `call`, then applies `f` to the domain it names.
+    /// Records `call` and moves its domain to `to` when it is in one of
+    /// `from`, as libvirt does; refuses it otherwise.
+    fn step(
+        &self,
+        call: Call,
+        verb: &str,
+        from: &[DomainStatus],
+        to: DomainStatus,
+    ) -> Result<(), LibvirtError> {
+        let name = call.domain().unwrap_or_default().to_owned();
+        self.on_domain(call, |domain, _| {
+            if !from.contains(&domain.status) {
+                return Err(refused(&name, domain.status, verb));
+            }
+            domain.set(to);
+            Ok(())
+        })
+    }
+
     fn on_domain(
         &self,
         call: Call,
@@ -271,35 +290,30 @@ impl Hypervisor for FakeHypervisor {
     }
 
     fn suspend(&self, name: &str) -> Result<(), LibvirtError> {
-        self.on_domain(Call::Suspend(name.to_owned()), |domain, _| {
-            match domain.status {
-                DomainStatus::Running => domain.set(DomainStatus::Paused),
-                status => return Err(refused(name, status, "suspend")),
-            }
-            Ok(())
-        })
+        self.step(
+            Call::Suspend(name.to_owned()),
+            "suspend",
+            &[DomainStatus::Running],
+            DomainStatus::Paused,
+        )
     }
 
     fn resume(&self, name: &str) -> Result<(), LibvirtError> {
-        self.on_domain(Call::Resume(name.to_owned()), |domain, _| {
-            match domain.status {
-                DomainStatus::Paused => domain.set(DomainStatus::Running),
-                status => return Err(refused(name, status, "resume")),
-            }
-            Ok(())
-        })
+        self.step(
+            Call::Resume(name.to_owned()),
+            "resume",
+            &[DomainStatus::Paused],
+            DomainStatus::Running,
+        )
     }
 
     fn managed_save(&self, name: &str) -> Result<(), LibvirtError> {
-        self.on_domain(Call::ManagedSave(name.to_owned()), |domain, _| {
-            match domain.status {
-                DomainStatus::Running | DomainStatus::Paused => {
-                    domain.set(DomainStatus::ShutOff { saved: true })
-                }
-                status => return Err(refused(name, status, "save")),
-            }
-            Ok(())
-        })
+        self.step(
+            Call::ManagedSave(name.to_owned()),
+            "save",
+            &[DomainStatus::Running, DomainStatus::Paused],
+            DomainStatus::ShutOff { saved: true },
+        )
     }
 
     fn remove(&self, name: &str) -> Result<(), LibvirtError> {
