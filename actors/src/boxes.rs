@@ -45,6 +45,9 @@ pub struct CreateRequest {
 const MAX_NAME: usize = 100;
 /// How long a service request to boxd may take.
 const SERVICE: Duration = Duration::from_secs(30);
+/// How long past a command's own time limit the server waits for boxd to say
+/// it ended (boxd kills it at the limit; this is for a boxd that does not).
+pub const EXEC_GRACE: Duration = Duration::from_secs(30);
 
 const MAX_GOAL: usize = 2000;
 
@@ -76,7 +79,7 @@ impl Boxes {
     }
 
     /// What a box started in environment `name` takes with it; the summary
-    /// and the sealed mask values go into its spec.
+    /// goes into its spec.
     async fn claim(
         &self,
         account: &AccountId,
@@ -88,13 +91,6 @@ impl Boxes {
         let env = self.environments.for_box(account, name).await?;
         let claim = EnvironmentClaim::new(env);
         spec.claimed = Some(claim.summary.clone());
-        if !claim.mask.is_empty() {
-            spec.environment_mask = Some(
-                seal_mask(&self.secrets.vault(), account.as_str(), &claim.mask).ok_or_else(
-                    || BoxError::Internal("cannot seal the environment's mask".into()),
-                )?,
-            );
-        }
         Ok(claim)
     }
 
@@ -161,6 +157,18 @@ impl Boxes {
         let (files, mask, endpoints) = claim
             .map(|c| (c.files, c.mask, c.endpoints))
             .unwrap_or_default();
+        // What the box receives, sealed into its spec: the values masked after a restart.
+        let masked: Vec<String> = env
+            .iter()
+            .map(|(_, v)| v.clone())
+            .chain(mask.iter().cloned())
+            .collect();
+        if !masked.is_empty() {
+            spec.mask = Some(
+                seal_mask(&self.secrets.vault(), account.as_str(), &masked)
+                    .ok_or_else(|| BoxError::Internal("cannot seal the box's mask".into()))?,
+            );
+        }
         let host = self.host()?;
         let made = host
             .supervisor
@@ -321,7 +329,11 @@ impl Boxes {
 
     /// Runs a command: its events (output masked) arrive on the receiver. A
     /// command that cannot start is an error here; a foreground command keeps
-    /// the box awake while it runs.
+    /// the box awake while it runs and its caller holds the receiver. Dropping
+    /// the receiver ends the reading (the command runs on in the box, and no
+    /// longer counts as activity). The server does not take boxd's word for
+    /// the command's time limit: past `timeout_s` and [`EXEC_GRACE`] without
+    /// an exit, the receiver gets [`BoxError::Overran`] and ends.
     pub async fn exec(
         &self,
         account: &AccountId,
@@ -330,6 +342,12 @@ impl Boxes {
     ) -> Result<mpsc::Receiver<Result<ExecEvent, BoxError>>, BoxError> {
         let (addr, link, masker) = self.channel(account, id).await?;
         let mut command = Command::start(&link, &request, masker).await?;
+        let limit = request
+            .timeout_s
+            .filter(|_| !request.background)
+            .map(Duration::from_secs);
+        let deadline =
+            tokio::time::Instant::now() + limit.map_or(Duration::MAX / 4, |l| l + EXEC_GRACE);
         // The first event says whether the command started at all.
         let first = command
             .next()
@@ -354,6 +372,12 @@ impl Boxes {
                         }
                     },
                     _ = keepalive.tick() => addr.do_send(Touch),
+                    () = tx.closed() => return,
+                    () = tokio::time::sleep_until(deadline) => {
+                        let limit = limit.unwrap_or_default();
+                        let _ = tx.send(Err(BoxError::Overran { limit, grace: EXEC_GRACE })).await;
+                        return;
+                    }
                 }
             }
         });
@@ -362,10 +386,15 @@ impl Boxes {
 
     /// The box's background commands.
     pub async fn processes(&self, account: &AccountId, id: &str) -> Result<Vec<Process>, BoxError> {
-        let (_, link, _) = self.channel(account, id).await?;
-        link.request(Service::Processes, &(), SERVICE)
-            .await
-            .map_err(BoxError::from)
+        let (_, link, masker) = self.channel(account, id).await?;
+        let mut processes: Vec<Process> = link.request(Service::Processes, &(), SERVICE).await?;
+        for p in &mut processes {
+            p.cmd = masker.mask(&p.cmd);
+            if let Some(exit) = &mut p.exit {
+                masker.mask_all(&mut exit.private_endpoint_errors);
+            }
+        }
+        Ok(processes)
     }
 
     /// Signals a background command's process group.
@@ -419,9 +448,10 @@ impl Boxes {
 
     /// Follows a background command's output (masked) from `offset` while it
     /// runs; the receiver ends once the command has exited and all its output
-    /// arrived. Following keeps the box awake. When the receiver is dropped
-    /// before the end, following goes on without it, so a command someone is
-    /// waiting for is not frozen under them before it ends.
+    /// arrived. Following keeps the box awake while the caller holds the
+    /// receiver; once it is dropped, following ends (the command runs on and
+    /// its output stays in its log, but it no longer counts as activity: a
+    /// box nobody waits on freezes and expires on time).
     pub async fn follow(
         &self,
         account: &AccountId,
@@ -442,8 +472,8 @@ impl Boxes {
                     read = stream.read(&mut chunk) => match read {
                         Ok(0) => break,
                         Ok(n) => {
-                            if !tx.is_closed() {
-                                let _ = tx.send(Ok(mask.push(&chunk[..n]))).await;
+                            if tx.send(Ok(mask.push(&chunk[..n]))).await.is_err() {
+                                return;
                             }
                         }
                         Err(e) => {
@@ -452,6 +482,7 @@ impl Boxes {
                         }
                     },
                     _ = keepalive.tick() => addr.do_send(Touch),
+                    () = tx.closed() => return,
                 }
             }
             let _ = tx.send(Ok(mask.finish())).await;

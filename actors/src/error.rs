@@ -7,6 +7,7 @@ use crate::environments::EnvError;
 use crate::secrets::SecretError;
 use crate::store::StoreError;
 use psbx_libvirt::LibvirtError;
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BoxError {
@@ -46,6 +47,14 @@ pub enum BoxError {
         "the connection to boxd broke while the command ran ({0}); the command may still be running in the box"
     )]
     ChannelLost(#[source] std::io::Error),
+    /// boxd had not said a command ended `grace` past its time limit (boxd
+    /// kills it at the limit; one that does not is not believed).
+    #[error(
+        "the command's time limit is {}s and boxd had not said it ended {}s later: the server stopped waiting; the command may still be running in the box",
+        limit.as_secs(),
+        grace.as_secs()
+    )]
+    Overran { limit: Duration, grace: Duration },
     /// An upload to unpack in a box broke off before its end.
     #[error("reading the upload: {0}")]
     Upload(String),

@@ -23,10 +23,17 @@ pub struct BoxSpec {
     /// What that environment gave the box: a summary without secret values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claimed: Option<Claimed>,
-    /// The environment's secret-looking values, sealed with the vault, so a
-    /// restarted server masks what the box actually received.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub environment_mask: Option<SealedMask>,
+    /// The values masked in the box's output as it received them (its
+    /// secrets' values and the environment's secret-looking ones), sealed with
+    /// the vault at the start, so a restarted server masks what the box holds
+    /// even after a secret was changed or deleted. Older rows call it
+    /// `environmentMask` (then it holds the environment's values only).
+    #[serde(
+        default,
+        alias = "environmentMask",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub mask: Option<SealedMask>,
 }
 
 /// A service a box runs, as its caller described it.

@@ -14,16 +14,23 @@
 use diesel::{Connection, PgConnection, RunQueryDsl};
 use psbx_actors::box_actor::state::BoxState;
 use psbx_actors::box_actor::{BoxSnapshot, Status, Stop};
+use psbx_actors::boxes::{Boxes, CreateRequest, EXEC_GRACE};
+use psbx_actors::environments::Environments;
 use psbx_actors::error::BoxError;
+use psbx_actors::exec::run::ExecEvent;
 use psbx_actors::host::shared::HostShared;
 use psbx_actors::host::{Connected, CreateBox, HostStart, PoolLevels, supervise};
 use psbx_actors::hypervisor::Hypervisor;
 use psbx_actors::hypervisor::fake::{Call, FakeHypervisor};
 use psbx_actors::ids::{AccountId, BoxId};
+use psbx_actors::secrets::Secrets;
+use psbx_actors::secrets::vault::Vault;
 use psbx_actors::settings::{BoxSettings, Unit};
+use psbx_actors::spec::BoxSpec;
 use psbx_actors::store::{BoxRecord, NewBox, PoolOptions, Store};
 use psbx_libvirt::{Accel, DomainStatus, HostResources};
 use psbx_tests::TestDatabase;
+use psbx_wire::boxd::ExecRequest;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,15 +133,30 @@ impl World {
             self.store.clone(),
             self.settings.clone(),
             self.server_id.clone(),
-            psbx_actors::secrets::Secrets::new(
-                self.store.clone(),
-                psbx_actors::secrets::vault::Vault::from_key(&[7u8; 32]),
-            )
-            .unwrap(),
+            Secrets::new(self.store.clone(), Vault::from_key(&[7u8; 32])).unwrap(),
             psbx_actors::connectors::Router::new(Default::default(), self.store.clone()),
         )
         .await
         .unwrap()
+    }
+
+    /// The account-facing API over a started host.
+    fn boxes(&self, host: HostStart) -> Boxes {
+        let vault = Vault::from_key(&[7u8; 32]);
+        let secrets = Secrets::new(self.store.clone(), vault).unwrap();
+        let environments = Environments::new(
+            self.store.clone(),
+            secrets.vault(),
+            Default::default(),
+            "http://127.0.0.1:1",
+        );
+        Boxes::new(
+            self.store.clone(),
+            self.settings.clone(),
+            Ok(host),
+            secrets,
+            environments,
+        )
     }
 
     fn row(&self, id: &BoxId) -> BoxRecord {
@@ -584,4 +606,127 @@ async fn lifecycle_calls_a_box_cannot_take_change_nothing() {
     sleep(IDLE + MINUTE).await;
     assert_eq!(w.fake.calls_on(&domain), after_stop);
     assert_eq!(w.row(&id), row);
+}
+
+/// A box of the world's account, and the API over its host.
+async fn started_box(w: &World) -> (Boxes, BoxId) {
+    let host = w.start().await;
+    let made = create(&host, w, 1, 3600).await.unwrap();
+    (w.boxes(host), made.record.id)
+}
+
+#[actix_rt::test]
+async fn following_keeps_a_box_awake_only_while_someone_reads() {
+    tokio::time::pause();
+    let w = world(0);
+    let (boxes, id) = started_box(&w).await;
+    // Read: the box stays up past its idle time (boxd never ends the log).
+    let mut chunks = boxes.follow(&w.account, id.as_str(), 7, 0).await.unwrap();
+    assert_eq!(chunks.recv().await.unwrap().unwrap(), b"working\n");
+    sleep(IDLE + 2 * MINUTE).await;
+    assert_eq!(w.row(&id).state, BoxState::Running, "frozen under a reader");
+    // Nobody reads any more: the follow ends and the box freezes on time.
+    drop(chunks);
+    sleep(IDLE + 2 * MINUTE).await;
+    assert_eq!(
+        w.row(&id).state,
+        BoxState::Frozen,
+        "an orphaned follow kept it awake"
+    );
+}
+
+#[actix_rt::test]
+async fn an_exec_whose_caller_left_does_not_keep_a_box_awake() {
+    tokio::time::pause();
+    let w = world(0);
+    let (boxes, id) = started_box(&w).await;
+    let request = ExecRequest {
+        cmd: "sleep infinity".into(),
+        cwd: "/work".into(),
+        env: vec![],
+        timeout_s: None,
+        background: false,
+    };
+    let mut events = boxes.exec(&w.account, id.as_str(), request).await.unwrap();
+    assert_eq!(events.recv().await.unwrap().unwrap(), ExecEvent::Started(7));
+    drop(events);
+    sleep(IDLE + 2 * MINUTE).await;
+    assert_eq!(
+        w.row(&id).state,
+        BoxState::Frozen,
+        "an orphaned exec kept it awake"
+    );
+}
+
+#[actix_rt::test]
+async fn the_server_ends_an_exec_boxd_never_ends_at_its_limit_and_grace() {
+    tokio::time::pause();
+    let w = world(0);
+    let (boxes, id) = started_box(&w).await;
+    let request = ExecRequest {
+        cmd: "sleep 60".into(),
+        cwd: "/work".into(),
+        env: vec![],
+        timeout_s: Some(60),
+        background: false,
+    };
+    let started = tokio::time::Instant::now();
+    let mut events = boxes.exec(&w.account, id.as_str(), request).await.unwrap();
+    assert_eq!(events.recv().await.unwrap().unwrap(), ExecEvent::Started(7));
+    assert_eq!(
+        events.recv().await.unwrap().unwrap(),
+        ExecEvent::Stdout(b"working\n".to_vec())
+    );
+    let last = tokio::time::timeout(10 * MINUTE, events.recv())
+        .await
+        .expect("the exec went on past its time limit");
+    match last {
+        Some(Err(BoxError::Overran { limit, grace })) => {
+            assert_eq!((limit, grace), (MINUTE, EXEC_GRACE));
+        }
+        other => panic!("expected the server to give up on the command, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() >= MINUTE + EXEC_GRACE,
+        "gave up before limit and grace"
+    );
+    assert!(events.recv().await.is_none(), "the exec's events went on");
+}
+
+#[actix_rt::test]
+async fn output_is_masked_with_the_secret_values_a_box_received_also_after_they_changed() {
+    tokio::time::pause();
+    let w = world(0);
+    let host = w.start().await;
+    let shared = host.shared.clone();
+    let boxes = w.boxes(host);
+    let secrets = Secrets::new(w.store.clone(), Vault::from_key(&[7u8; 32])).unwrap();
+    secrets
+        .put(&w.account, "S", "first-value-of-s")
+        .await
+        .unwrap();
+    let made = boxes
+        .create(
+            w.account.clone(),
+            CreateRequest {
+                spec: BoxSpec::new(vec![], vec!["S".into()], None),
+                ..CreateRequest::default()
+            },
+        )
+        .await
+        .unwrap();
+    // Changed, then deleted, after the box received it.
+    secrets
+        .put(&w.account, "S", "second-value-of-s")
+        .await
+        .unwrap();
+    secrets.delete(&w.account, "S").await.unwrap();
+    // What a restarted server masks the box's output with (start.rs's adoption).
+    let masker = shared.masker_for(&w.row(&made.record.id)).await;
+    assert_eq!(masker.mask("S=first-value-of-s"), "S=****");
+    let stored = serde_json::to_string(&w.row(&made.record.id).spec.to_json()).unwrap();
+    assert!(
+        !stored.contains("first-value-of-s"),
+        "the value is stored in the clear: {stored}"
+    );
 }

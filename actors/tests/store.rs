@@ -329,7 +329,7 @@ fn a_box_spec_reads_back_typed_and_a_malformed_one_is_an_error() {
         BoxSpec::default()
     );
     let spec = BoxSpec {
-        environment_mask: Some(SealedMask {
+        mask: Some(SealedMask {
             nonce: "00".into(),
             ciphertext: "ff".into(),
         }),

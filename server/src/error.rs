@@ -283,6 +283,11 @@ impl From<psbx_actors::error::BoxError> for ApiError {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "box_channel_lost", e.to_string())
                     .hint("run it again once the box answers; `GET /v1/boxes/{id}/processes` lists its background commands")
             }
+            E::Overran { .. } => {
+                tracing::warn!(error = %e, "boxd did not end a command at its time limit");
+                Self::new(StatusCode::GATEWAY_TIMEOUT, "box_not_answering", e.to_string())
+                    .hint("`GET /v1/boxes/{id}/processes` shows whether it still runs; end it with DELETE /v1/boxes/{id}/processes/{pid}")
+            }
             E::Upload(_) => Self::bad_request("invalid_body", e.to_string()),
             E::SyncRefused(reason) => Self::bad_request("sync_refused", reason).hint(
                 "send a tar of relative paths without '..' or links leaving the destination",

@@ -101,7 +101,12 @@ impl BoxActor {
         HostShared::domain_name(&self.record.id)
     }
 
-    fn snapshot(&self, health: Option<Health>) -> BoxSnapshot {
+    fn snapshot(&self, mut health: Option<Health>) -> BoxSnapshot {
+        for endpoint in health.iter_mut().flat_map(|h| &mut h.private_endpoints) {
+            if let Some(failure) = &mut endpoint.last_failure {
+                *failure = self.masker.mask(failure);
+            }
+        }
         BoxSnapshot::of(
             self.record.clone(),
             self.hello.clone(),

@@ -38,9 +38,12 @@ impl Boxes {
         dest: &str,
         upload: impl Stream<Item = Result<Bytes, E>>,
     ) -> Result<Synced, BoxError> {
-        let (_, link, _) = self.channel(account, id).await?;
+        let (_, link, masker) = self.channel(account, id).await?;
         let stream = link.open(Service::Sync, SERVICE).await?;
-        sync_over(stream, dest, upload).await
+        sync_over(stream, dest, upload).await.map_err(|e| match e {
+            BoxError::SyncRefused(why) => BoxError::SyncRefused(masker.mask(&why)),
+            other => other,
+        })
     }
 }
 

@@ -34,6 +34,28 @@ impl Masker {
         };
         Self { matcher, longest }
     }
+
+    /// `text` with every secret value in it masked: for the strings boxd
+    /// makes itself (a refusal, an endpoint failure, a command line), which a
+    /// box may fill with what it was given.
+    pub fn mask(&self, text: &str) -> String {
+        let Some(matcher) = &self.matcher else {
+            return text.to_owned();
+        };
+        let mut out = String::with_capacity(text.len());
+        matcher.replace_all_with(text, &mut out, |_, _, dst| {
+            dst.push_str("****");
+            true
+        });
+        out
+    }
+
+    /// [`Masker::mask`] of each string.
+    pub fn mask_all(&self, texts: &mut [String]) {
+        for text in texts {
+            *text = self.mask(text);
+        }
+    }
 }
 
 /// Masking of one output stream, chunk by chunk.
@@ -106,6 +128,19 @@ mod tests {
         }
         out.extend(s.finish());
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn masks_whole_strings() {
+        let masker = Masker::new(["supersecret12", "short"]);
+        assert_eq!(
+            masker.mask("cd /x && echo supersecret12; short"),
+            "cd /x && echo ****; short"
+        );
+        let mut texts = vec!["a supersecret12".to_owned(), "b".to_owned()];
+        masker.mask_all(&mut texts);
+        assert_eq!(texts, ["a ****", "b"]);
+        assert_eq!(Masker::default().mask("supersecret12"), "supersecret12");
     }
 
     #[test]

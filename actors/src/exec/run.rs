@@ -30,6 +30,8 @@ const OPEN: Duration = Duration::from_secs(30);
 /// straight off boxd's stream (no task of its own, no channel).
 pub struct Command {
     stream: Stream,
+    /// For the strings boxd makes itself (a refusal, endpoint failures).
+    masker: Arc<Masker>,
     background: bool,
     out: MaskStream,
     err: MaskStream,
@@ -59,7 +61,8 @@ impl Command {
             stream,
             background: request.background,
             out: MaskStream::new(masker.clone()),
-            err: MaskStream::new(masker),
+            err: MaskStream::new(masker.clone()),
+            masker,
             buf: Vec::new(),
             chunk: vec![0u8; 64 * 1024],
             pending: VecDeque::new(),
@@ -115,8 +118,11 @@ impl Command {
                 }
                 Record::Stdout(b) => self.pending.push_back(ExecEvent::Stdout(self.out.push(&b))),
                 Record::Stderr(b) => self.pending.push_back(ExecEvent::Stderr(self.err.push(&b))),
-                Record::Failed(why) => self.failed = Some(BoxError::Invalid(why)),
-                Record::Exit(exit) => {
+                Record::Failed(why) => {
+                    self.failed = Some(BoxError::Invalid(self.masker.mask(&why)))
+                }
+                Record::Exit(mut exit) => {
+                    self.masker.mask_all(&mut exit.private_endpoint_errors);
                     self.pending.extend([
                         ExecEvent::Stdout(self.out.finish()),
                         ExecEvent::Stderr(self.err.finish()),

@@ -283,7 +283,7 @@ async fn configure(
         .await;
     let failure = match answer {
         Ok(done) if done.ok => return Ok((booted, masker)),
-        Ok(done) => done.error.unwrap_or_default(),
+        Ok(done) => masker.mask(&done.error.unwrap_or_default()),
         Err(e) => e.to_string(),
     };
     let error = BoxError::Boot(format!(

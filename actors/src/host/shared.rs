@@ -208,8 +208,10 @@ impl HostShared {
         self.link(&record.id, record.account_id.as_ref(), &record.spec)
     }
 
-    /// The mask of a box's secrets, from the names it was started with (the
-    /// values are read again: boxd keeps its own copy across server restarts).
+    /// The mask of a box's output after a server restart: the values sealed
+    /// into its spec at the start (what boxd still holds, also of a secret
+    /// changed or deleted since), and the current values of the secrets it
+    /// names (boxes started before the values were sealed).
     pub async fn masker_for(&self, record: &BoxRecord) -> Arc<Masker> {
         let (secrets, Some(account)) = (&self.secrets, &record.account_id) else {
             return Arc::new(Masker::default());
@@ -221,16 +223,16 @@ impl HostShared {
                 values.append(&mut v);
             }
         }
-        let settings = crate::environments::claim::open_mask(
+        let sealed = crate::environments::claim::open_mask(
             &secrets.vault(),
             account.as_str(),
-            record.spec.environment_mask.as_ref(),
+            record.spec.mask.as_ref(),
         );
         Arc::new(Masker::new(
             values
                 .iter()
                 .map(|(_, v)| v.as_str())
-                .chain(settings.iter().map(String::as_str)),
+                .chain(sealed.iter().map(String::as_str)),
         ))
     }
 

@@ -103,6 +103,9 @@ pub(super) fn box_failed(e: BoxError) -> CallToolResult {
         BoxError::InvalidTransition(_) => {
             " sandbox_status shows the box's state; ask again once the state allows it."
         }
+        BoxError::Overran { .. } => {
+            " sandbox_status shows whether it still runs; end it with sandbox_exec running `kill -- -<pid>`."
+        }
         BoxError::Boxd(LinkError::NoAnswer(_)) => {
             " The box is busy or stuck: retry in a moment; sandbox_status shows its health."
         }

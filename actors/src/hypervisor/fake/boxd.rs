@@ -3,10 +3,14 @@
 //! `health`, `clock` and `configure`, like boxd's `serve.rs`. It serves only
 //! while the domain runs: a session ends when the domain pauses or stops, and
 //! a connection made while it is paused waits for the resume.
+//!
+//! Its `exec` and `logs` are those of a boxd that never lets go: `exec`
+//! answers `Started` (pid 7) and, for a foreground command, one line of output
+//! and then nothing; `logs` sends one line and keeps the stream open. Both
+//! hold their stream until the domain stops running.
 
 use super::Served;
-use psbx_wire::boxd::Health;
-use psbx_wire::boxd::{BoxInfo, Done};
+use psbx_wire::boxd::{BoxInfo, Done, ExecRequest, Health, Record};
 use psbx_wire::mux::{Config, Incoming, Role, Session};
 use psbx_wire::{Hello, PROTOCOL_VERSION};
 use std::sync::{Arc, Mutex};
@@ -59,6 +63,7 @@ pub(super) async fn serve(
         boot_id,
         features: ["health", "clock"].map(str::to_owned).to_vec(),
     };
+    let watched = power.clone();
     loop {
         tokio::select! {
             incoming = session.accept() => match incoming {
@@ -69,7 +74,7 @@ pub(super) async fn serve(
                             target: incoming.target().to_owned(),
                         });
                     }
-                    tokio::spawn(answer(incoming, info.clone()));
+                    tokio::spawn(answer(incoming, info.clone(), watched.clone()));
                 }
                 None => return,
             },
@@ -82,8 +87,9 @@ pub(super) async fn serve(
 }
 
 /// Reads the request to its end and answers it as boxd would.
-async fn answer(incoming: Incoming, info: BoxInfo) {
+async fn answer(incoming: Incoming, info: BoxInfo, power: watch::Receiver<Power>) {
     let body = match incoming.target() {
+        "exec" | "logs" => return hold(incoming, power).await,
         "info" => serde_json::to_vec(&info),
         "health" => serde_json::to_vec(&Health {
             uptime_s: 1.0,
@@ -105,4 +111,30 @@ async fn answer(incoming: Incoming, info: BoxInfo) {
         .await;
     let _ = stream.write_all(&body.unwrap_or_default()).await;
     let _ = stream.shutdown().await;
+}
+
+/// The `exec` or `logs` of a boxd that never ends them: the first records,
+/// then the stream stays open while the domain runs.
+async fn hold(incoming: Incoming, mut power: watch::Receiver<Power>) {
+    let exec = incoming.target() == "exec";
+    let mut stream = incoming.accept();
+    let mut request = Vec::new();
+    let _ = (&mut stream).take(1 << 20).read_to_end(&mut request).await;
+    let first = if exec {
+        let background = serde_json::from_slice::<ExecRequest>(&request)
+            .map(|r| r.background)
+            .unwrap_or(false);
+        let mut records = Record::Started(7).encode();
+        if !background {
+            records.extend(Record::Stdout(b"working\n".to_vec()).encode());
+        }
+        records
+    } else {
+        b"working\n".to_vec()
+    };
+    if stream.write_all(&first).await.is_ok() {
+        let _ = power
+            .wait_for(|p| !matches!(p, Power::Running { .. }))
+            .await;
+    }
 }
