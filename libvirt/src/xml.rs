@@ -3,6 +3,13 @@
 //! placed in it is escaped here. The one value read back, the owner in psbx's
 //! metadata element ([`owner_of`]), is parsed as XML (`roxmltree`), since
 //! libvirt hands the element back re-serialized in its own way.
+//!
+//! The domain brings no more devices than a box uses (no USB controller, no
+//! balloon, no graphics). QEMU's own confinement comes from libvirt's
+//! `qemu.conf` defaults, which psbx relies on and its VM tests check on a
+//! running box: `seccomp_sandbox = 1` (QEMU runs with `-sandbox on`) and
+//! `stdio_handler = "logd"`, with which libvirt opens the serial console's file
+//! through virtlogd, which rotates it (2 MiB, 3 old files, `virtlogd.conf`).
 
 use crate::Accel;
 use std::fmt::Write;
@@ -153,6 +160,8 @@ impl DomainSpec {
         x.push_str("  <clock offset='utc'/>\n");
         x.push_str("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>destroy</on_reboot>\n");
         x.push_str("  <on_crash>destroy</on_crash>\n  <devices>\n");
+        // The `pc` machine's default USB controller is nothing a box uses.
+        x.push_str("    <controller type='usb' model='none'/>\n");
         if let Some(disk) = &self.disk {
             // With relabelling off for the whole domain (`run_as`), libvirt
             // refuses a per-source override: it is implied.
@@ -247,6 +256,7 @@ mod tests {
             "<source mode='bind' path='/data/boxes/box_abc/boxd.sock'/><target type='virtio' name='org.psbx.boxd'/>"
         ));
         assert!(!xml.contains("<interface"), "a box without a NIC got one");
+        assert!(xml.contains("<controller type='usb' model='none'/>"));
         assert!(!xml.contains("host-passthrough"));
         assert!(
             !xml.contains("<seclabel type"),

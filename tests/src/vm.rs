@@ -44,6 +44,20 @@ pub fn virsh(args: &[&str]) -> (bool, String) {
 
 /// The libvirt state of a box's domain (`running`, `shut off`, `paused`), or
 /// `None` when libvirt has no such domain.
+/// The command line of the QEMU process running box `box_id`, by argument.
+pub fn qemu_args(box_id: &str) -> Vec<String> {
+    let pidfile = format!("/run/libvirt/qemu/psbx-{box_id}.pid");
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap_or_else(|e| panic!("no QEMU pid file {pidfile}: {e}"));
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim()))
+        .unwrap_or_else(|e| panic!("cannot read the command line of QEMU {}: {e}", pid.trim()));
+    cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
 pub fn domain_state(box_id: &str) -> Option<String> {
     let (ok, text) = virsh(&["domstate", &format!("psbx-{box_id}")]);
     ok.then_some(text)

@@ -2,7 +2,7 @@
 //! driven through the `psbx` binary's REST API.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use psbx_tests::vm::{BoxServer, domain_state, has_saved_memory, virsh};
+use psbx_tests::vm::{BoxServer, domain_state, has_saved_memory, qemu_args, virsh};
 use psbx_tests::wait;
 use serde_json::json;
 use std::time::Duration;
@@ -29,6 +29,34 @@ fn a_box_runs_freezes_thaws_and_stops() {
     let boot_id = started["health"]["bootId"].as_str().unwrap().to_owned();
     assert_eq!(domain_state(&id).as_deref(), Some("running"));
     assert!(s.box_dir(&id).join("disk.qcow2").is_file());
+    // What is in the box's directory (console log, disk) is QEMU's to read, nobody else's.
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(s.box_dir(&id)).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o750, "box directory mode {mode:o}");
+    // QEMU runs confined (seccomp), without a USB controller, and its serial
+    // console goes through virtlogd (which bounds it).
+    let args = qemu_args(&id);
+    let after = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert!(
+        after("-sandbox").starts_with("on"),
+        "no seccomp sandbox: {args:?}"
+    );
+    assert!(
+        after("-machine").contains("usb=off"),
+        "a USB controller: {args:?}"
+    );
+    assert!(
+        args.iter()
+            .any(|a| a.contains("charserial0") && a.contains("/dev/fdset/")),
+        "the console is not written through virtlogd: {args:?}"
+    );
     // The base image every box shares is not handed to the QEMU user.
     let base = psbx_tests::vm::images_dir().join("test/base.qcow2");
     assert_eq!(

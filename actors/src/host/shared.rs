@@ -377,7 +377,7 @@ impl HostShared {
         let image = self.image(&record.image)?;
         let dir = self.box_dir(&record.id);
         std::fs::create_dir_all(&dir).map_err(io_error(format!("making {}", dir.display())))?;
-        allow_qemu(&dir)?;
+        allow_qemu(&dir, self.network.as_ref().map(|n| n.run_as()))?;
         self.network_ready()?;
         let overlay = dir.join("disk.qcow2");
         self.host
@@ -408,11 +408,33 @@ pub fn teardown(host: &dyn Hypervisor, boxes_dir: &Path, id: &BoxId) -> Result<(
     }
 }
 
-/// libvirt's QEMU runs as its own user: it must reach the box directory (and
-/// the KVM probe's).
-pub(super) fn allow_qemu(dir: &Path) -> Result<(), BoxError> {
+/// libvirt's QEMU runs as its own user (`libvirt-qemu`), or as the
+/// installation's (`run_as`, with the box network): it must reach the box
+/// directory (and the KVM probe's), and nobody else may read what is in it
+/// (the console log, the disk): the directory is 0750 with QEMU's group. Where
+/// that group is not known (no `libvirt-qemu` user), it is 0755.
+pub(super) fn allow_qemu(dir: &Path, run_as: Option<(u32, u32)>) -> Result<(), BoxError> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+    let group = run_as.map(|(_, gid)| gid).or_else(|| {
+        nix::unistd::User::from_name(QEMU_USER)
+            .ok()
+            .flatten()
+            .map(|u| u.gid.as_raw())
+    });
+    let mode = match group {
+        Some(gid) => {
+            std::os::unix::fs::chown(dir, None, Some(gid)).map_err(io_error(format!(
+                "giving {} to QEMU's group",
+                dir.display()
+            )))?;
+            0o750
+        }
+        None => 0o755,
+    };
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
         .map_err(io_error(format!("opening {} to QEMU", dir.display())))?;
     Ok(())
 }
+
+/// The user libvirt runs QEMU as (Debian's qemu.conf default).
+const QEMU_USER: &str = "libvirt-qemu";

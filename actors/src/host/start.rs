@@ -274,7 +274,7 @@ fn probe(host: &Host, settings: &BoxSettings) -> Result<bool, BoxError> {
         .boxes_dir
         .join(format!("kvm-probe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(io_error(format!("making {}", dir.display())))?;
-    super::shared::allow_qemu(&dir)?;
+    super::shared::allow_qemu(&dir, None)?;
     let spec = DomainSpec {
         name: format!("psbx-kvm-probe-{}", std::process::id()),
         accel: Accel::Kvm,
