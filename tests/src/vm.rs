@@ -202,6 +202,20 @@ impl BoxServer {
         )
     }
 
+    /// A second account (`id`, `acct_...`) and an API key of it, made with
+    /// `psbx keys create` as an operator would.
+    pub fn key_of_new_account(&self, id: &str) -> String {
+        let account = self.db.add_account(id);
+        let (ok, stdout, stderr) =
+            self.cli(&["keys", "create", "--name", "other", "--account", &account]);
+        assert!(ok, "psbx keys create: {stderr}");
+        stdout
+            .split_whitespace()
+            .find(|w| w.starts_with("psbx_") && w.len() == 45)
+            .unwrap_or_else(|| panic!("no key in {stdout}"))
+            .to_owned()
+    }
+
     pub fn server(&mut self) -> &mut ServerProcess {
         self.server.as_mut().expect("the server runs")
     }
@@ -245,7 +259,8 @@ impl BoxServer {
         self.db_query("SELECT id AS v FROM boxes")
     }
 
-    fn db_query(&self, sql: &str) -> Vec<String> {
+    /// The text column `v` of each row `sql` selects in this server's database.
+    pub fn db_query(&self, sql: &str) -> Vec<String> {
         use diesel::{Connection, RunQueryDsl};
         #[derive(diesel::QueryableByName)]
         struct V {

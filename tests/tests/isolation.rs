@@ -1,0 +1,243 @@
+//! Tenant isolation: a second account calls every REST route that takes an id
+//! (taken from `/v1/openapi.json`, so a new route cannot be left out) and every
+//! MCP tool that takes one, with the first account's ids: each answers 404
+//! (an MCP error saying it is not found), and nothing of the first account
+//! changed. A real box, boxd and MCP client (the Python SDK).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use psbx_tests::python::run_json;
+use psbx_tests::vm::BoxServer;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+
+/// The routes that take an id, with a body that would be valid for the
+/// owner. `PUT /v1/secrets/{name}` is not here: a secret's name is the
+/// caller's own to use, so it stores the caller's secret (checked below).
+fn routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
+    vec![
+        ("GET", "/v1/boxes/{id}", None),
+        ("DELETE", "/v1/boxes/{id}", None),
+        (
+            "POST",
+            "/v1/boxes/{id}/exec",
+            Some(json!({"cmd": "touch /work/b-was-here"})),
+        ),
+        ("POST", "/v1/boxes/{id}/keep", Some(json!({"keep": "1d"}))),
+        ("POST", "/v1/boxes/{id}/sync", None),
+        ("GET", "/v1/boxes/{id}/processes", None),
+        ("DELETE", "/v1/boxes/{id}/processes/{pid}", None),
+        ("GET", "/v1/boxes/{id}/processes/{pid}/logs", None),
+        ("DELETE", "/v1/api-keys/{id}", None),
+        ("DELETE", "/v1/secrets/{name}", None),
+        ("GET", "/v1/environments/{env}", None),
+        (
+            "PUT",
+            "/v1/environments/{env}",
+            Some(json!({"externalBaseUrl": "https://b.example.com"})),
+        ),
+        ("DELETE", "/v1/environments/{env}", None),
+        ("GET", "/v1/environments/{env}/suggested-endpoints", None),
+        (
+            "POST",
+            "/v1/environments/{env}/connections",
+            Some(json!({"name": "b-conn"})),
+        ),
+        ("DELETE", "/v1/environments/{env}/connections/{id}", None),
+        (
+            "POST",
+            "/v1/environments/{env}/connections/{id}/token",
+            None,
+        ),
+        (
+            "PUT",
+            "/v1/environments/{env}/connections/{id}/endpoints",
+            Some(json!({"endpoints": [{"host": "db.internal", "port": 5432}]})),
+        ),
+        (
+            "PUT",
+            "/v1/environments/{env}/services/{name}",
+            Some(json!({"dotenv": "B=1"})),
+        ),
+        ("DELETE", "/v1/environments/{env}/services/{name}", None),
+    ]
+}
+
+/// Routes with an id that are not the account's to scope: an upload URL's
+/// token is its own credential, and the connector's route takes none.
+const NOT_SCOPED: [&str; 1] = ["/v1/uploads/{token}"];
+
+/// Everything of account A another account could have changed.
+fn state_of(s: &BoxServer, key: &str, id: &str, conn: &str) -> Value {
+    let get = |path: &str| psbx_tests::api::ok(&s.url(), key, "GET", path, None);
+    let mut one = get(&format!("/v1/boxes/{id}"));
+    // A's own reads count as its activity; the rest must stay as it was.
+    for moves in ["health", "lastActivityAt", "freezesAt", "expiresAt"] {
+        one.as_object_mut().unwrap().remove(moves);
+    }
+    json!({
+        "box": one,
+        "processes": get(&format!("/v1/boxes/{id}/processes")),
+        "secrets": get("/v1/secrets"),
+        "environment": get("/v1/environments/dev"),
+        "keys": get("/v1/api-keys"),
+        "token": s.db_query(&format!(
+            "SELECT encode(token_sha256, 'hex') AS v FROM connections WHERE id = '{conn}'"
+        )),
+    })
+}
+
+#[test]
+fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
+    let s = BoxServer::start("pool_size = 0");
+    let url = s.url();
+    // Account A: a box with a background command, a secret, an environment
+    // with a service and a connection, a second API key.
+    let made = s.ok("POST", "/v1/boxes", Some(json!({"name": "mine"})));
+    let id = made["id"].as_str().unwrap().to_owned();
+    let ran = s.ok(
+        "POST",
+        &format!("/v1/boxes/{id}/exec"),
+        Some(json!({"cmd": "sleep 600", "background": true})),
+    );
+    let pid = ran["pid"].as_u64().unwrap().to_string();
+    s.ok(
+        "PUT",
+        "/v1/secrets/MINE_TOKEN",
+        Some(json!({"value": "a-value-of-a"})),
+    );
+    s.ok("POST", "/v1/environments", Some(json!({"name": "dev"})));
+    s.ok(
+        "PUT",
+        "/v1/environments/dev/services/api",
+        Some(json!({"dotenv": "A=1"})),
+    );
+    let conn = s.ok(
+        "POST",
+        "/v1/environments/dev/connections",
+        Some(json!({"name": "office"})),
+    );
+    let conn = conn["id"].as_str().unwrap().to_owned();
+    let key = s.ok("POST", "/v1/api-keys", Some(json!({"name": "second"})));
+    let key_id = key["id"].as_str().unwrap().to_owned();
+    let before = state_of(&s, &s.key, &id, &conn);
+
+    let other = s.key_of_new_account("acct_other");
+    let fill = |template: &str| {
+        let with_box = template.starts_with("/v1/boxes/");
+        template
+            .replace(
+                "{id}",
+                if with_box {
+                    &id
+                } else if template.contains("/connections/") {
+                    &conn
+                } else {
+                    &key_id
+                },
+            )
+            .replace("{pid}", &pid)
+            .replace("{env}", "dev")
+            .replace(
+                "{name}",
+                if template.starts_with("/v1/secrets/") {
+                    "MINE_TOKEN"
+                } else {
+                    "api"
+                },
+            )
+    };
+
+    // Every route of the API document that takes an id is in the table.
+    let (_, doc) = psbx_tests::api::call(&url, &other, "GET", "/v1/openapi.json", None);
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("the API document's paths") {
+        if !path.contains('{') || NOT_SCOPED.contains(&path.as_str()) {
+            continue;
+        }
+        for method in item.as_object().unwrap().keys() {
+            documented.insert((method.to_uppercase(), path.clone()));
+        }
+    }
+    let mut tested: BTreeSet<(String, String)> = routes()
+        .iter()
+        .map(|(m, p, _)| ((*m).to_owned(), (*p).to_owned()))
+        .collect();
+    tested.insert(("PUT".into(), "/v1/secrets/{name}".into()));
+    let untested: Vec<_> = documented.difference(&tested).collect();
+    assert!(
+        untested.is_empty(),
+        "routes with an id this test does not call: {untested:?}"
+    );
+
+    for (method, template, body) in routes() {
+        let path = fill(template);
+        let (status, answer) = psbx_tests::api::call(&url, &other, method, &path, body);
+        assert_eq!(status, 404, "{method} {path} as another account: {answer}");
+        assert!(
+            answer["error"]["code"].is_string(),
+            "{method} {path}: {answer}"
+        );
+    }
+    // A secret's name is the caller's own: the other account stores its own.
+    let (status, answer) = psbx_tests::api::call(
+        &url,
+        &other,
+        "PUT",
+        "/v1/secrets/MINE_TOKEN",
+        Some(json!({"value": "a-value-of-b"})),
+    );
+    assert!((200..300).contains(&status), "{status} {answer}");
+    // The other account's lists hold none of A's things.
+    for (path, field) in [("/v1/boxes", "boxes"), ("/v1/environments", "environments")] {
+        let list = psbx_tests::api::ok(&url, &other, "GET", path, None);
+        assert_eq!(list[field], json!([]), "{path}: {list}");
+    }
+    let keys = psbx_tests::api::ok(&url, &other, "GET", "/v1/api-keys", None);
+    assert!(!keys.to_string().contains(&key_id), "{keys}");
+
+    // MCP: the same ids through the tools.
+    let calls = json!([
+        ["sandbox_status", {"id": id}],
+        ["sandbox_exec", {"id": id, "cmd": "touch /work/b-was-here"}],
+        ["sandbox_exec", {"id": id, "pid": pid.parse::<u64>().unwrap()}],
+        ["sandbox_sync", {"id": id}],
+        ["sandbox_stop", {"id": id}],
+        ["sandbox_start", {"name": "b", "environment": "dev"}],
+    ]);
+    let seen = run_json(
+        "calls_client.py",
+        &[&format!("{url}/mcp"), &other, &calls.to_string()],
+    );
+    for result in seen.as_array().unwrap() {
+        assert_eq!(result["is_error"], true, "{result}");
+        let text = result["text"].as_str().unwrap().to_lowercase();
+        assert!(
+            text.contains("no box")
+                || text.contains("not found")
+                || text.contains("no environment"),
+            "{result}"
+        );
+    }
+    let (_, list) = psbx_tests::api::call(&url, &other, "GET", "/v1/boxes", None);
+    assert_eq!(
+        list["boxes"],
+        json!([]),
+        "sandbox_start made a box anyway: {list}"
+    );
+
+    // Nothing of A changed: the box runs on with its command, nothing was
+    // written into it, its environment, secret, keys and token are as they were.
+    let after = state_of(&s, &s.key, &id, &conn);
+    assert_eq!(after, before, "another account changed account A's things");
+    let check = s.ok(
+        "POST",
+        &format!("/v1/boxes/{id}/exec"),
+        Some(json!({"cmd": "test -e /work/b-was-here; echo $?"})),
+    );
+    assert_eq!(
+        check["stdout"]["text"].as_str().map(str::trim),
+        Some("1"),
+        "{check}"
+    );
+    s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
+}
