@@ -11,15 +11,23 @@ pub fn call(base: &str, key: &str, method: &str, path: &str, body: Option<Value>
         .timeout(Duration::from_secs(300))
         .build()
         .expect("http client");
+    if method == reqwest::Method::PUT && path.starts_with("/v1/secrets/") {
+        if let Some(value) = body.as_ref().and_then(|b| b["value"].as_str()) {
+            crate::witness::secret(value);
+        }
+    }
     let mut req = client
-        .request(method, format!("{base}{path}"))
+        .request(method.clone(), format!("{base}{path}"))
         .bearer_auth(key);
     if let Some(body) = body {
         req = req.json(&body);
     }
     let res = req.send().expect("the server answers");
     let status = res.status().as_u16();
-    (status, res.json().unwrap_or(Value::Null))
+    let text = res.text().unwrap_or_default();
+    crate::witness::assert_unseen(&format!("the answer to {method} {path}"), &text);
+    crate::witness::tokens_in(&text);
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
 /// [`call`], failing the test unless the answer is a 2xx; its body.

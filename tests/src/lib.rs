@@ -12,6 +12,8 @@
 //! * [`api`] — REST calls with a bearer key.
 //! * [`git`] — repositories made by a shell script, and the names in a tar stream.
 //! * [`python`] — the Python MCP clients under `tests/mcp/`, run with the venv.
+//! * [`witness`] — the secret values and tokens tests created, and the check
+//!   that no answer, log or box console shows them.
 //!
 //! A missing prerequisite panics with a message that says what is missing and
 //! how to get it: a test never passes by skipping.
@@ -26,6 +28,7 @@ mod process;
 pub mod python;
 pub mod vm;
 pub mod wait;
+pub mod witness;
 
 pub use database::TestDatabase;
 pub use process::{ServerProcess, binary};

@@ -141,6 +141,12 @@ impl ServerProcess {
         (ok, self.log.lines().join("\n"))
     }
 
+    /// Fails the test when its log shows a secret the test created.
+    fn check_log(&self) {
+        self.log.finish(Duration::from_secs(2));
+        crate::witness::assert_unseen("psbx serve's log", &self.log.text());
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -149,6 +155,7 @@ impl ServerProcess {
     pub fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.check_log();
     }
 
     fn terminate(&mut self) -> bool {
@@ -173,5 +180,6 @@ impl Drop for ServerProcess {
         if let Ok(None) = self.child.try_wait() {
             self.terminate();
         }
+        self.check_log();
     }
 }

@@ -33,6 +33,9 @@ pub fn run_json(script: &str, args: &[&str]) -> Value {
         "{script} {args:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    crate::witness::assert_unseen(&format!("what the MCP client {script} saw"), &printed);
+    crate::witness::tokens_in(&printed);
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "{script} printed no JSON ({e}):\n{}",

@@ -288,6 +288,17 @@ impl Drop for BoxServer {
         if let Some(server) = self.server.take() {
             server.kill();
         }
+        // The consoles of the boxes still there (a stopped box's went with it).
+        let boxes = self.dir.path().join("data/boxes");
+        for entry in std::fs::read_dir(&boxes).into_iter().flatten().flatten() {
+            let console = entry.path().join("console.log");
+            if let Ok(text) = std::fs::read(&console) {
+                crate::witness::assert_unseen(
+                    &format!("the console of {}", console.display()),
+                    &String::from_utf8_lossy(&text),
+                );
+            }
+        }
     }
 }
 
