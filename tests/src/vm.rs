@@ -376,6 +376,23 @@ pub fn restart_libvirtd() {
     });
 }
 
+/// The names of the libvirt domains whose psbx metadata names `installation`
+/// as their owner, whatever their state.
+pub fn domains_of(installation: &str) -> Vec<String> {
+    let (_, names) = virsh(&["list", "--all", "--name"]);
+    names
+        .lines()
+        .map(str::trim)
+        .filter(|n| n.starts_with("psbx-"))
+        .filter(|n| {
+            let (ok, meta) = virsh(&["metadata", n, "urn:psbx:box"]);
+            ok && meta.contains(&format!("owner=\"{installation}\""))
+                || meta.contains(&format!("owner='{installation}'"))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Whether libvirt keeps a managed save (frozen memory) for the box.
 pub fn has_saved_memory(box_id: &str) -> bool {
     Path::new(&format!("/var/lib/libvirt/qemu/save/psbx-{box_id}.save")).exists()
