@@ -1028,3 +1028,47 @@ async fn mcp_accepts_the_origin_browsers_send_for_a_default_port() {
     let res = test::call_service(&app, initialize("https://psbx.example.com.evil.example")).await;
     assert_eq!(res.status(), StatusCode::FORBIDDEN);
 }
+
+#[actix_rt::test]
+async fn document_fetches_name_no_cause_and_are_throttled_per_address() {
+    let f = fixture();
+    let secrets = Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
+    let id = psbx_actors::ids::ServerId::parse("srv_test").unwrap();
+    let parts = app::Parts::new(f.store.clone(), secrets, Default::default(), URL, id);
+    let mut config = Config::default();
+    // Loopback documents allowed, so that the fetch goes to a closed loopback
+    // port (the discard port) and nowhere else.
+    config.oauth.loopback_client_metadata = true;
+    let state = AppState::assemble(&config, parts, Err("no libvirt host".into())).unwrap();
+    let app = test::init_service(app::build(state)).await;
+    let open = |peer: &str| {
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([
+                ("response_type", "code"),
+                ("client_id", "http://127.0.0.1:9/client.json"),
+                ("redirect_uri", REDIRECT),
+                ("code_challenge", CHALLENGE),
+                ("code_challenge_method", "S256"),
+            ])
+            .finish();
+        TestRequest::get()
+            .uri(&format!("/oauth/authorize?{query}"))
+            .peer_addr(peer.parse().unwrap())
+            .to_request()
+    };
+    for n in 1..=30 {
+        let res = test::call_service(&app, open(PEER)).await;
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "fetch {n}");
+        let page = String::from_utf8(test::read_body(res).await.to_vec()).unwrap();
+        assert!(page.contains("could not be fetched"), "{page}");
+        assert!(
+            !page.to_lowercase().contains("refused"),
+            "the cause leaks: {page}"
+        );
+    }
+    let res = test::call_service(&app, open(PEER)).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(res.headers().contains_key(header::RETRY_AFTER));
+    let res = test::call_service(&app, open("198.51.100.7:1")).await;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+}

@@ -113,7 +113,12 @@ pub fn is_pkce_value(value: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
 }
 
-async fn check(oauth: &OAuth, store: &Store, p: &Params) -> Result<Checked, HttpResponse> {
+async fn check(
+    oauth: &OAuth,
+    store: &Store,
+    req: &HttpRequest,
+    p: &Params,
+) -> Result<Checked, HttpResponse> {
     let invalid = |message: &str| {
         page::problem(
             StatusCode::BAD_REQUEST,
@@ -122,11 +127,16 @@ async fn check(oauth: &OAuth, store: &Store, p: &Params) -> Result<Checked, Http
         )
     };
     let client = match oauth
-        .client(store, p.client_id.as_deref().unwrap_or_default())
+        .client(
+            store,
+            p.client_id.as_deref().unwrap_or_default(),
+            &throttle::address(req),
+        )
         .await
     {
         Ok(client) => client,
         Err(ClientError::Invalid(message)) => return Err(invalid(&message)),
+        Err(ClientError::Throttled(exceeded)) => return Err(throttle::too_many_page(&exceeded)),
         Err(ClientError::Internal(e)) => {
             return Err(page::problem(
                 e.status(),
@@ -252,7 +262,7 @@ pub async fn show(
     store: web::Data<Store>,
     params: web::Query<Params>,
 ) -> HttpResponse {
-    let checked = match check(&oauth, &store, &params).await {
+    let checked = match check(&oauth, &store, &req, &params).await {
         Ok(checked) => checked,
         Err(answer) => return answer,
     };
@@ -308,7 +318,7 @@ pub async fn decide(
     if !csrf_matches(&oauth, &req, decision.csrf.as_deref()) {
         return expired_form();
     }
-    let checked = match check(&oauth, &store, &decision.params).await {
+    let checked = match check(&oauth, &store, &req, &decision.params).await {
         Ok(checked) => checked,
         Err(answer) => return answer,
     };

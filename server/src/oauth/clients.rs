@@ -14,8 +14,9 @@
 //! (`oauth.loopback_client_metadata`, off by default): that is for tests and
 //! local development.
 //!
-//! The sign-in page is open to anyone, so a failed fetch shows one generic
-//! message whatever the cause (refused address, no DNS answer, connection
+//! The sign-in page is open to anyone, so fetches are rate-limited per client
+//! address ([`super::throttle`]; cached documents do not count), and a failed
+//! fetch shows one generic message whatever the cause (refused address, no DNS answer, connection
 //! refused, TLS, status): the page is no port scanner of the server's network.
 //! The log has the cause.
 
@@ -23,6 +24,7 @@ use super::OAuth;
 use super::public_address::is_public;
 use super::redirect_uris;
 use crate::error::{ApiError, blocking};
+use crate::limits::rate::Exceeded;
 use psbx_actors::store::Store;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -52,6 +54,8 @@ pub enum ClientError {
     /// Unknown, or a document that is missing or not acceptable: the message
     /// says which, for the person on the page or the client's developer.
     Invalid(String),
+    /// Too many documents fetched for this client address lately.
+    Throttled(Exceeded),
     Internal(ApiError),
 }
 
@@ -277,8 +281,14 @@ async fn fetch_body(url: &Url, loopback: bool) -> Result<Vec<u8>, String> {
 }
 
 impl OAuth {
-    /// Resolves a `client_id`.
-    pub async fn client(&self, store: &Store, client_id: &str) -> Result<Client, ClientError> {
+    /// Resolves a `client_id`; a document not in the cache is fetched if the
+    /// client `address` has not fetched too many lately.
+    pub async fn client(
+        &self,
+        store: &Store,
+        client_id: &str,
+        address: &str,
+    ) -> Result<Client, ClientError> {
         if client_id.is_empty() {
             return Err(ClientError::Invalid("client_id is missing".to_owned()));
         }
@@ -292,6 +302,10 @@ impl OAuth {
             }
             if let Some(client) = self.documents.get(client_id) {
                 return Ok(client);
+            }
+            if let Err(exceeded) = self.throttles.documents_by_address.hit(address) {
+                tracing::info!(%address, "a client metadata document fetch was refused: too many");
+                return Err(ClientError::Throttled(exceeded));
             }
             let client = fetch_document(url, self.loopback_documents)
                 .await

@@ -6,7 +6,9 @@
 //!   argon2 is not run at all;
 //! * sign-in links that do not work (unknown, used, expired): 10 a minute per
 //!   client address;
-//! * dynamic client registrations: 20 a minute per client address.
+//! * dynamic client registrations: 20 a minute per client address;
+//! * client metadata documents fetched (not from the cache): 30 a minute per
+//!   client address.
 //!
 //! The client address is the TCP peer's (behind a reverse proxy, the proxy's:
 //! then the per-address limits apply to everyone behind it).
@@ -42,12 +44,19 @@ pub const REGISTRATIONS_PER_ADDRESS: Limit = Limit {
     per: MINUTE,
 };
 
+pub const DOCUMENT_FETCHES_PER_ADDRESS: Limit = Limit {
+    what: "client metadata documents fetched for this address",
+    max: 30,
+    per: MINUTE,
+};
+
 /// The limiters of one server process.
 pub struct Throttles {
     pub sign_ins_by_account: RateLimiter,
     pub sign_ins_by_address: RateLimiter,
     pub links_by_address: RateLimiter,
     pub registrations_by_address: RateLimiter,
+    pub documents_by_address: RateLimiter,
 }
 
 impl Default for Throttles {
@@ -57,6 +66,7 @@ impl Default for Throttles {
             sign_ins_by_address: RateLimiter::new(FAILED_SIGN_INS_PER_ADDRESS),
             links_by_address: RateLimiter::new(FAILED_LINKS_PER_ADDRESS),
             registrations_by_address: RateLimiter::new(REGISTRATIONS_PER_ADDRESS),
+            documents_by_address: RateLimiter::new(DOCUMENT_FETCHES_PER_ADDRESS),
         }
     }
 }
