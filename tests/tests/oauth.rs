@@ -770,14 +770,25 @@ fn an_oauth_token_works_on_v1_for_its_own_account_only() {
     let res = s.sign_in(&client_id, &[("resource", v1_resource.as_str())], PASSWORD);
     assert_eq!(res.status().as_u16(), 303);
     let code = redirect_params(&res)["code"].clone();
-    let (status, body) = s.token(&[
-        ("grant_type", "authorization_code"),
-        ("client_id", &client_id),
-        ("code", &code),
-        ("redirect_uri", REDIRECT),
-        ("code_verifier", VERIFIER),
-        ("resource", &v1_resource),
-    ]);
+    let exchange = |resource: &str| {
+        s.token(&[
+            ("grant_type", "authorization_code"),
+            ("client_id", &client_id),
+            ("code", &code),
+            ("redirect_uri", REDIRECT),
+            ("code_verifier", VERIFIER),
+            ("resource", resource),
+        ])
+    };
+    // Another server's resource is refused before the code is looked at.
+    let (status, body) = exchange("http://other.example/v1");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_target")),
+        "{body}"
+    );
+    // A trailing slash is the same resource.
+    let (status, body) = exchange(&format!("{v1_resource}/"));
     assert_eq!(status, 200, "{body}");
     let v1_token = body["access_token"].as_str().unwrap().to_owned();
     assert_eq!(ids(&list(&v1_token).1), ["box_mine1"]);
