@@ -40,6 +40,8 @@ pub struct AppState {
     pub info: ServerInfo,
     /// The OAuth authorization server's settings and caches.
     pub oauth: Arc<crate::oauth::OAuth>,
+    /// Who may read `/metrics`.
+    pub metrics_access: routes::metrics::MetricsAccess,
 }
 
 /// What the application is made of besides its configuration.
@@ -99,6 +101,7 @@ impl AppState {
         let (hosts, origins) = mcp_hosts(&url);
         Ok(Self {
             metrics: Arc::new(Metrics::new()?),
+            metrics_access: routes::metrics::MetricsAccess::from_config(&config.metrics)?,
             mcp: crate::mcp::service(
                 boxes.clone(),
                 store.clone(),
@@ -121,7 +124,10 @@ impl AppState {
 }
 
 /// The Host names and Origins `/mcp` accepts: the public URL's host, and the
-/// loopback names on the same port.
+/// loopback names on the same port. Origins are listed with their port, which
+/// rmcp compares normalised (an `Origin` without a port has the scheme's
+/// default): `https://h:443` admits the `https://h` browsers send, and a
+/// portless entry would admit every port.
 fn mcp_hosts(url: &str) -> (Vec<String>, Vec<String>) {
     let parsed = url::Url::parse(url).ok();
     let scheme = parsed.as_ref().map_or("http", |u| u.scheme()).to_owned();
@@ -184,6 +190,7 @@ pub fn build(
         .app_data(web::Data::from(state.oauth))
         .app_data(web::Data::new(state.store))
         .app_data(web::Data::from(state.metrics))
+        .app_data(web::Data::new(state.metrics_access))
         .app_data(web::Data::from(state.boxes))
         .app_data(web::Data::new(state.secrets))
         .app_data(web::Data::new(state.environments))

@@ -1,12 +1,13 @@
-//! Bearer authentication. `/v1` takes API keys: a middleware on the protected
-//! scope checks `Authorization: Bearer <key>` against the store and leaves the
-//! [`Principal`] in the request; handlers take it with the [`Auth`] extractor.
-//! Being a middleware on the scope, a route added to `/v1` cannot forget it.
+//! Bearer authentication. A middleware on the protected scope checks
+//! `Authorization: Bearer ...` against the store and leaves the [`Principal`]
+//! in the request; handlers take it with the [`Auth`] extractor. Being a
+//! middleware on the scope, a route added to `/v1` cannot forget it.
 //!
-//! `/mcp` takes an API key too, or an OAuth access token issued for this
-//! server's `/mcp` resource (not expired, not revoked); its 401 points OAuth
-//! clients to the protected resource metadata. OAuth tokens are not accepted
-//! on `/v1`: their audience is `/mcp`.
+//! `/v1` and `/mcp` take the same credentials: an API key, or an OAuth access
+//! token issued for one of this server's resources (`/mcp`, `/v1`, the issuer;
+//! not expired, not revoked), with the same account scoping. A token issued
+//! for another resource is refused. Each 401 points OAuth clients to its
+//! protected resource metadata (RFC 9728) in `WWW-Authenticate`.
 
 use crate::error::{ApiError, blocking};
 use crate::oauth::OAuth;
@@ -26,14 +27,22 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// Refuses requests without a valid API key (401 with `WWW-Authenticate: Bearer`),
+/// Refuses `/v1` requests without a valid API key or OAuth access token (401
+/// with `WWW-Authenticate: Bearer`, naming `/v1`'s resource metadata),
 /// answering at once instead of passing an error outwards.
 pub async fn require_api_key(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let who = principal(&req).await;
+    let who = principal(&req, Surface::Rest).await;
     admit(req, next, who).await
+}
+
+/// Which protected resource a request is for: where its 401 points.
+#[derive(Clone, Copy)]
+enum Surface {
+    Rest,
+    Mcp,
 }
 
 /// Passes the request on with its principal, or answers the refusal at once.
@@ -53,60 +62,63 @@ async fn admit<B: MessageBody + 'static>(
     }
 }
 
-async fn principal(req: &ServiceRequest) -> Result<Principal, ApiError> {
-    let token = bearer_token(req.headers())
-        .ok_or_else(ApiError::missing_credentials)?
-        .to_owned();
-    let store = req
-        .app_data::<web::Data<Store>>()
-        .ok_or_else(|| ApiError::internal("the store is not registered with the app"))?
-        .clone();
-    blocking(move || store.authenticate(&token))
-        .await?
-        .ok_or_else(ApiError::invalid_credentials)
-}
-
 /// Refuses `/mcp` requests without a valid API key or OAuth access token; the
 /// 401 names the protected resource metadata (RFC 9728) in `WWW-Authenticate`.
 pub async fn require_mcp_credential(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let who = mcp_principal(&req).await;
+    let who = principal(&req, Surface::Mcp).await;
     admit(req, next, who).await
 }
 
-async fn mcp_principal(req: &ServiceRequest) -> Result<Principal, ApiError> {
+async fn principal(req: &ServiceRequest, surface: Surface) -> Result<Principal, ApiError> {
     let oauth = req
         .app_data::<web::Data<OAuth>>()
         .ok_or_else(|| ApiError::internal("the OAuth settings are not registered with the app"))?
         .clone();
-    let refuse = |e: ApiError| e.with_resource_metadata(oauth.resource_metadata_url());
-    let token = bearer_token(req.headers())
-        .ok_or_else(|| {
-            refuse(
-                ApiError::missing_credentials()
-                    .hint("sign in with OAuth (MCP clients discover it from this answer), or send `Authorization: Bearer psbx_...` with an API key from `psbx keys create`"),
-            )
-        })?
-        .to_owned();
+    let metadata = match surface {
+        Surface::Rest => oauth.v1_resource_metadata_url(),
+        Surface::Mcp => oauth.resource_metadata_url(),
+    };
+    let refuse = |e: ApiError| e.with_resource_metadata(metadata.clone());
+    let token = match bearer_token(req.headers()) {
+        Some(token) => token.to_owned(),
+        None => {
+            let missing = ApiError::missing_credentials();
+            return Err(refuse(match surface {
+                Surface::Rest => missing,
+                Surface::Mcp => missing.hint(
+                    "sign in with OAuth (MCP clients discover it from this answer), or send `Authorization: Bearer psbx_...` with an API key from `psbx keys create`",
+                ),
+            }));
+        }
+    };
     let store = req
         .app_data::<web::Data<Store>>()
         .ok_or_else(|| ApiError::internal("the store is not registered with the app"))?
         .clone();
-    let resource = oauth.resource.clone();
+    let is_oauth = token.starts_with(OAUTH_TOKEN_PREFIX);
+    let resources = oauth.resources.clone();
     let found = blocking(move || {
-        if token.starts_with(OAUTH_TOKEN_PREFIX) {
-            store.authenticate_oauth(&token, &resource)
+        if is_oauth {
+            store.authenticate_oauth(&token, &resources)
         } else {
             store.authenticate(&token)
         }
     })
     .await?;
     found.ok_or_else(|| {
-        refuse(ApiError::invalid_credentials().hint(
-            "the API key or OAuth access token is unknown, expired, revoked, or was issued              for another resource: sign in again, or use a key from `psbx keys create`",
-        ))
+        let invalid = ApiError::invalid_credentials();
+        refuse(if is_oauth {
+            invalid.hint(
+                "the OAuth access token is unknown, expired, revoked, or was issued for \
+                 another resource: refresh it or sign in again, or use an API key from \
+                 `psbx keys create`",
+            )
+        } else {
+            invalid
+        })
     })
 }
 

@@ -58,6 +58,28 @@ pub struct Config {
     pub postgres: EmbeddedPostgresConfig,
     pub boxes: BoxesConfig,
     pub oauth: OAuthConfig,
+    pub metrics: MetricsConfig,
+}
+
+/// Who may read `GET /metrics`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// The networks scrapers connect from (CIDR, e.g. `10.0.0.0/8`); default
+    /// loopback only. `["0.0.0.0/0", "::/0"]` for everyone (then set `token`).
+    pub allow: Vec<String>,
+    /// When set, scrapers must also send `Authorization: Bearer <token>`.
+    /// Redacted in `config show`.
+    pub token: Option<String>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            allow: vec!["127.0.0.0/8".to_owned(), "::1/128".to_owned()],
+            token: None,
+        }
+    }
 }
 
 /// OAuth sign-in for MCP clients.
@@ -274,6 +296,7 @@ impl Default for Config {
             postgres: EmbeddedPostgresConfig::default(),
             boxes: BoxesConfig::default(),
             oauth: OAuthConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -403,6 +426,9 @@ impl Config {
     pub fn redacted_toml(&self) -> Result<String, ConfigError> {
         let mut shown = self.clone();
         shown.database_url = shown.database_url.as_deref().map(redact_url);
+        if shown.metrics.token.is_some() {
+            shown.metrics.token = Some("****".to_owned());
+        }
         toml::to_string_pretty(&shown).map_err(|e| ConfigError::Invalid(e.to_string()))
     }
 }

@@ -122,16 +122,20 @@ async fn missing_wrong_and_revoked_keys_get_401_with_the_error_body() {
         &'static str,
     );
     let cases: Vec<Case> = vec![
-        ("missing", None, r#"Bearer realm="psbx""#),
+        (
+            "missing",
+            None,
+            r#"Bearer realm="psbx", resource_metadata="http://localhost:8080/.well-known/oauth-protected-resource/v1""#,
+        ),
         (
             "not bearer",
             Some((header::AUTHORIZATION, "Basic dTpw".into())),
-            r#"Bearer realm="psbx""#,
+            r#"Bearer realm="psbx", resource_metadata="http://localhost:8080/.well-known/oauth-protected-resource/v1""#,
         ),
         (
             "wrong",
             Some(bearer("psbx_notakey")),
-            r#"Bearer realm="psbx", error="invalid_token""#,
+            r#"Bearer realm="psbx", resource_metadata="http://localhost:8080/.well-known/oauth-protected-resource/v1", error="invalid_token""#,
         ),
     ];
     for (what, auth, challenge) in cases {
@@ -407,7 +411,14 @@ async fn metrics_count_requests_by_route_and_show_the_pool() {
             .to_request(),
     )
     .await;
-    let res = test::call_service(&app, TestRequest::get().uri("/metrics").to_request()).await;
+    let res = test::call_service(
+        &app,
+        TestRequest::get()
+            .uri("/metrics")
+            .peer_addr("127.0.0.1:45000".parse().unwrap())
+            .to_request(),
+    )
+    .await;
     assert_eq!(res.status(), StatusCode::OK);
     assert!(
         res.headers()
@@ -591,4 +602,473 @@ async fn upload_urls_need_no_key_but_a_known_token() {
             "{body}"
         );
     }
+}
+
+#[actix_rt::test]
+async fn metrics_are_only_served_to_allowed_networks() {
+    let f = fixture();
+    let app = service!(f);
+    for peer in [Some("10.0.2.15:40000"), Some("[2001:db8::1]:40000"), None] {
+        let mut req = TestRequest::get().uri("/metrics");
+        if let Some(peer) = peer {
+            req = req.peer_addr(peer.parse().unwrap());
+        }
+        let res = test::call_service(&app, req.to_request()).await;
+        assert_eq!(res.status(), StatusCode::FORBIDDEN, "{peer:?}");
+        let body: Value = test::read_body_json(res).await;
+        assert_eq!(error_code(&body), "metrics_forbidden");
+        assert!(
+            body["error"]["hint"]
+                .as_str()
+                .unwrap()
+                .contains("metrics.allow")
+        );
+    }
+    for peer in ["127.0.0.1:40000", "[::1]:40000"] {
+        let req = TestRequest::get()
+            .uri("/metrics")
+            .peer_addr(peer.parse().unwrap());
+        let res = test::call_service(&app, req.to_request()).await;
+        assert_eq!(res.status(), StatusCode::OK, "{peer}");
+    }
+}
+
+// --- sign-in, OAuth registration, sign-in links -----------------------------
+
+/// Where the sign-in tests' browser connects from.
+const PEER: &str = "192.0.2.10:40000";
+const PASSWORD: &str = "correct horse battery";
+const REDIRECT: &str = "http://127.0.0.1:9/callback";
+/// RFC 7636 appendix B's S256 challenge.
+const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+
+fn hidden_fields(page: &str) -> Vec<(String, String)> {
+    page.split("<input type=\"hidden\" name=\"")
+        .skip(1)
+        .map(|rest| {
+            let (name, rest) = rest.split_once("\" value=\"").unwrap();
+            let (value, _) = rest.split_once('"').unwrap();
+            (name.to_owned(), value.replace("&amp;", "&"))
+        })
+        .collect()
+}
+
+/// `name=value` pairs of a response's `Set-Cookie` headers, for a `Cookie` header.
+fn cookies_of<B>(res: &actix_web::dev::ServiceResponse<B>) -> String {
+    res.headers()
+        .get_all(header::SET_COOKIE)
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_owned())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+macro_rules! register {
+    ($app:expr, $peer:expr) => {
+        test::call_service(
+            &$app,
+            TestRequest::post()
+                .uri("/oauth/register")
+                .peer_addr($peer.parse().unwrap())
+                .set_json(json!({"client_name": "Claude Code", "redirect_uris": [REDIRECT]}))
+                .to_request(),
+        )
+        .await
+    };
+}
+
+/// Registers a client and opens its authorize page: (Cookie header, form fields).
+macro_rules! authorize_page {
+    ($app:expr) => {{
+        let res = register!($app, PEER);
+        assert_eq!(res.status(), StatusCode::CREATED);
+        let client: Value = test::read_body_json(res).await;
+        let client_id = client["client_id"].as_str().unwrap().to_owned();
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([
+                ("response_type", "code"),
+                ("client_id", client_id.as_str()),
+                ("redirect_uri", REDIRECT),
+                ("state", "st"),
+                ("code_challenge", CHALLENGE),
+                ("code_challenge_method", "S256"),
+            ])
+            .finish();
+        let res = test::call_service(
+            &$app,
+            TestRequest::get()
+                .uri(&format!("/oauth/authorize?{query}"))
+                .peer_addr(PEER.parse().unwrap())
+                .to_request(),
+        )
+        .await;
+        assert_eq!(res.status(), StatusCode::OK);
+        let cookie = cookies_of(&res);
+        let page = String::from_utf8(test::read_body(res).await.to_vec()).unwrap();
+        assert!(
+            page.contains("calls itself <strong>Claude Code</strong>"),
+            "{page}"
+        );
+        (cookie, hidden_fields(&page))
+    }};
+}
+
+/// Posts the authorize form with this password and extra headers.
+macro_rules! post_form {
+    ($app:expr, $cookie:expr, $fields:expr, $password:expr, $headers:expr) => {{
+        let mut form = $fields.clone();
+        form.push(("account".into(), "default".into()));
+        form.push(("password".into(), $password.into()));
+        form.push(("decision".into(), "approve".into()));
+        let mut req = TestRequest::post()
+            .uri("/oauth/authorize")
+            .peer_addr(PEER.parse().unwrap())
+            .insert_header((header::COOKIE, $cookie.clone()))
+            .set_form(&form);
+        for h in $headers {
+            req = req.insert_header(h);
+        }
+        test::call_service(&$app, req.to_request()).await
+    }};
+}
+
+#[actix_rt::test]
+async fn the_sixth_wrong_password_within_a_minute_is_429_and_runs_no_argon2() {
+    let f = fixture();
+    f.store.set_password(&f.first.account.id, PASSWORD).unwrap();
+    let app = service!(f);
+    let (cookie, fields) = authorize_page!(app);
+    let none: [(&str, &str); 0] = [];
+    for attempt in 1..=5 {
+        let res = post_form!(app, cookie, fields, "wrong password", none);
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED, "attempt {attempt}");
+    }
+    // Every argon2 slot taken: a sign-in that ran argon2 now would wait
+    // forever. The sixth attempt answers anyway, so it did not.
+    let slots = psbx_actors::store::Argon2Slots::global();
+    let held: Vec<_> = (0..psbx_actors::store::ARGON2_SLOTS)
+        .map(|_| slots.take())
+        .collect();
+    for password in ["wrong password", PASSWORD] {
+        let res = actix_rt::time::timeout(std::time::Duration::from_secs(60), async {
+            post_form!(app, cookie, fields, password, none)
+        })
+        .await
+        .expect("a throttled sign-in waited for argon2");
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        let retry: u64 = res
+            .headers()
+            .get(header::RETRY_AFTER)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=60).contains(&retry), "{retry}");
+        let page = String::from_utf8(test::read_body(res).await.to_vec()).unwrap();
+        assert!(
+            page.contains("at most 5 failed sign-ins for this account a minute"),
+            "{page}"
+        );
+        assert!(!page.contains(PASSWORD));
+    }
+    assert_eq!(slots.waiting(), 0);
+    drop(held);
+}
+
+#[actix_rt::test]
+async fn a_sign_in_form_posted_from_another_origin_is_403() {
+    let f = fixture();
+    f.store.set_password(&f.first.account.id, PASSWORD).unwrap();
+    let app = service!(f);
+    let (cookie, fields) = authorize_page!(app);
+    // The cookie and field match (as after cookie tossing from a box URL), but
+    // the browser says where the form was.
+    for refused in [
+        vec![(header::ORIGIN, "https://x.box.example")],
+        vec![(header::ORIGIN, "null")],
+        vec![(
+            header::HeaderName::from_static("sec-fetch-site"),
+            "same-site",
+        )],
+    ] {
+        let res = post_form!(app, cookie, fields, PASSWORD, refused.clone());
+        assert_eq!(res.status(), StatusCode::FORBIDDEN, "{refused:?}");
+        assert!(res.headers().get(header::LOCATION).is_none());
+        let page = String::from_utf8(test::read_body(res).await.to_vec()).unwrap();
+        assert!(page.contains("another site"), "{page}");
+    }
+    let res = post_form!(
+        app,
+        cookie,
+        fields,
+        PASSWORD,
+        [(header::ORIGIN, "http://localhost:8080")]
+    );
+    assert_eq!(res.status(), StatusCode::SEE_OTHER);
+    assert!(
+        res.headers()
+            .get(header::LOCATION)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .contains("code=")
+    );
+}
+
+#[actix_rt::test]
+async fn the_21st_registration_from_one_address_within_a_minute_is_429() {
+    let f = fixture();
+    let app = service!(f);
+    for n in 1..=20 {
+        assert_eq!(
+            register!(app, PEER).status(),
+            StatusCode::CREATED,
+            "registration {n}"
+        );
+    }
+    let res = register!(app, PEER);
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(res.headers().contains_key(header::RETRY_AFTER));
+    let body: Value = test::read_body_json(res).await;
+    assert_eq!(body["error"], "too_many_requests");
+    assert!(
+        body["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("at most 20 client registrations from this address a minute"),
+        "{body}"
+    );
+    // Another address is not affected.
+    assert_eq!(
+        register!(app, "198.51.100.7:1234").status(),
+        StatusCode::CREATED
+    );
+    // Too large a registration is refused before it is read.
+    let res = test::call_service(
+        &app,
+        TestRequest::post()
+            .uri("/oauth/register")
+            .peer_addr("198.51.100.8:1234".parse().unwrap())
+            .set_json(json!({"redirect_uris": [REDIRECT], "padding": "x".repeat(64 * 1024)}))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[actix_rt::test]
+async fn clients_nobody_authorized_within_a_day_are_deleted_at_the_next_registration() {
+    let f = fixture();
+    let app = service!(f);
+    let old = f
+        .store
+        .register_oauth_client(Some("old"), &[REDIRECT.to_owned()])
+        .unwrap();
+    let mut conn = <diesel::PgConnection as diesel::Connection>::establish(f._db.url()).unwrap();
+    diesel::RunQueryDsl::execute(
+        diesel::sql_query("UPDATE oauth_clients SET created_at = now() - interval '25 hours'"),
+        &mut conn,
+    )
+    .unwrap();
+    assert_eq!(register!(app, PEER).status(), StatusCode::CREATED);
+    assert!(f.store.oauth_client(&old.id).unwrap().is_none());
+}
+
+#[actix_rt::test]
+async fn a_login_link_is_confirmed_by_get_spent_by_post_and_set_password_ends_the_session() {
+    let f = fixture();
+    let app = service!(f);
+    let link = f.store.create_login_link(&f.first.account.id).unwrap();
+    let path = format!("/oauth/login/{link}");
+    // GET (what a mail or chat link scanner does) twice: the link stays usable.
+    let mut confirm = None;
+    for _ in 0..2 {
+        let res = test::call_service(
+            &app,
+            TestRequest::get()
+                .uri(&path)
+                .peer_addr(PEER.parse().unwrap())
+                .to_request(),
+        )
+        .await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(!cookies_of(&res).contains("psbx_session"));
+        let cookie = cookies_of(&res);
+        let page = String::from_utf8(test::read_body(res).await.to_vec()).unwrap();
+        assert!(page.contains("<strong>default</strong>"), "{page}");
+        confirm = Some((cookie, hidden_fields(&page)));
+    }
+    let (cookie, form) = confirm.unwrap();
+    let post = |headers: Vec<(header::HeaderName, &'static str)>| {
+        let mut req = TestRequest::post()
+            .uri(&path)
+            .peer_addr(PEER.parse().unwrap())
+            .insert_header((header::COOKIE, cookie.clone()))
+            .set_form(&form);
+        for h in headers {
+            req = req.insert_header(h);
+        }
+        req.to_request()
+    };
+    // A POST from another site does not spend it (login CSRF).
+    let res = test::call_service(&app, post(vec![(header::ORIGIN, "https://evil.example")])).await;
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
+    // Nor one without the page's cookie.
+    let res = test::call_service(
+        &app,
+        TestRequest::post()
+            .uri(&path)
+            .peer_addr(PEER.parse().unwrap())
+            .set_form(&form)
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
+    // The POST from the page spends it and signs the browser in.
+    let res = test::call_service(&app, post(vec![(header::ORIGIN, "http://localhost:8080")])).await;
+    assert_eq!(res.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        res.headers().get(header::LOCATION).unwrap(),
+        "/oauth/signed-in"
+    );
+    let session = cookies_of(&res)
+        .split("; ")
+        .find(|c| c.starts_with("psbx_session="))
+        .unwrap()
+        .to_owned();
+    let signed_in = || {
+        TestRequest::get()
+            .uri("/oauth/signed-in")
+            .insert_header((header::COOKIE, session.clone()))
+            .to_request()
+    };
+    assert_eq!(
+        test::call_service(&app, signed_in()).await.status(),
+        StatusCode::OK
+    );
+    // Spent: neither GET nor POST works again.
+    let res = test::call_service(&app, post(vec![])).await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let res = test::call_service(&app, TestRequest::get().uri(&path).to_request()).await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    // A new password signs the browser out.
+    f.store.set_password(&f.first.account.id, PASSWORD).unwrap();
+    assert_eq!(
+        test::call_service(&app, signed_in()).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[actix_rt::test]
+async fn links_that_do_not_work_are_throttled_per_address() {
+    let f = fixture();
+    let app = service!(f);
+    for n in 1..=10 {
+        let res = test::call_service(
+            &app,
+            TestRequest::get()
+                .uri(&format!("/oauth/login/guess{n}"))
+                .peer_addr(PEER.parse().unwrap())
+                .to_request(),
+        )
+        .await;
+        assert_eq!(res.status(), StatusCode::NOT_FOUND, "guess {n}");
+    }
+    // Even a good link is refused from that address for now; not from another.
+    let link = f.store.create_login_link(&f.first.account.id).unwrap();
+    let open = |peer: &str| {
+        TestRequest::get()
+            .uri(&format!("/oauth/login/{link}"))
+            .peer_addr(peer.parse().unwrap())
+            .to_request()
+    };
+    let res = test::call_service(&app, open(PEER)).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(res.headers().contains_key(header::RETRY_AFTER));
+    assert_eq!(
+        test::call_service(&app, open("198.51.100.7:1"))
+            .await
+            .status(),
+        StatusCode::OK
+    );
+}
+
+#[actix_rt::test]
+async fn mcp_accepts_the_origin_browsers_send_for_a_default_port() {
+    let f = fixture();
+    let secrets = Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
+    let id = psbx_actors::ids::ServerId::parse("srv_test").unwrap();
+    let parts = app::Parts::new(
+        f.store.clone(),
+        secrets,
+        Default::default(),
+        "https://psbx.example.com",
+        id,
+    );
+    let state =
+        AppState::assemble(&Config::default(), parts, Err("no libvirt host".into())).unwrap();
+    let app = test::init_service(app::build(state)).await;
+    let key = f.first.key.secret.expose().to_owned();
+    let initialize = |origin: &'static str| {
+        TestRequest::post()
+            .uri("/mcp")
+            .insert_header((header::HOST, "psbx.example.com"))
+            .insert_header((header::ORIGIN, origin))
+            .insert_header(bearer(&key))
+            .insert_header((header::ACCEPT, "application/json, text/event-stream"))
+            .set_json(json!({
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                           "clientInfo": {"name": "t", "version": "1"}}
+            }))
+            .to_request()
+    };
+    let res = test::call_service(&app, initialize("https://psbx.example.com")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = test::call_service(&app, initialize("https://psbx.example.com.evil.example")).await;
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
+}
+
+#[actix_rt::test]
+async fn document_fetches_name_no_cause_and_are_throttled_per_address() {
+    let f = fixture();
+    let secrets = Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
+    let id = psbx_actors::ids::ServerId::parse("srv_test").unwrap();
+    let parts = app::Parts::new(f.store.clone(), secrets, Default::default(), URL, id);
+    let mut config = Config::default();
+    // Loopback documents allowed, so that the fetch goes to a closed loopback
+    // port (the discard port) and nowhere else.
+    config.oauth.loopback_client_metadata = true;
+    let state = AppState::assemble(&config, parts, Err("no libvirt host".into())).unwrap();
+    let app = test::init_service(app::build(state)).await;
+    let open = |peer: &str| {
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([
+                ("response_type", "code"),
+                ("client_id", "http://127.0.0.1:9/client.json"),
+                ("redirect_uri", REDIRECT),
+                ("code_challenge", CHALLENGE),
+                ("code_challenge_method", "S256"),
+            ])
+            .finish();
+        TestRequest::get()
+            .uri(&format!("/oauth/authorize?{query}"))
+            .peer_addr(peer.parse().unwrap())
+            .to_request()
+    };
+    for n in 1..=30 {
+        let res = test::call_service(&app, open(PEER)).await;
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "fetch {n}");
+        let page = String::from_utf8(test::read_body(res).await.to_vec()).unwrap();
+        assert!(page.contains("could not be fetched"), "{page}");
+        assert!(
+            !page.to_lowercase().contains("refused"),
+            "the cause leaks: {page}"
+        );
+    }
+    let res = test::call_service(&app, open(PEER)).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(res.headers().contains_key(header::RETRY_AFTER));
+    let res = test::call_service(&app, open("198.51.100.7:1")).await;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
 }

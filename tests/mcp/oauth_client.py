@@ -57,6 +57,12 @@ def form_fields(page):
     return fields
 
 
+def origin_of(url):
+    """The Origin header a browser sends with a form posted from a page at `url`."""
+    parts = urlparse(url)
+    return {"origin": f"{parts.scheme}://{parts.netloc}"}
+
+
 browser = httpx2.AsyncClient(follow_redirects=False, timeout=30.0)
 result = {}
 
@@ -67,7 +73,11 @@ async def open_in_browser(authorization_url):
     assert page.status_code == 200, (page.status_code, page.text)
     seen["page_asks_password"] = 'name="password"' in page.text
     if MODE == "link":
+        # The link shows a confirmation page (a GET does not spend it); its
+        # button posts it back, which signs the browser in.
         link = await browser.get(sys.argv[3])
+        assert link.status_code == 200, (link.status_code, link.text)
+        link = await browser.post(sys.argv[3], data=form_fields(link.text), headers=origin_of(sys.argv[3]))
         assert link.status_code == 303, (link.status_code, link.text)
         back = urljoin(authorization_url, link.headers["location"])
         seen["link_returns_to_page"] = back == authorization_url
@@ -80,7 +90,9 @@ async def open_in_browser(authorization_url):
         form["account"] = sys.argv[3]
         form["password"] = sys.argv[4]
     form["decision"] = "approve"
-    answer = await browser.post(urljoin(authorization_url, "/oauth/authorize"), data=form)
+    answer = await browser.post(
+        urljoin(authorization_url, "/oauth/authorize"), data=form, headers=origin_of(authorization_url)
+    )
     assert answer.status_code == 303, (answer.status_code, answer.text)
     location = answer.headers["location"]
     query = parse_qs(urlparse(location).query)

@@ -325,7 +325,7 @@ fn python_sdk_signs_in_with_a_password_calls_a_tool_and_refreshes() {
     assert_ne!(first_refresh, refresh);
     assert_ne!(seen["first_access_token"].as_str().unwrap(), access);
     assert_eq!(s.mcp(access).status().as_u16(), 200);
-    // OAuth tokens are for /mcp only; API keys work on both.
+    // OAuth tokens work on /v1 as on /mcp; so do API keys.
     let v1 = |token: &str| {
         s.http
             .get(s.url("/v1/api-keys"))
@@ -335,7 +335,7 @@ fn python_sdk_signs_in_with_a_password_calls_a_tool_and_refreshes() {
             .status()
             .as_u16()
     };
-    assert_eq!(v1(access), 401);
+    assert_eq!(v1(access), 200);
     assert_eq!(v1(&s.key), 200);
     assert_eq!(s.mcp(&s.key).status().as_u16(), 200);
     // Reusing the rotated refresh token fails and revokes the whole family.
@@ -373,10 +373,17 @@ fn a_login_link_signs_the_browser_in_and_the_page_approves_without_a_password() 
     assert_eq!(seen["link_returns_to_page"], true, "{seen}");
     assert_eq!(seen["signed_in_page"], true, "{seen}");
     assert_eq!(seen["list_error"], false, "{seen}");
-    // The link works once.
+    // The link works once: spent by the confirmation page's POST.
     let again = s.http.get(s.url(path)).send().unwrap();
     assert_eq!(again.status().as_u16(), 404);
     assert!(again.headers().get("set-cookie").is_none());
+    let again = s
+        .http
+        .post(s.url(path))
+        .form(&[("csrf", "x")])
+        .send()
+        .unwrap();
+    assert_eq!(again.status().as_u16(), 403, "no cookie of the page");
     // An expired link does not work either.
     let (_, out, _) = s.psbx(&["login-link", "--account", "default"], None);
     let expired = out.trim()[out.trim().find("/oauth/login/").unwrap()..].to_owned();
@@ -434,6 +441,19 @@ fn discovery_documents_and_the_401_point_to_each_other() {
             .unwrap()
             .contains("error=\"invalid_token\"")
     );
+
+    // /v1's 401 points to its own resource metadata.
+    let res = s.http.get(s.url("/v1/boxes")).send().unwrap();
+    assert_eq!(res.status().as_u16(), 401);
+    let v1_metadata = s.url("/.well-known/oauth-protected-resource/v1");
+    let challenge = res.headers()["www-authenticate"].to_str().unwrap();
+    assert!(
+        challenge.contains(&format!("resource_metadata=\"{v1_metadata}\"")),
+        "{challenge}"
+    );
+    let prm: Value = s.http.get(&v1_metadata).send().unwrap().json().unwrap();
+    assert_eq!(prm["resource"], s.url("/v1"));
+    assert_eq!(prm["authorization_servers"], json!([s.server.url]));
 
     for path in [
         "/.well-known/oauth-protected-resource/mcp",
@@ -698,6 +718,100 @@ fn tokens_are_refused_when_reused_expired_revoked_or_for_another_resource() {
     .get_result(&mut conn)
     .unwrap();
     assert_eq!(found.n, 1);
+}
+
+#[test]
+fn an_oauth_token_works_on_v1_for_its_own_account_only() {
+    let s = Setup::start();
+    // Another account with a box, and a box of the signed-in account.
+    s.sql("INSERT INTO accounts (id, name) VALUES ('acct_other1', 'other')");
+    let default: Value = s
+        .http
+        .get(s.url("/v1/boxes"))
+        .bearer_auth(&s.key)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(default["boxes"], json!([]), "{default}");
+    for (id, account) in [("box_mine1", "default"), ("box_theirs1", "other")] {
+        s.sql(&format!(
+            "INSERT INTO boxes (id, account_id, host_uri, state, image, size, vcpus, memory_mib, \
+             disk_gb, keep_secs, stopped_at) SELECT '{id}', id, 'test:///', 'stopped', 'debian', 1, \
+             1, 1024, 8, 0, now() FROM accounts WHERE name = '{account}'"
+        ));
+    }
+    let list = |token: &str| {
+        let res = s
+            .http
+            .get(s.url("/v1/boxes"))
+            .bearer_auth(token)
+            .send()
+            .unwrap();
+        let status = res.status().as_u16();
+        (status, res.json::<Value>().unwrap())
+    };
+    let ids = |body: &Value| -> Vec<String> {
+        body["boxes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{body}"))
+            .iter()
+            .map(|b| b["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // A token from the real sign-in (issued for /mcp) lists the account's boxes.
+    let (_, access, _) = s.tokens();
+    let (status, body) = list(&access);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(ids(&body), ["box_mine1"]);
+    // A token asked for /v1 (RFC 8707) works on both.
+    let client_id = s.client_id();
+    let v1_resource = s.url("/v1");
+    let res = s.sign_in(&client_id, &[("resource", v1_resource.as_str())], PASSWORD);
+    assert_eq!(res.status().as_u16(), 303);
+    let code = redirect_params(&res)["code"].clone();
+    let exchange = |resource: &str| {
+        s.token(&[
+            ("grant_type", "authorization_code"),
+            ("client_id", &client_id),
+            ("code", &code),
+            ("redirect_uri", REDIRECT),
+            ("code_verifier", VERIFIER),
+            ("resource", resource),
+        ])
+    };
+    // Another server's resource is refused before the code is looked at.
+    let (status, body) = exchange("http://other.example/v1");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_target")),
+        "{body}"
+    );
+    // A trailing slash is the same resource.
+    let (status, body) = exchange(&format!("{v1_resource}/"));
+    assert_eq!(status, 200, "{body}");
+    let v1_token = body["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(ids(&list(&v1_token).1), ["box_mine1"]);
+    assert_eq!(s.mcp(&v1_token).status().as_u16(), 200);
+    // Tokens issued for another server's resource are refused on both.
+    s.sql("UPDATE oauth_grants SET resource = 'http://other.example/v1'");
+    let (status, body) = list(&v1_token);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (401, Some("unauthorized"))
+    );
+    assert_eq!(list(&access).0, 401);
+    assert_eq!(s.mcp(&v1_token).status().as_u16(), 401);
+    // Another server's resource cannot be asked for either.
+    let res = s.authorize(&[
+        ("response_type", "code"),
+        ("client_id", &client_id),
+        ("redirect_uri", REDIRECT),
+        ("code_challenge", CHALLENGE),
+        ("code_challenge_method", "S256"),
+        ("resource", "http://other.example/v1"),
+    ]);
+    assert_eq!(redirect_params(&res)["error"], "invalid_target");
 }
 
 /// Serves one client metadata document on loopback, for a few requests.

@@ -31,7 +31,7 @@ pub use oauth::{
 };
 pub use secrets::SealedRow;
 pub use servers::Server;
-pub use sign_in::{LOGIN_LINK_TTL, MIN_PASSWORD_LEN, SESSION_TTL};
+pub use sign_in::{ARGON2_SLOTS, Argon2Slots, LOGIN_LINK_TTL, MIN_PASSWORD_LEN, SESSION_TTL};
 pub use uploads::{UploadClaim, UploadTarget, UploadToken};
 
 use diesel::pg::PgConnection;

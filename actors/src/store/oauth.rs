@@ -208,6 +208,19 @@ impl Store {
             .into())
     }
 
+    /// Deletes the registered clients older than `age` that no account ever
+    /// authorized (no grant); returns how many. Registration is open, so
+    /// clients nobody uses must not pile up.
+    pub fn expire_unused_oauth_clients(&self, age: Duration) -> Result<usize, StoreError> {
+        let used = oauth_grants::table.filter(oauth_grants::client_id.eq(oauth_clients::id));
+        Ok(diesel::delete(
+            oauth_clients::table
+                .filter(oauth_clients::created_at.lt(Utc::now() - age))
+                .filter(diesel::dsl::not(diesel::dsl::exists(used))),
+        )
+        .execute(&mut self.conn()?)?)
+    }
+
     pub fn oauth_client(&self, id: &str) -> Result<Option<OAuthClient>, StoreError> {
         Ok(oauth_clients::table
             .find(id)
@@ -380,12 +393,12 @@ impl Store {
         })
     }
 
-    /// Recognises an access token issued for `resource` that has neither expired
-    /// nor been revoked; `None` otherwise.
+    /// Recognises an access token issued for one of `resources` that has
+    /// neither expired nor been revoked; `None` otherwise.
     pub fn authenticate_oauth(
         &self,
         presented: &str,
-        resource: &str,
+        resources: &[String],
     ) -> Result<Option<Principal>, StoreError> {
         if !presented.starts_with(TOKEN_PREFIX) {
             return Ok(None);
@@ -397,7 +410,7 @@ impl Store {
             .filter(oauth_tokens::revoked_at.is_null())
             .filter(oauth_tokens::expires_at.gt(diesel::dsl::now))
             .filter(oauth_grants::revoked_at.is_null())
-            .filter(oauth_grants::resource.eq(resource))
+            .filter(oauth_grants::resource.eq_any(resources))
             .select((
                 oauth_grants::id,
                 oauth_grants::account_id,

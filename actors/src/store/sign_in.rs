@@ -1,7 +1,13 @@
 //! How a person signs in to an account in a browser (for the OAuth authorize
 //! page): a password (argon2id, set with `psbx account set-password`), or a
 //! one-time sign-in link (`psbx login-link`) that opens a browser session.
-//! Links and sessions are random tokens stored as their SHA-256 only.
+//! Links and sessions are random tokens stored as their SHA-256 only; a
+//! session ends when it expires or when the account's password is set.
+//!
+//! A password check loads the hash, gives the database connection back, and
+//! only then runs argon2 (tens of milliseconds and about 19 MiB each), at most
+//! [`ARGON2_SLOTS`] at a time in this process: guessing cannot hold the pool.
+//! Throttling failed sign-ins is the HTTP side's (it knows the caller's address).
 
 use super::schema::{accounts, login_links, web_sessions};
 use super::{Account, Store, StoreError};
@@ -12,6 +18,8 @@ use chrono::{Duration, Utc};
 use diesel::prelude::*;
 use sha2::{Digest, Sha256};
 use std::sync::OnceLock;
+
+pub use slots::{ARGON2_SLOTS, Argon2Slots};
 
 /// How long a sign-in link works.
 pub const LOGIN_LINK_TTL: Duration = Duration::minutes(15);
@@ -40,6 +48,7 @@ fn password_error(e: password_hash::Error) -> StoreError {
 }
 
 fn password_matches(hash: &str, password: &str) -> bool {
+    let _slot = Argon2Slots::global().take();
     PasswordHash::new(hash).is_ok_and(|parsed| {
         Argon2::default()
             .verify_password(password.as_bytes(), &parsed)
@@ -97,16 +106,25 @@ impl Store {
                 "a password must have {MIN_PASSWORD_LEN} to {MAX_PASSWORD_LEN} characters"
             )));
         }
-        let hash = hash_password(password)?;
-        let changed = diesel::update(accounts::table.find(account.as_str()))
-            .set(accounts::password_hash.eq(Some(hash)))
-            .execute(&mut self.conn()?)?;
-        if changed == 0 {
-            return Err(StoreError::Invalid(format!(
-                "there is no account {account}"
-            )));
-        }
-        Ok(())
+        let hash = {
+            let _slot = Argon2Slots::global().take();
+            hash_password(password)?
+        };
+        let mut conn = self.conn()?;
+        conn.transaction(|conn| {
+            let changed = diesel::update(accounts::table.find(account.as_str()))
+                .set(accounts::password_hash.eq(Some(hash)))
+                .execute(conn)?;
+            if changed == 0 {
+                return Err(StoreError::Invalid(format!(
+                    "there is no account {account}"
+                )));
+            }
+            // A new password signs every browser out.
+            diesel::delete(web_sessions::table.filter(web_sessions::account_id.eq(account)))
+                .execute(conn)?;
+            Ok(())
+        })
     }
 
     /// The account `name_or_id` names whose password is `password`, if any.
@@ -115,7 +133,7 @@ impl Store {
         name_or_id: &str,
         password: &str,
     ) -> Result<Option<Account>, StoreError> {
-        let mut conn = self.conn()?;
+        // The connection goes back to the pool before argon2 runs.
         let candidates: Vec<(Account, Option<String>)> = accounts::table
             .filter(
                 accounts::name
@@ -123,7 +141,7 @@ impl Store {
                     .or(accounts::id.eq(name_or_id)),
             )
             .select((Account::as_select(), accounts::password_hash))
-            .load(&mut conn)?;
+            .load(&mut self.conn()?)?;
         if candidates.iter().all(|(_, hash)| hash.is_none()) {
             // As slow as a real check: the answer's timing does not tell which
             // account names exist or have a password.
@@ -150,6 +168,19 @@ impl Store {
             ))
             .execute(&mut self.conn()?)?;
         Ok(token)
+    }
+
+    /// The account a sign-in link would sign in to, if it is unknown, unused
+    /// and unexpired; the link stays usable (the confirmation page asks first).
+    pub fn login_link_account(&self, token: &str) -> Result<Option<Account>, StoreError> {
+        Ok(login_links::table
+            .inner_join(accounts::table.on(accounts::id.eq(login_links::account_id)))
+            .filter(login_links::token_sha256.eq(&digest(token)[..]))
+            .filter(login_links::used_at.is_null())
+            .filter(login_links::expires_at.gt(diesel::dsl::now))
+            .select(Account::as_select())
+            .first(&mut self.conn()?)
+            .optional()?)
     }
 
     /// Uses a sign-in link (once, before it expires): opens a browser session for
@@ -192,6 +223,75 @@ impl Store {
             .select(Account::as_select())
             .first(&mut self.conn()?)
             .optional()?)
+    }
+}
+
+/// A counting semaphore around argon2: a burst of sign-ins waits its turn
+/// instead of taking every core and a few MiB each.
+mod slots {
+    use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+
+    /// How many argon2 computations run at once in this process.
+    pub const ARGON2_SLOTS: usize = 4;
+
+    /// The slots, and how many callers wait for one.
+    pub struct Argon2Slots {
+        state: Mutex<State>,
+        freed: Condvar,
+    }
+
+    #[derive(Default)]
+    struct State {
+        taken: usize,
+        waiting: usize,
+    }
+
+    /// A slot, given back when dropped.
+    pub struct Slot<'a>(&'a Argon2Slots);
+
+    impl Argon2Slots {
+        /// The process's slots.
+        pub fn global() -> &'static Self {
+            static SLOTS: OnceLock<Argon2Slots> = OnceLock::new();
+            SLOTS.get_or_init(|| Self {
+                state: Mutex::new(State::default()),
+                freed: Condvar::new(),
+            })
+        }
+
+        fn lock(&self) -> MutexGuard<'_, State> {
+            // The state is two counters, right after any panic: keep using it.
+            self.state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        }
+
+        /// Waits for a free slot.
+        pub fn take(&self) -> Slot<'_> {
+            let mut state = self.lock();
+            state.waiting += 1;
+            while state.taken >= ARGON2_SLOTS {
+                state = self
+                    .freed
+                    .wait(state)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            state.waiting -= 1;
+            state.taken += 1;
+            Slot(self)
+        }
+
+        /// How many callers wait for a slot now (for tests and diagnostics).
+        pub fn waiting(&self) -> usize {
+            self.lock().waiting
+        }
+    }
+
+    impl Drop for Slot<'_> {
+        fn drop(&mut self) {
+            self.0.lock().taken -= 1;
+            self.0.freed.notify_one();
+        }
     }
 }
 

@@ -37,8 +37,8 @@ pub fn run(config: &Config, command: AccountCommand) -> anyhow::Result<()> {
             let password = read_password(&account)?;
             store.set_password(&account.id, &password)?;
             eprintln!(
-                "the password of account {} ({}) is set: sign in with the name {:?} on the \
-                 page your MCP client opens",
+                "the password of account {} ({}) is set (browsers signed in to it are signed \
+                 out): sign in with the name {:?} on the page your MCP client opens",
                 account.id, account.name, account.name
             );
         }
@@ -55,8 +55,9 @@ pub fn login_link(config: &Config, args: LoginLinkArgs) -> anyhow::Result<()> {
     let url = config.public_url_for(config.listen);
     println!("{url}/oauth/login/{token}");
     eprintln!(
-        "open this link in the browser where your MCP client's sign-in page is: it signs \
-         that browser in to account {} ({}); it works once, within {} minutes",
+        "open this link in the browser where your MCP client's sign-in page is and press \
+         \"Sign in\": it signs that browser in to account {} ({}); it works once, within {} \
+         minutes",
         account.id,
         account.name,
         LOGIN_LINK_TTL.num_minutes()

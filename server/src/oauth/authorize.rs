@@ -5,15 +5,20 @@
 //! Until the client and its redirect URI are known to be right, problems are
 //! shown on the page and never redirected; after that they go back to the
 //! client as `error=...`. PKCE S256 is required (`plain` is refused), and the
-//! `resource` (RFC 8707) must be this server's `/mcp` (or absent: then it is
-//! that). Any `scope` is answered with psbx's one scope, `mcp`. The form carries a per-page token that must equal the `psbx_csrf`
-//! cookie set with the page (a double-submit check: a cross-site POST carries
-//! neither the cookie nor the token).
+//! `resource` (RFC 8707) must be this server's `/mcp`, `/v1` or the issuer
+//! itself (absent: `/mcp`); the token then works on `/mcp` and `/v1`. Any
+//! `scope` is answered with psbx's one scope, `mcp`.
+//!
+//! The form carries a per-page token that must equal the `psbx_csrf` cookie
+//! set with the page (double submit), and the POST must come from this
+//! server's origin ([`super::origin`]). Failed password sign-ins are
+//! throttled ([`super::throttle`]): over the limit the form answers 429 with
+//! `Retry-After` without running argon2.
 
 use super::clients::{Client, ClientError};
 use super::cookies;
 use super::page::{self, SignIn};
-use super::{OAuth, SCOPE};
+use super::{OAuth, SCOPE, origin, throttle};
 use crate::error::blocking;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{LOCATION, SET_COOKIE};
@@ -108,7 +113,12 @@ pub fn is_pkce_value(value: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
 }
 
-async fn check(oauth: &OAuth, store: &Store, p: &Params) -> Result<Checked, HttpResponse> {
+async fn check(
+    oauth: &OAuth,
+    store: &Store,
+    req: &HttpRequest,
+    p: &Params,
+) -> Result<Checked, HttpResponse> {
     let invalid = |message: &str| {
         page::problem(
             StatusCode::BAD_REQUEST,
@@ -117,11 +127,16 @@ async fn check(oauth: &OAuth, store: &Store, p: &Params) -> Result<Checked, Http
         )
     };
     let client = match oauth
-        .client(store, p.client_id.as_deref().unwrap_or_default())
+        .client(
+            store,
+            p.client_id.as_deref().unwrap_or_default(),
+            &throttle::address(req),
+        )
         .await
     {
         Ok(client) => client,
         Err(ClientError::Invalid(message)) => return Err(invalid(&message)),
+        Err(ClientError::Throttled(exceeded)) => return Err(throttle::too_many_page(&exceeded)),
         Err(ClientError::Internal(e)) => {
             return Err(page::problem(
                 e.status(),
@@ -182,16 +197,18 @@ async fn check(oauth: &OAuth, store: &Store, p: &Params) -> Result<Checked, Http
     };
     let resource = match p.resource.as_deref() {
         None => oauth.resource.clone(),
-        Some(r) if r.trim_end_matches('/') == oauth.resource => oauth.resource.clone(),
-        Some(_) => {
-            return Err(back.error(
-                "invalid_target",
-                &format!(
-                    "this server only issues tokens for the resource {}",
-                    oauth.resource
-                ),
-            ));
-        }
+        Some(asked) => match oauth.known_resource(asked) {
+            Some(resource) => resource,
+            None => {
+                return Err(back.error(
+                    "invalid_target",
+                    &format!(
+                        "this server only issues tokens for its own resources: {}",
+                        oauth.resources.join(", ")
+                    ),
+                ));
+            }
+        },
     };
     Ok(Checked {
         state: p.state.clone(),
@@ -202,8 +219,8 @@ async fn check(oauth: &OAuth, store: &Store, p: &Params) -> Result<Checked, Http
     })
 }
 
-async fn session_account(store: &Store, req: &HttpRequest) -> Option<Account> {
-    let token = cookies::get(req, cookies::SESSION)?;
+async fn session_account(oauth: &OAuth, store: &Store, req: &HttpRequest) -> Option<Account> {
+    let token = oauth.cookies.get(req, cookies::SESSION)?;
     let store = store.clone();
     blocking(move || store.session_account(&token))
         .await
@@ -228,11 +245,7 @@ fn form(checked: &Checked, csrf: &str, account: Option<&Account>, error: Option<
         .filter(|(name, value)| *name != "state" || !value.is_empty())
         .collect();
     page::sign_in(&SignIn {
-        client_name: checked
-            .client
-            .name
-            .as_deref()
-            .unwrap_or(checked.client.id.as_str()),
+        client_name: checked.client.name.as_deref(),
         client_id: &checked.client.id,
         redirect_uri: &checked.redirect_uri,
         hidden: &hidden,
@@ -249,7 +262,7 @@ pub async fn show(
     store: web::Data<Store>,
     params: web::Query<Params>,
 ) -> HttpResponse {
-    let checked = match check(&oauth, &store, &params).await {
+    let checked = match check(&oauth, &store, &req, &params).await {
         Ok(checked) => checked,
         Err(answer) => return answer,
     };
@@ -263,20 +276,17 @@ pub async fn show(
             );
         }
     };
-    let account = session_account(&store, &req).await;
+    let account = session_account(&oauth, &store, &req).await;
     let back_here = URL_SAFE_NO_PAD.encode(format!("/oauth/authorize?{}", req.query_string()));
     let mut answer = page::respond(
         StatusCode::OK,
         form(&checked, &csrf, account.as_ref(), None),
     );
     for cookie in [
-        cookies::set(cookies::CSRF, &csrf, PAGE_TTL_SECS, oauth.secure_cookies),
-        cookies::set(
-            cookies::RETURN,
-            &back_here,
-            PAGE_TTL_SECS,
-            oauth.secure_cookies,
-        ),
+        oauth.cookies.set(cookies::CSRF, &csrf, PAGE_TTL_SECS),
+        oauth
+            .cookies
+            .set(cookies::RETURN, &back_here, PAGE_TTL_SECS),
     ] {
         if let Ok(value) = cookie.parse() {
             answer.headers_mut().append(SET_COOKIE, value);
@@ -286,7 +296,7 @@ pub async fn show(
 }
 
 /// Compares two secrets in time independent of where they differ.
-fn same_secret(a: &str, b: &str) -> bool {
+pub fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len()
         && a.bytes()
             .zip(b.bytes())
@@ -302,19 +312,13 @@ pub async fn decide(
     form_data: web::Form<Decision>,
 ) -> HttpResponse {
     let decision = form_data.into_inner();
-    let csrf_ok = match (cookies::get(&req, cookies::CSRF), &decision.csrf) {
-        (Some(cookie), Some(field)) => same_secret(&cookie, field),
-        _ => false,
-    };
-    if !csrf_ok {
-        return page::problem(
-            StatusCode::FORBIDDEN,
-            "This form has expired",
-            "it was not sent from a psbx sign-in page open in this browser (or the page is \
-             too old); go back, reload the page, and try again",
-        );
+    if let Err(why) = origin::check(&req, &oauth.origins) {
+        return cross_origin(&why);
     }
-    let checked = match check(&oauth, &store, &decision.params).await {
+    if !csrf_matches(&oauth, &req, decision.csrf.as_deref()) {
+        return expired_form();
+    }
+    let checked = match check(&oauth, &store, &req, &decision.params).await {
         Ok(checked) => checked,
         Err(answer) => return answer,
     };
@@ -335,13 +339,12 @@ pub async fn decide(
         "The account name or password is wrong."
     };
     let account = if password.is_empty() {
-        session_account(&store, &req).await
+        session_account(&oauth, &store, &req).await
     } else {
         let name = decision.account.unwrap_or_default().trim().to_owned();
-        let store = store.get_ref().clone();
-        match blocking(move || store.check_password(&name, &password)).await {
+        match checked_password(&oauth, &store, &req, name, password).await {
             Ok(found) => found,
-            Err(e) => return page::problem(e.status(), "Sign-in failed", &e.to_string()),
+            Err(answer) => return answer,
         }
     };
     let Some(account) = account else {
@@ -376,13 +379,85 @@ pub async fn decide(
             tracing::info!(client_id = %checked.client.id, account = %account.id,
                 "an authorization request was approved");
             let mut answer = back.to(&[("code", &code)]);
-            if let Ok(value) = cookies::clear(cookies::RETURN, oauth.secure_cookies).parse() {
+            if let Ok(value) = oauth.cookies.clear(cookies::RETURN).parse() {
                 answer.headers_mut().append(SET_COOKIE, value);
             }
             answer
         }
         Err(e) => page::problem(e.status(), "Sign-in failed", &e.to_string()),
     }
+}
+
+/// The 403 of a form posted from another origin.
+pub fn cross_origin(why: &str) -> HttpResponse {
+    tracing::warn!(reason = %why, "a sign-in form was posted from another origin");
+    page::problem(
+        StatusCode::FORBIDDEN,
+        "This form was sent from another site",
+        "psbx only accepts its sign-in forms from its own pages; open the sign-in page \
+         again from your MCP client (or the link from `psbx login-link`) and use it directly",
+    )
+}
+
+/// The 403 of a form without its matching CSRF cookie.
+pub fn expired_form() -> HttpResponse {
+    page::problem(
+        StatusCode::FORBIDDEN,
+        "This form has expired",
+        "it was not sent from a psbx sign-in page open in this browser (or the page is \
+         too old); go back, reload the page, and try again",
+    )
+}
+
+/// Whether the form's CSRF field equals the page's cookie.
+pub fn csrf_matches(oauth: &OAuth, req: &HttpRequest, field: Option<&str>) -> bool {
+    match (oauth.cookies.get(req, cookies::CSRF), field) {
+        (Some(cookie), Some(field)) => same_secret(&cookie, field),
+        _ => false,
+    }
+}
+
+/// Checks a password unless the account or the address failed too often
+/// lately (429 then, argon2 not run); counts a failure against both.
+async fn checked_password(
+    oauth: &OAuth,
+    store: &Store,
+    req: &HttpRequest,
+    name: String,
+    password: String,
+) -> Result<Option<Account>, HttpResponse> {
+    let throttles = &oauth.throttles;
+    let address = throttle::address(req);
+    let throttled = throttles
+        .sign_ins_by_account
+        .check(&name)
+        .and_then(|()| throttles.sign_ins_by_address.check(&address));
+    if let Err(exceeded) = throttled {
+        tracing::info!(account = %name, %address, limit = exceeded.limit.what,
+            "a sign-in was refused: too many failed attempts");
+        return Err(throttle::too_many_page(&exceeded));
+    }
+    let found = {
+        let (store, name) = (store.clone(), name.clone());
+        blocking(move || store.check_password(&name, &password))
+            .await
+            .map_err(|e| page::problem(e.status(), "Sign-in failed", &e.to_string()))?
+    };
+    if found.is_none() {
+        throttles.sign_ins_by_account.record(&name);
+        throttles.sign_ins_by_address.record(&address);
+        for (limiter, key) in [
+            (&throttles.sign_ins_by_account, &name),
+            (&throttles.sign_ins_by_address, &address),
+        ] {
+            if let Err(exceeded) = limiter.check(key) {
+                tracing::warn!(account = %name, %address, limit = %exceeded.limit.describe(),
+                    "failed sign-ins reached their limit: further attempts are refused for {} s",
+                    exceeded.retry_after_secs());
+            }
+        }
+    }
+    Ok(found)
 }
 
 #[cfg(test)]

@@ -4,19 +4,31 @@
 //! redirects), its `client_id` must equal the URL, its redirect URIs follow the
 //! same rules as registered ones, and it is cached for five minutes.
 //!
-//! Documents are not fetched from IP literals of loopback, private or
-//! link-local addresses (host names are not resolved first: a name pointing
-//! inside the network is not caught). `http://` document URLs on a loopback
-//! host are accepted only when the configuration says so
+//! Documents are fetched from public addresses only
+//! ([`super::public_address`]): an IP literal is checked as it is, a host name
+//! is resolved first and every address it resolves to must be public, and the
+//! fetch connects to exactly those checked addresses (no second lookup, no
+//! proxy), so a name cannot point inside the network, now or by rebinding.
+//! `localhost` names are refused without a lookup. `http://` document URLs on
+//! a loopback host are accepted only when the configuration says so
 //! (`oauth.loopback_client_metadata`, off by default): that is for tests and
 //! local development.
+//!
+//! The sign-in page is open to anyone, so fetches are rate-limited per client
+//! address ([`super::throttle`]; cached documents do not count), and a failed
+//! fetch shows one generic message whatever the cause (refused address, no DNS answer, connection
+//! refused, TLS, status): the page is no port scanner of the server's network.
+//! The log has the cause.
 
 use super::OAuth;
+use super::public_address::is_public;
 use super::redirect_uris;
 use crate::error::{ApiError, blocking};
+use crate::limits::rate::Exceeded;
 use psbx_actors::store::Store;
 use serde::Deserialize;
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use url::{Host, Url};
@@ -42,6 +54,8 @@ pub enum ClientError {
     /// Unknown, or a document that is missing or not acceptable: the message
     /// says which, for the person on the page or the client's developer.
     Invalid(String),
+    /// Too many documents fetched for this client address lately.
+    Throttled(Exceeded),
     Internal(ApiError),
 }
 
@@ -75,34 +89,37 @@ pub fn is_document_url(client_id: &str) -> bool {
     client_id.starts_with("https://") || client_id.starts_with("http://")
 }
 
-/// Checks a document URL: https with a path, no fragment or credentials; or,
-/// when `loopback` allows it, http to a loopback host.
+/// Whether `name` is `localhost` or under `.localhost` (RFC 6761), which
+/// resolvers answer with loopback addresses without asking anyone.
+fn is_localhost_name(name: &str) -> bool {
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost")
+}
+
+/// Checks a document URL: https with a path, no fragment or credentials, not
+/// an internal IP literal nor a `localhost` name; or, when `loopback` allows
+/// it, http or https to a loopback host. Names are resolved at fetch time
+/// ([`resolve_public`]).
 pub fn check_document_url(client_id: &str, loopback: bool) -> Result<Url, String> {
     let url = Url::parse(client_id)
         .map_err(|e| format!("client_id {client_id:?} is not a valid URL: {e}"))?;
-    let is_loopback = matches!(url.host(), Some(Host::Domain("localhost")))
-        || matches!(url.host(), Some(Host::Ipv4(ip)) if ip.is_loopback())
-        || matches!(url.host(), Some(Host::Ipv6(ip)) if ip.is_loopback());
-    let internal_ip = match url.host() {
-        Some(Host::Ipv4(ip)) => {
-            ip.is_loopback()
-                || ip.is_private()
-                || ip.is_link_local()
-                || ip.is_unspecified()
-                || ip.is_broadcast()
-        }
-        Some(Host::Ipv6(ip)) => {
-            ip.is_loopback()
-                || ip.is_unspecified()
-                || ip.is_unique_local()
-                || ip.is_unicast_link_local()
-        }
-        _ => false,
+    let literal: Option<IpAddr> = match url.host() {
+        Some(Host::Ipv4(ip)) => Some(ip.into()),
+        Some(Host::Ipv6(ip)) => Some(ip.into()),
+        _ => None,
     };
-    if internal_ip && !(loopback && is_loopback) {
+    let is_loopback = match url.host() {
+        Some(Host::Domain(name)) => is_localhost_name(name),
+        _ => literal.is_some_and(|ip| ip.to_canonical().is_loopback()),
+    };
+    let internal = match url.host() {
+        Some(Host::Domain(name)) => is_localhost_name(name),
+        _ => literal.is_some_and(|ip| !is_public(ip)),
+    };
+    if internal && !(loopback && is_loopback) {
         return Err(format!(
-            "client_id {client_id:?}: psbx does not fetch client metadata documents from \
-             loopback or private addresses"
+            "client_id {client_id:?}: psbx only fetches client metadata documents from \
+             public internet addresses (not loopback, private, link-local or other internal ones)"
         ));
     }
     match url.scheme() {
@@ -125,6 +142,37 @@ pub fn check_document_url(client_id: &str, loopback: bool) -> Result<Url, String
         ));
     }
     Ok(url)
+}
+
+/// Whether documents may be fetched from `ip`: a public address, or with
+/// `loopback` (tests) a loopback one.
+fn fetchable(ip: IpAddr, loopback: bool) -> bool {
+    is_public(ip) || (loopback && ip.to_canonical().is_loopback())
+}
+
+/// The addresses `host` resolves to, if every one of them is public (with
+/// `loopback`, loopback ones are accepted too); the error is for the log.
+pub async fn resolve_public(
+    host: &str,
+    port: u16,
+    loopback: bool,
+) -> Result<Vec<SocketAddr>, String> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("{host} has no address"));
+    }
+    let refused: Vec<IpAddr> = addrs
+        .iter()
+        .map(SocketAddr::ip)
+        .filter(|ip| !fetchable(*ip, loopback))
+        .collect();
+    if !refused.is_empty() {
+        return Err(format!("{host} resolves to internal addresses {refused:?}"));
+    }
+    Ok(addrs)
 }
 
 #[derive(Deserialize)]
@@ -169,15 +217,50 @@ pub fn parse_document(url: &str, body: &[u8]) -> Result<Client, String> {
     })
 }
 
-async fn fetch_document(url: Url) -> Result<Client, String> {
-    let failed = |e: &dyn std::fmt::Display| {
-        format!("the client metadata document at {url} could not be fetched: {e}")
-    };
-    let http = reqwest::Client::builder()
+/// What the page says when a fetch failed, whatever the cause.
+fn not_fetched(url: &Url) -> String {
+    format!(
+        "the client metadata document at {url} could not be fetched: psbx fetches it from \
+         public addresses only, over https, without redirects, within {} s and up to {} KiB; \
+         check that the URL serves the document",
+        FETCH_TIMEOUT.as_secs(),
+        MAX_DOCUMENT / 1024
+    )
+}
+
+/// Fetches and reads a document; a failure to fetch is logged with its cause
+/// and answered with [`not_fetched`].
+async fn fetch_document(url: Url, loopback: bool) -> Result<Client, String> {
+    let body = fetch_body(&url, loopback).await.map_err(|cause| {
+        tracing::info!(%url, %cause, "a client metadata document could not be fetched");
+        not_fetched(&url)
+    })?;
+    parse_document(url.as_str(), &body)
+}
+
+async fn fetch_body(url: &Url, loopback: bool) -> Result<Vec<u8>, String> {
+    let failed = |e: &dyn std::fmt::Display| e.to_string();
+    let mut http = reqwest::Client::builder()
         .timeout(FETCH_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| failed(&e))?;
+        // A proxy would resolve the name itself, past the check below.
+        .no_proxy();
+    let literal: Option<IpAddr> = match url.host() {
+        Some(Host::Domain(name)) => {
+            let port = url.port_or_known_default().unwrap_or(443);
+            let addrs = resolve_public(name, port, loopback).await?;
+            // Connect to the addresses just checked, not to a second lookup's.
+            http = http.resolve_to_addrs(name, &addrs);
+            None
+        }
+        Some(Host::Ipv4(ip)) => Some(ip.into()),
+        Some(Host::Ipv6(ip)) => Some(ip.into()),
+        None => return Err("the URL has no host".to_owned()),
+    };
+    if let Some(ip) = literal.filter(|ip| !fetchable(*ip, loopback)) {
+        return Err(format!("{ip} is an internal address"));
+    }
+    let http = http.build().map_err(|e| failed(&e))?;
     let mut response = http
         .get(url.clone())
         .header(reqwest::header::ACCEPT, "application/json")
@@ -185,21 +268,27 @@ async fn fetch_document(url: Url) -> Result<Client, String> {
         .await
         .map_err(|e| failed(&e))?;
     if !response.status().is_success() {
-        return Err(failed(&format!("HTTP {}", response.status())));
+        return Err(format!("HTTP {}", response.status()));
     }
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| failed(&e))? {
         if body.len() + chunk.len() > MAX_DOCUMENT {
-            return Err(failed(&format!("it is larger than {MAX_DOCUMENT} bytes")));
+            return Err(format!("it is larger than {MAX_DOCUMENT} bytes"));
         }
         body.extend_from_slice(&chunk);
     }
-    parse_document(url.as_str(), &body)
+    Ok(body)
 }
 
 impl OAuth {
-    /// Resolves a `client_id`.
-    pub async fn client(&self, store: &Store, client_id: &str) -> Result<Client, ClientError> {
+    /// Resolves a `client_id`; a document not in the cache is fetched if the
+    /// client `address` has not fetched too many lately.
+    pub async fn client(
+        &self,
+        store: &Store,
+        client_id: &str,
+        address: &str,
+    ) -> Result<Client, ClientError> {
         if client_id.is_empty() {
             return Err(ClientError::Invalid("client_id is missing".to_owned()));
         }
@@ -214,7 +303,13 @@ impl OAuth {
             if let Some(client) = self.documents.get(client_id) {
                 return Ok(client);
             }
-            let client = fetch_document(url).await.map_err(ClientError::Invalid)?;
+            if let Err(exceeded) = self.throttles.documents_by_address.hit(address) {
+                tracing::info!(%address, "a client metadata document fetch was refused: too many");
+                return Err(ClientError::Throttled(exceeded));
+            }
+            let client = fetch_document(url, self.loopback_documents)
+                .await
+                .map_err(ClientError::Invalid)?;
             self.documents.put(client.clone());
             return Ok(client);
         }
@@ -259,9 +354,31 @@ mod tests {
             "https://169.254.169.254/latest",
             "https://[::1]/c.json",
             "https://[fd00::1]/c.json",
+            "https://[::ffff:7f00:1]/c.json",
+            "https://[::ffff:169.254.169.254]/c.json",
+            "https://0.0.0.0/c.json",
+            "https://0.1.2.3/c.json",
+            "https://100.64.0.1/c.json",
+            "https://224.0.0.1/c.json",
+            "https://localhost/c.json",
+            "https://LOCALHOST./c.json",
+            "https://api.localhost/c.json",
         ] {
             assert!(check_document_url(internal, false).is_err(), "{internal}");
         }
+        assert!(check_document_url("http://localhost:9/c.json", true).is_ok());
+    }
+
+    #[actix_rt::test]
+    async fn names_are_resolved_and_must_resolve_to_public_addresses() {
+        // `localhost` resolves (from the hosts file, no DNS traffic) to loopback.
+        let refused = resolve_public("localhost", 443, false).await.unwrap_err();
+        assert!(refused.contains("internal"), "{refused}");
+        assert!(resolve_public("localhost", 443, true).await.is_ok());
+        // A refused fetch says nothing about why (no port-scan oracle).
+        let url = Url::parse("https://[::ffff:7f00:1]/c.json").unwrap();
+        let answer = fetch_document(url.clone(), false).await.unwrap_err();
+        assert_eq!(answer, not_fetched(&url));
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! `{"error": "invalid_grant", "error_description": "..."}`, never cached.
 
 use crate::error::ApiError;
+use crate::limits::rate::Exceeded;
 use actix_web::http::StatusCode;
-use actix_web::http::header::{CACHE_CONTROL, HeaderValue};
+use actix_web::http::header::{CACHE_CONTROL, HeaderValue, RETRY_AFTER};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
@@ -14,6 +15,8 @@ pub struct OAuthError {
     status: StatusCode,
     code: &'static str,
     description: String,
+    /// For 429: seconds until a retry can succeed.
+    retry_after: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -28,6 +31,7 @@ impl OAuthError {
             status: StatusCode::BAD_REQUEST,
             code,
             description: description.into(),
+            retry_after: None,
         }
     }
 
@@ -42,6 +46,22 @@ impl OAuthError {
     pub fn invalid_client(description: impl Into<String>) -> Self {
         let mut e = Self::new("invalid_client", description);
         e.status = StatusCode::UNAUTHORIZED;
+        e
+    }
+
+    /// A rate limit was hit: 429 `too_many_requests`, naming the limit, with
+    /// `Retry-After`.
+    pub fn too_many(exceeded: &Exceeded) -> Self {
+        let mut e = Self::new("too_many_requests", exceeded.message());
+        e.status = StatusCode::TOO_MANY_REQUESTS;
+        e.retry_after = Some(exceeded.retry_after_secs());
+        e
+    }
+
+    /// The body is larger than the endpoint reads: 413.
+    pub fn too_large(code: &'static str, description: impl Into<String>) -> Self {
+        let mut e = Self::new(code, description);
+        e.status = StatusCode::PAYLOAD_TOO_LARGE;
         e
     }
 
@@ -70,12 +90,15 @@ impl ResponseError for OAuthError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status)
-            .insert_header((CACHE_CONTROL, HeaderValue::from_static("no-store")))
-            .json(Body {
-                error: self.code,
-                error_description: &self.description,
-            })
+        let mut answer = HttpResponse::build(self.status);
+        answer.insert_header((CACHE_CONTROL, HeaderValue::from_static("no-store")));
+        if let Some(secs) = self.retry_after {
+            answer.insert_header((RETRY_AFTER, secs.to_string()));
+        }
+        answer.json(Body {
+            error: self.code,
+            error_description: &self.description,
+        })
     }
 }
 

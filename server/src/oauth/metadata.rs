@@ -1,6 +1,7 @@
 //! Discovery documents: protected resource metadata (RFC 9728) for `/mcp`,
 //! served at `/.well-known/oauth-protected-resource` and its path-inserted form
-//! `/.well-known/oauth-protected-resource/mcp`, and authorization server
+//! `/.well-known/oauth-protected-resource/mcp`, and for the REST API at
+//! `/.well-known/oauth-protected-resource/v1`; and authorization server
 //! metadata (RFC 8414) at `/.well-known/oauth-authorization-server`, whose
 //! `issuer` is the public URL these documents are fetched from.
 
@@ -8,14 +9,26 @@ use super::{OAuth, SCOPE};
 use actix_web::{HttpResponse, web};
 use serde_json::json;
 
-pub async fn protected_resource(oauth: web::Data<OAuth>) -> HttpResponse {
+fn resource_document(oauth: &OAuth, resource: &str, name: &str) -> HttpResponse {
     HttpResponse::Ok().json(json!({
-        "resource": oauth.resource,
+        "resource": resource,
         "authorization_servers": [oauth.issuer],
         "bearer_methods_supported": ["header"],
         "scopes_supported": [SCOPE],
-        "resource_name": "psbx sandboxes (MCP)",
+        "resource_name": name,
     }))
+}
+
+pub async fn protected_resource(oauth: web::Data<OAuth>) -> HttpResponse {
+    resource_document(&oauth, &oauth.resource, "psbx sandboxes (MCP)")
+}
+
+pub async fn protected_resource_v1(oauth: web::Data<OAuth>) -> HttpResponse {
+    resource_document(
+        &oauth,
+        &format!("{}/v1", oauth.issuer),
+        "psbx sandboxes (REST API)",
+    )
 }
 
 pub async fn authorization_server(oauth: web::Data<OAuth>) -> HttpResponse {

@@ -1,5 +1,9 @@
 //! OAuth 2.1 sign-in for MCP clients, per the MCP authorization specification:
-//! psbx is both the protected resource (`/mcp`) and its authorization server.
+//! psbx is both the protected resource (`/mcp`, and the REST API `/v1`) and
+//! their authorization server. An access token works on both: a token issued
+//! for the resource `<issuer>/mcp`, `<issuer>/v1` or `<issuer>` is accepted on
+//! `/mcp` and `/v1` alike (one server, one account scoping); a token for any
+//! other resource is refused.
 //!
 //! * [`metadata`] — RFC 9728 protected resource metadata and RFC 8414
 //!   authorization server metadata;
@@ -8,7 +12,9 @@
 //!   metadata document fetched from its URL; [`redirect_uris`] — which redirect
 //!   URIs are acceptable;
 //! * [`authorize`] and [`page`] — the sign-in and approval page; [`login`] —
-//!   one-time sign-in links and the browser session; [`cookies`];
+//!   one-time sign-in links and the browser session; [`cookies`]; [`origin`] —
+//!   where a form POST comes from; [`throttle`] — the sign-in and
+//!   registration rate limits;
 //! * [`token`] and [`revoke`] — the token endpoint (codes with PKCE S256,
 //!   rotating refresh tokens) and revocation (RFC 7009); [`errors`] — their
 //!   RFC 6749 error bodies.
@@ -21,14 +27,19 @@ pub mod cookies;
 pub mod errors;
 pub mod login;
 pub mod metadata;
+pub mod origin;
 pub mod page;
+pub mod public_address;
 pub mod redirect_uris;
 pub mod register;
 pub mod revoke;
+pub mod throttle;
 pub mod token;
 
 use actix_web::web;
 use clients::DocumentCache;
+use cookies::Cookies;
+use throttle::Throttles;
 
 /// The one scope psbx grants: use of the `sandbox_*` tools.
 pub const SCOPE: &str = "mcp";
@@ -37,13 +48,19 @@ pub const SCOPE: &str = "mcp";
 pub struct OAuth {
     /// The public URL, which is also the issuer identifier (no trailing slash).
     pub issuer: String,
-    /// The protected resource: `<public URL>/mcp`.
+    /// The default protected resource: `<public URL>/mcp`.
     pub resource: String,
-    /// Cookies get `Secure` when the public URL is https.
-    pub secure_cookies: bool,
+    /// Every resource a token of this server may be issued for (and is then
+    /// accepted on `/mcp` and `/v1`): `/mcp`, `/v1` and the issuer itself.
+    pub resources: Vec<String>,
+    /// `__Host-` cookies when the public URL is https.
+    pub cookies: Cookies,
+    /// The origins the sign-in forms may be posted from.
+    pub origins: Vec<String>,
     /// Accept client metadata documents at `http://` loopback URLs (tests only).
     pub loopback_documents: bool,
     pub documents: DocumentCache,
+    pub throttles: Throttles,
 }
 
 impl OAuth {
@@ -51,9 +68,18 @@ impl OAuth {
         let issuer = public_url.trim_end_matches('/').to_owned();
         Self {
             resource: format!("{issuer}/mcp"),
-            secure_cookies: issuer.starts_with("https://"),
+            resources: vec![
+                format!("{issuer}/mcp"),
+                format!("{issuer}/v1"),
+                issuer.clone(),
+            ],
+            cookies: Cookies {
+                secure: issuer.starts_with("https://"),
+            },
+            origins: origin::allowed_origins(&issuer),
             loopback_documents,
             documents: DocumentCache::default(),
+            throttles: Throttles::default(),
             issuer,
         }
     }
@@ -61,6 +87,18 @@ impl OAuth {
     /// Where `/mcp`'s 401 points clients: the path-inserted metadata URL.
     pub fn resource_metadata_url(&self) -> String {
         format!("{}/.well-known/oauth-protected-resource/mcp", self.issuer)
+    }
+
+    /// Where `/v1`'s 401 points clients.
+    pub fn v1_resource_metadata_url(&self) -> String {
+        format!("{}/.well-known/oauth-protected-resource/v1", self.issuer)
+    }
+
+    /// The resource a request names, as stored: one of [`OAuth::resources`]
+    /// (a trailing slash aside), `None` for any other.
+    pub fn known_resource(&self, asked: &str) -> Option<String> {
+        let asked = asked.trim_end_matches('/');
+        self.resources.iter().find(|r| *r == asked).cloned()
     }
 
     pub fn endpoint(&self, path: &str) -> String {
@@ -90,6 +128,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         web::get().to(metadata::protected_resource),
     )
     .route(
+        "/.well-known/oauth-protected-resource/v1",
+        web::get().to(metadata::protected_resource_v1),
+    )
+    .route(
         "/.well-known/oauth-authorization-server",
         web::get().to(metadata::authorization_server),
     )
@@ -106,6 +148,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .app_data(form_errors())
             .route(web::post().to(revoke::revoke)),
     )
-    .route("/oauth/login/{token}", web::get().to(login::open_link))
+    .route("/oauth/login/{token}", web::get().to(login::confirm_link))
+    .route("/oauth/login/{token}", web::post().to(login::use_link))
     .route("/oauth/signed-in", web::get().to(login::signed_in));
 }

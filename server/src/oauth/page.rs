@@ -86,7 +86,9 @@ pub fn problem(status: StatusCode, title: &str, message: &str) -> HttpResponse {
 
 /// What the sign-in and approval form shows.
 pub struct SignIn<'a> {
-    pub client_name: &'a str,
+    /// The name the client gave itself (at registration or in its metadata
+    /// document): shown as its own claim, never as a verified name.
+    pub client_name: Option<&'a str>,
     pub client_id: &'a str,
     pub redirect_uri: &'a str,
     /// The request's parameters, carried through the form as hidden fields.
@@ -99,11 +101,18 @@ pub struct SignIn<'a> {
 
 /// The form: approve (after signing in, unless already signed in) or deny.
 pub fn sign_in(form: &SignIn<'_>) -> String {
+    let who = match form.client_name {
+        Some(name) => format!(
+            "An application that calls itself <strong>{}</strong> \
+             <span class=\"muted\">(a name it chose; psbx has not checked it)</span>",
+            escape(name)
+        ),
+        None => "An application that gave no name".to_owned(),
+    };
     let mut body = format!(
-        "<h1>Sign in to psbx</h1><p><strong>{}</strong> wants to use your psbx sandboxes \
+        "<h1>Sign in to psbx</h1><p>{who} wants to use your psbx sandboxes \
          (start boxes and run commands in them) through MCP.</p>\
          <p class=\"muted\">Client <code>{}</code><br>Returns to <code>{}</code></p>",
-        escape(form.client_name),
         escape(form.client_id),
         escape(form.redirect_uri),
     );
@@ -157,7 +166,7 @@ mod tests {
     #[test]
     fn everything_interpolated_is_escaped() {
         let html = sign_in(&SignIn {
-            client_name: "<script>alert('x')</script>",
+            client_name: Some("<script>alert('x')</script>"),
             client_id: "client_\"><b>",
             redirect_uri: "http://localhost/cb?a=1&b=2",
             hidden: &[("state", "\"><img src=x>")],
@@ -171,5 +180,6 @@ mod tests {
         assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)"), "{html}");
         assert!(html.contains("a=1&amp;b=2"), "{html}");
         assert!(html.contains("a &amp; b"), "{html}");
+        assert!(html.contains("calls itself"), "{html}");
     }
 }

@@ -74,6 +74,20 @@ pub async fn token(
             )));
         }
     }
+    // RFC 8707: a `resource` must be one of this server's (a trailing slash
+    // aside); it must then match the code's or grant's, which the store checks.
+    let resource = match ask.resource.as_deref() {
+        None => None,
+        Some(asked) => Some(oauth.known_resource(asked).ok_or_else(|| {
+            OAuthError::new(
+                "invalid_target",
+                format!(
+                    "this server only issues tokens for its own resources: {}",
+                    oauth.resources.join(", ")
+                ),
+            )
+        })?),
+    };
     let store = store.get_ref().clone();
     match ask.grant_type.as_deref() {
         Some("authorization_code") => {
@@ -86,7 +100,6 @@ pub async fn token(
                 ));
             }
             let challenge = s256(verifier);
-            let resource = ask.resource.clone();
             let issued = blocking(move || {
                 store.exchange_oauth_code(CodeExchange {
                     code: &code,
@@ -104,7 +117,6 @@ pub async fn token(
         }
         Some("refresh_token") => {
             let refresh = required(&ask.refresh_token, "refresh_token")?.to_owned();
-            let resource = ask.resource.clone();
             let issued = blocking(move || {
                 store.refresh_oauth_token(&refresh, &client_id, resource.as_deref())
             })

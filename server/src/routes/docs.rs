@@ -31,6 +31,11 @@ impl utoipa::Modify for BearerAuth {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .bearer_format("psbx_...")
+                    .description(Some(
+                        "An API key (`psbx_...`, from `psbx keys create`), or an OAuth access \
+                         token (`psbx_at_...`) this server issued for its `/mcp`, `/v1` or \
+                         issuer resource (discovery: `/.well-known/oauth-protected-resource/v1`)",
+                    ))
                     .build(),
             ),
         );
