@@ -3,14 +3,20 @@
 //! without a live row is destroyed; a row whose VM is gone or
 //! half-made is marked failed; pooled boxes are thrown away (the pool is
 //! rebuilt); running and frozen boxes are handed back for adoption.
+//!
+//! A server killed during a freeze leaves libvirt saving the box (the domain
+//! paused until the save ends) or saved (shut off with a managed save) while
+//! the row says running: the save is waited for, and a saved box is recorded
+//! frozen, its memory kept.
 
 use super::shared::HostShared;
 use crate::box_actor::state::BoxState;
 use crate::error::BoxError;
 use crate::ids::BoxId;
-use crate::store::BoxRecord;
+use crate::store::{BoxRecord, Transition};
 use psbx_libvirt::{DOMAIN_PREFIX, DomainStatus};
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 /// A box to put back under an actor.
 pub(super) enum Adopt {
@@ -42,8 +48,23 @@ pub(super) fn reconcile(ctx: &HostShared) -> Result<Vec<Adopt>, BoxError> {
             }
             (BoxState::Running, Some(DomainStatus::Running)) => adopt.push(Adopt::Running(row)),
             (BoxState::Running, Some(DomainStatus::Paused)) => {
-                ctx.host.resume(&HostShared::domain_name(&row.id))?;
-                adopt.push(Adopt::Running(row));
+                let name = HostShared::domain_name(&row.id);
+                match ctx.host.resume(&name) {
+                    Ok(()) => adopt.push(Adopt::Running(row)),
+                    // Paused by a save still under way: wait for its end.
+                    Err(e) => match after_save(ctx, &name) {
+                        Some(DomainStatus::ShutOff { saved: true }) => {
+                            adopt.extend(saved(ctx, row)?)
+                        }
+                        Some(DomainStatus::Running) => adopt.push(Adopt::Running(row)),
+                        _ => {
+                            ctx.fail_box(&row, &format!("its VM could not be resumed: {e}"))?;
+                        }
+                    },
+                }
+            }
+            (BoxState::Running, Some(DomainStatus::ShutOff { saved: true })) => {
+                adopt.extend(saved(ctx, row)?);
             }
             (BoxState::Frozen, Some(DomainStatus::ShutOff { saved: true })) => {
                 adopt.push(Adopt::Frozen(row));
@@ -72,4 +93,39 @@ pub(super) fn reconcile(ctx: &HostShared) -> Result<Vec<Adopt>, BoxError> {
         }
     }
     Ok(adopt)
+}
+
+/// How long a managed save begun before the restart may still take.
+const SAVE_WAIT: Duration = Duration::from_secs(120);
+
+/// The domain's status once it is no longer paused (a save under way ends
+/// shut off, saved), or `None` if it still is after [`SAVE_WAIT`].
+fn after_save(ctx: &HostShared, name: &str) -> Option<DomainStatus> {
+    let deadline = Instant::now() + SAVE_WAIT;
+    while Instant::now() < deadline {
+        let status = ctx
+            .host
+            .list()
+            .ok()?
+            .into_iter()
+            .find(|d| d.name == name)
+            .map(|d| d.status);
+        if status != Some(DomainStatus::Paused) {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    None
+}
+
+/// A box the server froze as it died: its save is done, so it is frozen.
+fn saved(ctx: &HostShared, row: BoxRecord) -> Result<Option<Adopt>, BoxError> {
+    tracing::info!(box_id = %row.id, "the box was saved as the server stopped: it is frozen");
+    let frozen = ctx.store.transition_box(
+        &row.id,
+        BoxState::Running,
+        BoxState::Frozen,
+        Transition::default(),
+    )?;
+    Ok(frozen.map(Adopt::Frozen))
 }
