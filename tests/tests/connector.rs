@@ -96,6 +96,14 @@ fn connector(
         // server has another name inside the user's network.
         .env("PSBX_URL", url)
         .env("PSBX_SESSIONS", "2")
+        // The server is plain http on the namespace's link (not loopback).
+        .env("PSBX_ALLOW_INSECURE", "1")
+        // The namespace's services are on its loopback, which the connector
+        // dials only when PSBX_ALLOW lists the target (`extra` may replace it).
+        .env(
+            "PSBX_ALLOW",
+            "db.internal:5432 closed.internal:5433 db.internal:6000",
+        )
         .env("RUST_LOG", "info")
         .stdout(Stdio::from(
             std::fs::OpenOptions::new()
