@@ -92,8 +92,9 @@ struct OpenStream {
 /// two queries per connection.
 struct AddressTable {
     read_at: Instant,
-    env_id: EnvironmentId,
-    connections: Vec<ConnectionRecord>,
+    /// `None`: the environment does not exist (also kept, so that streams
+    /// of a box whose environment was deleted cost no query each).
+    found: Option<(EnvironmentId, Vec<ConnectionRecord>)>,
 }
 
 /// How long a table read here is used. This replica's own changes (addresses
@@ -384,16 +385,29 @@ impl Hub {
     }
 
     /// The environment's id and connections as read less than
-    /// [`ADDRESS_TABLE_TTL`] ago, if they were.
+    /// [`ADDRESS_TABLE_TTL`] ago, if they were (`Some(None)`: it did not
+    /// exist then).
+    #[allow(clippy::type_complexity)]
     pub fn address_table(
         &self,
         account: &AccountId,
         env_name: &str,
-    ) -> Option<(EnvironmentId, Vec<ConnectionRecord>)> {
+    ) -> Option<Option<(EnvironmentId, Vec<ConnectionRecord>)>> {
         let state = self.lock();
         let table = state.tables.get(&(account.clone(), env_name.to_owned()))?;
-        (table.read_at.elapsed() < ADDRESS_TABLE_TTL)
-            .then(|| (table.env_id.clone(), table.connections.clone()))
+        (table.read_at.elapsed() < ADDRESS_TABLE_TTL).then(|| table.found.clone())
+    }
+
+    /// Keeps that the account has no environment `env_name` (for
+    /// [`ADDRESS_TABLE_TTL`]).
+    pub fn keep_missing_environment(&self, account: &AccountId, env_name: &str) {
+        self.lock().tables.insert(
+            (account.clone(), env_name.to_owned()),
+            AddressTable {
+                read_at: Instant::now(),
+                found: None,
+            },
+        );
     }
 
     /// Keeps an environment's connections as just read.
@@ -408,8 +422,7 @@ impl Hub {
             (account.clone(), env_name.to_owned()),
             AddressTable {
                 read_at: Instant::now(),
-                env_id: env_id.clone(),
-                connections: connections.to_vec(),
+                found: Some((env_id.clone(), connections.to_vec())),
             },
         );
     }
@@ -419,7 +432,9 @@ impl Hub {
     /// next stream).
     pub fn unlisted(&self, env: &EnvironmentId, listed: &[Endpoint]) {
         let mut state = self.lock();
-        state.tables.retain(|_, table| &table.env_id != env);
+        state
+            .tables
+            .retain(|_, table| table.found.as_ref().is_some_and(|(id, _)| id != env));
         let gone: Vec<(EnvironmentId, Endpoint)> = state
             .streams
             .keys()
@@ -491,8 +506,10 @@ mod tests {
         hub.keep_address_table(&account, "dev", &env, std::slice::from_ref(&connection));
         assert_eq!(
             hub.address_table(&account, "dev"),
-            Some((env.clone(), vec![connection]))
+            Some(Some((env.clone(), vec![connection])))
         );
+        hub.keep_missing_environment(&account, "gone");
+        assert_eq!(hub.address_table(&account, "gone"), Some(None));
         assert!(hub.address_table(&account, "staging").is_none());
         let stranger = AccountId::parse("acct_b").unwrap();
         assert!(hub.address_table(&stranger, "dev").is_none());
