@@ -9,8 +9,8 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use psbx_actors::connectors::route::{BoxRoute, REFUSALS_LOGGED, Router};
 use psbx_actors::connectors::Hub;
+use psbx_actors::connectors::route::{BoxRoute, REFUSALS_LOGGED, Router};
 use psbx_actors::ids::{AccountId, BoxId, ConnectionId, EnvironmentId};
 use psbx_actors::store::{PoolOptions, Store};
 use psbx_tests::TestDatabase;
@@ -57,13 +57,10 @@ async fn refused_opens(store: Store, account: AccountId, env: &str) -> (Router, 
         account,
         environment: Some(env.to_owned()),
     });
-    let (from_box, server) = psbx_wire::testing::session_pair(
-        Config::default(),
-        Config::default(),
-        1 << 20,
-    )
-    .await
-    .unwrap();
+    let (from_box, server) =
+        psbx_wire::testing::session_pair(Config::default(), Config::default(), 1 << 20)
+            .await
+            .unwrap();
     let accepting = tokio::spawn(async move {
         while let Some(incoming) = server.accept().await {
             match Outbound::parse(incoming.target()) {
@@ -75,7 +72,11 @@ async fn refused_opens(store: Store, account: AccountId, env: &str) -> (Router, 
     // In waves of 200 (the session's stream limit is 256).
     for wave in 0..OPENS / 200 {
         let opens = (0..200).map(|_| from_box.open("env:db.internal:5432"));
-        for (i, result) in futures_util::future::join_all(opens).await.into_iter().enumerate() {
+        for (i, result) in futures_util::future::join_all(opens)
+            .await
+            .into_iter()
+            .enumerate()
+        {
             match result {
                 Err(OpenError::Refused { code: 403, .. }) => {}
                 Err(other) => panic!("open {}: {other}", wave * 200 + i),
@@ -101,7 +102,10 @@ fn store(db: &TestDatabase) -> Store {
 }
 
 fn check_log(log: &str) {
-    let lines = log.lines().filter(|l| l.contains("private endpoint refused")).count();
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("private endpoint refused"))
+        .count();
     assert!(lines >= 1, "no refusal was logged:\n{log}");
     assert!(
         lines <= REFUSALS_LOGGED as usize,
@@ -116,14 +120,26 @@ async fn refused_opens_from_a_box_cost_one_read_and_few_log_lines() {
     let store = store(&db);
     let account = AccountId::parse(&db.add_account("acct_flood")).unwrap();
     let env = EnvironmentId::generate().unwrap();
-    store.insert_environment(&account, &env, "dev").unwrap().unwrap();
+    store
+        .insert_environment(&account, &env, "dev")
+        .unwrap()
+        .unwrap();
     // A connection that lists something else.
     store
-        .insert_connection(&env, &ConnectionId::generate().unwrap(), "dc", "psbx_conn_t")
+        .insert_connection(
+            &env,
+            &ConnectionId::generate().unwrap(),
+            "dc",
+            "psbx_conn_t",
+        )
         .unwrap()
         .unwrap();
     let (router, log) = refused_opens(store, account, "dev").await;
-    assert_eq!(router.table_reads(), 1, "the address table was read more than once");
+    assert_eq!(
+        router.table_reads(),
+        1,
+        "the address table was read more than once"
+    );
     check_log(&log);
     assert!(log.contains("is no longer listed"), "{log}");
 }
@@ -134,7 +150,11 @@ async fn refused_opens_to_a_deleted_environment_cost_one_read() {
     let store = store(&db);
     let account = AccountId::parse(&db.add_account("acct_flood")).unwrap();
     let (router, log) = refused_opens(store, account, "deleted").await;
-    assert_eq!(router.table_reads(), 1, "the missing environment was read more than once");
+    assert_eq!(
+        router.table_reads(),
+        1,
+        "the missing environment was read more than once"
+    );
     check_log(&log);
     assert!(log.contains("no longer exists"), "{log}");
 }

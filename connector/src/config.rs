@@ -467,7 +467,12 @@ mod tests {
         // An http server uses HTTP_PROXY, not HTTPS_PROXY.
         let http = ("PSBX_URL", "http://psbx.example.com");
         let insecure = ("PSBX_ALLOW_INSECURE", "1");
-        assert!(config(&[TOKEN, http, insecure, proxy]).unwrap().proxy.is_none());
+        assert!(
+            config(&[TOKEN, http, insecure, proxy])
+                .unwrap()
+                .proxy
+                .is_none()
+        );
         let c = config(&[TOKEN, http, insecure, ("HTTP_PROXY", "proxy.corp:8080")]).unwrap();
         assert_eq!(c.proxy.unwrap().port, 8080);
         // NO_PROXY keeps the server direct.

@@ -201,8 +201,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (dialer, _f) = dialer("127.0.0.1 db.test\n");
-        let listed =
-            AllowList::parse(&format!("db.test:{port} 127.0.0.1:{port}")).unwrap();
+        let listed = AllowList::parse(&format!("db.test:{port} 127.0.0.1:{port}")).unwrap();
         for target in [format!("db.test:{port}"), format!("127.0.0.1:{port}")] {
             let target = Target::parse(&target).unwrap();
             dialer.dial(&target, Some(&listed)).await.unwrap();

@@ -206,7 +206,10 @@ async fn one_session_holds_a_thousand_streams() {
     let _connector = Connector::for_server(
         &server,
         TOKEN,
-        &[("PSBX_SESSIONS", "1".into()), ("PSBX_ALLOW", target.clone())],
+        &[
+            ("PSBX_SESSIONS", "1".into()),
+            ("PSBX_ALLOW", target.clone()),
+        ],
     );
     let session = server.next_session(WAIT).await.session;
     let mut streams = Vec::with_capacity(TUNNEL_STREAMS);
@@ -269,9 +272,16 @@ async fn loopback_is_not_dialed_unless_listed() {
     let _connector = Connector::for_server(
         &server,
         TOKEN,
-        &[("PSBX_SESSIONS", "1".into()), ("PSBX_ALLOW", target.clone())],
+        &[
+            ("PSBX_SESSIONS", "1".into()),
+            ("PSBX_ALLOW", target.clone()),
+        ],
     );
     let session = server.next_session(WAIT).await.session;
     let stream = session.open(&target).await.unwrap();
-    assert!(round_trip(stream, b"listed".to_vec()).await.starts_with(b"listed"));
+    assert!(
+        round_trip(stream, b"listed".to_vec())
+            .await
+            .starts_with(b"listed")
+    );
 }

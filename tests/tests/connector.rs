@@ -610,10 +610,9 @@ mod raw {
     pub async fn upgrade(base: &str, token: &str) -> Result<Ws, (u16, String)> {
         let url = format!("{}/v1/connect", base.replacen("http://", "ws://", 1));
         let mut request = url.as_str().into_client_request().unwrap();
-        request.headers_mut().insert(
-            "authorization",
-            format!("Bearer {token}").parse().unwrap(),
-        );
+        request
+            .headers_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
         let host = base.trim_start_matches("http://");
         let tcp = TcpStream::connect(host).await.unwrap();
         match tokio_tungstenite::client_async(request, tcp).await {
@@ -686,7 +685,11 @@ impl Plain {
             psbx_tests::api::ok(&server.url, &key, m, &format!("/v1{p}"), Some(b))
         };
         api("POST", "/environments", json!({"name": "dev"}));
-        let conn = api("POST", "/environments/dev/connections", json!({"name": "dc"}));
+        let conn = api(
+            "POST",
+            "/environments/dev/connections",
+            json!({"name": "dc"}),
+        );
         Self {
             conn_id: conn["id"].as_str().unwrap().to_owned(),
             token: conn["token"].as_str().unwrap().to_owned(),
@@ -870,7 +873,10 @@ fn a_rotation_during_the_handshake_refuses_the_session() {
         .expect("the session was not closed within 10 s");
         (started.elapsed(), ended)
     });
-    eprintln!("closed {:?} after the hello: {:?}", closed_within.0, closed_within.1);
+    eprintln!(
+        "closed {:?} after the hello: {:?}",
+        closed_within.0, closed_within.1
+    );
     if let Some(reason) = closed_within.1 {
         assert!(reason.contains("rotated"), "{reason}");
     }

@@ -519,7 +519,10 @@ async fn a_peer_that_may_not_open_streams_is_refused_and_nothing_is_buffered() {
             Some(Frame::OpenErr {
                 stream, code: 403, ..
             }) if stream == 2 + 2 * i => {}
-            other => panic!("expected OPEN_ERR 403 for stream {}, got {other:?}", 2 + 2 * i),
+            other => panic!(
+                "expected OPEN_ERR 403 for stream {}, got {other:?}",
+                2 + 2 * i
+            ),
         }
     }
     // Everything was taken (a PING after it is answered) and none of it kept.

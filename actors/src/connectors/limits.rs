@@ -62,7 +62,8 @@ impl Held {
         if by_account >= limits.sessions_per_account {
             return Err(Full::Account(limits.sessions_per_account));
         }
-        self.connections.insert(connection.clone(), by_connection + 1);
+        self.connections
+            .insert(connection.clone(), by_connection + 1);
         self.accounts.insert(account.clone(), by_account + 1);
         Ok(())
     }

@@ -88,13 +88,16 @@ struct OpenStream {
     reset: tokio::sync::oneshot::Sender<&'static str>,
 }
 
+/// An environment's id and connections.
+pub type Table = (EnvironmentId, Vec<ConnectionRecord>);
+
 /// An environment's connections as last read, to route box streams without
 /// two queries per connection.
 struct AddressTable {
     read_at: Instant,
     /// `None`: the environment does not exist (also kept, so that streams
     /// of a box whose environment was deleted cost no query each).
-    found: Option<(EnvironmentId, Vec<ConnectionRecord>)>,
+    found: Option<Table>,
 }
 
 /// How long a table read here is used. This replica's own changes (addresses
@@ -147,7 +150,9 @@ pub struct Slot {
 /// A session whose connection was kicked (token rotated, connection
 /// deleted) after its token was checked: it is not registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the connection's token was rotated or the connection deleted after this session's token was checked")]
+#[error(
+    "the connection's token was rotated or the connection deleted after this session's token was checked"
+)]
 pub struct Kicked;
 
 impl Slot {
@@ -225,9 +230,7 @@ impl Hub {
         connection: &ConnectionId,
         epoch: u64,
     ) -> Result<Slot, Full> {
-        self.lock()
-            .held
-            .take(account, connection, &self.limits)?;
+        self.lock().held.take(account, connection, &self.limits)?;
         Ok(Slot {
             hub: self.clone(),
             account: account.clone(),
@@ -387,12 +390,7 @@ impl Hub {
     /// The environment's id and connections as read less than
     /// [`ADDRESS_TABLE_TTL`] ago, if they were (`Some(None)`: it did not
     /// exist then).
-    #[allow(clippy::type_complexity)]
-    pub fn address_table(
-        &self,
-        account: &AccountId,
-        env_name: &str,
-    ) -> Option<Option<(EnvironmentId, Vec<ConnectionRecord>)>> {
+    pub fn address_table(&self, account: &AccountId, env_name: &str) -> Option<Option<Table>> {
         let state = self.lock();
         let table = state.tables.get(&(account.clone(), env_name.to_owned()))?;
         (table.read_at.elapsed() < ADDRESS_TABLE_TTL).then(|| table.found.clone())
@@ -583,7 +581,9 @@ mod tests {
             Some(Full::Account(3))
         );
         let stranger = AccountId::parse("acct_b").unwrap();
-        let _d = hub.reserve(&stranger, &ConnectionId::parse("conn_x").unwrap(), 0).unwrap();
+        let _d = hub
+            .reserve(&stranger, &ConnectionId::parse("conn_x").unwrap(), 0)
+            .unwrap();
         drop(a);
         hub.reserve(&account, &connection, 0).unwrap();
     }

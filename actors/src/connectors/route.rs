@@ -28,6 +28,9 @@ pub const REFUSALS_LOGGED: u32 = 10;
 /// The interval of [`REFUSALS_LOGGED`].
 pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
+/// A lock per (account, environment name) whose table is being read.
+type Readers = Mutex<HashMap<(AccountId, String), Arc<tokio::sync::Mutex<()>>>>;
+
 /// Routes box streams; cheap to clone.
 #[derive(Clone)]
 pub struct Router {
@@ -35,7 +38,7 @@ pub struct Router {
     store: Store,
     /// One lock per (account, environment name) being read, so that streams
     /// arriving together wait for one read instead of each making their own.
-    reading: Arc<Mutex<HashMap<(AccountId, String), Arc<tokio::sync::Mutex<()>>>>>,
+    reading: Arc<Readers>,
     /// Address tables read from the database (what tests count).
     table_reads: Arc<AtomicU64>,
 }
