@@ -43,6 +43,10 @@ pub enum ConfigError {
     BadProxy(&'static str, String),
     #[error("{0} {1:?} is not valid: {2}")]
     BadValue(&'static str, String, String),
+    #[error(
+        "the server {0} is plain http on a host that is not loopback: the token and every stream would cross the network unencrypted; use its https URL (PSBX_URL), or set PSBX_ALLOW_INSECURE=1 if the path to it is trusted"
+    )]
+    Insecure(String),
 }
 
 /// A connector token. Its `Debug` and `Display` never show it.
@@ -140,6 +144,20 @@ impl Config {
                 })?
             }
         };
+        let insecure = match get("PSBX_ALLOW_INSECURE").as_deref() {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(other) => {
+                return Err(ConfigError::BadValue(
+                    "PSBX_ALLOW_INSECURE",
+                    other.to_owned(),
+                    "expected 1 (or 0)".into(),
+                ));
+            }
+        };
+        if !server.tls && !insecure && !is_loopback_host(&server.host) {
+            return Err(ConfigError::Insecure(server.display));
+        }
         let sessions = match get("PSBX_SESSIONS") {
             None => DEFAULT_SESSIONS,
             Some(raw) => match raw.parse::<usize>() {
@@ -210,6 +228,15 @@ pub fn parse_server_url(raw: &str) -> Result<ServerUrl, ConfigError> {
         host,
         port,
     })
+}
+
+/// Whether `host` (as [`ServerUrl::host`] holds it) is this machine:
+/// `localhost`, 127.0.0.0/8 or `::1`. Plain http is accepted there only.
+pub fn is_loopback_host(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The proxy the server connection goes through: `https_proxy` /
@@ -347,6 +374,55 @@ mod tests {
         }
     }
 
+    /// M6: a token naming a plain-http server that is not loopback is
+    /// refused unless PSBX_ALLOW_INSECURE=1 says the path is trusted.
+    #[test]
+    fn plain_http_is_refused_unless_loopback_or_allowed() {
+        use base64::Engine as _;
+        let token_for = |issuer: &str| {
+            let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(issuer);
+            format!("psbx_conn_{b64}.s3cret")
+        };
+        let remote = token_for("http://psbx.example.com");
+        let err = config(&[("PSBX_CONNECTOR_TOKEN", remote.as_str())]).unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::Insecure("http://psbx.example.com:80".into())
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("https") && message.contains("PSBX_ALLOW_INSECURE=1"),
+            "{message}"
+        );
+        // PSBX_URL is checked the same way.
+        assert!(matches!(
+            config(&[TOKEN, ("PSBX_URL", "http://10.0.0.5:8080")]),
+            Err(ConfigError::Insecure(_))
+        ));
+        for local in [
+            "http://127.0.0.1:8080",
+            "http://localhost:8080",
+            "http://[::1]:8080",
+        ] {
+            let token = token_for(local);
+            let c = config(&[("PSBX_CONNECTOR_TOKEN", token.as_str())]).unwrap();
+            assert!(!c.server.tls, "{local}");
+        }
+        let c = config(&[
+            ("PSBX_CONNECTOR_TOKEN", remote.as_str()),
+            ("PSBX_ALLOW_INSECURE", "1"),
+        ])
+        .unwrap();
+        assert_eq!(c.server.connect_url, "ws://psbx.example.com:80/v1/connect");
+        assert!(matches!(
+            config(&[
+                ("PSBX_CONNECTOR_TOKEN", remote.as_str()),
+                ("PSBX_ALLOW_INSECURE", "yes")
+            ]),
+            Err(ConfigError::BadValue("PSBX_ALLOW_INSECURE", ..))
+        ));
+    }
+
     #[test]
     fn sessions_must_be_one_to_eight() {
         for good in ["1", "8", " 3 "] {
@@ -390,8 +466,14 @@ mod tests {
         assert!(!format!("{p:?}").contains("p@ss"));
         // An http server uses HTTP_PROXY, not HTTPS_PROXY.
         let http = ("PSBX_URL", "http://psbx.example.com");
-        assert!(config(&[TOKEN, http, proxy]).unwrap().proxy.is_none());
-        let c = config(&[TOKEN, http, ("HTTP_PROXY", "proxy.corp:8080")]).unwrap();
+        let insecure = ("PSBX_ALLOW_INSECURE", "1");
+        assert!(
+            config(&[TOKEN, http, insecure, proxy])
+                .unwrap()
+                .proxy
+                .is_none()
+        );
+        let c = config(&[TOKEN, http, insecure, ("HTTP_PROXY", "proxy.corp:8080")]).unwrap();
         assert_eq!(c.proxy.unwrap().port, 8080);
         // NO_PROXY keeps the server direct.
         let c = config(&[TOKEN, URL, proxy, ("NO_PROXY", "localhost,.example.com")]).unwrap();

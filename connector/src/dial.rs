@@ -1,7 +1,9 @@
 //! Reaching a target inside the connector's network: DNS with
 //! hickory-resolver (the system's `/etc/resolv.conf` and hosts file, so
 //! private zones and `/etc/hosts` entries work as they do for the user's
-//! services), then a TCP connect to the addresses in order within 10 s.
+//! services), then the reserved-address check on every address found
+//! ([`crate::reserved`]), then a TCP connect to those addresses in order
+//! within 10 s.
 //!
 //! Failures come back as a [`Refusal`]: the `OPEN_ERR` code and a reason a
 //! person can act on (NXDOMAIN, refused, timeout, ...).
@@ -23,6 +25,8 @@ use tokio::time::{Instant, timeout, timeout_at};
 
 use psbx_wire::frame::{Refusal, code};
 
+use crate::allow::AllowList;
+use crate::reserved;
 use crate::target::Target;
 
 /// How long a TCP connect may take, all addresses together.
@@ -93,9 +97,16 @@ impl Dialer {
         Ok(Self { resolver })
     }
 
-    /// Resolves `target`'s host and connects to it.
-    pub async fn dial(&self, target: &Target) -> Result<TcpStream, Refusal> {
+    /// Resolves `target`'s host, refuses it when an address is reserved
+    /// and `allow` does not list it ([`crate::reserved`]), and connects to
+    /// the addresses checked.
+    pub async fn dial(
+        &self,
+        target: &Target,
+        allow: Option<&AllowList>,
+    ) -> Result<TcpStream, Refusal> {
         let addresses = self.resolve(target).await?;
+        reserved::check(target, &addresses, allow)?;
         connect(target, &addresses).await
     }
 
@@ -190,10 +201,34 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (dialer, _f) = dialer("127.0.0.1 db.test\n");
+        let listed = AllowList::parse(&format!("db.test:{port} 127.0.0.1:{port}")).unwrap();
         for target in [format!("db.test:{port}"), format!("127.0.0.1:{port}")] {
             let target = Target::parse(&target).unwrap();
-            dialer.dial(&target).await.unwrap();
+            dialer.dial(&target, Some(&listed)).await.unwrap();
         }
+    }
+
+    /// M5: a name the hosts file maps to 127.0.0.1 is refused after the
+    /// lookup and before any connect: the listener there never accepts.
+    #[tokio::test]
+    async fn a_name_resolving_to_loopback_is_refused_before_connecting() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (dialer, _f) = dialer("127.0.0.1 db.test\n");
+        for raw in [format!("db.test:{port}"), format!("127.0.0.1:{port}")] {
+            let target = Target::parse(&raw).unwrap();
+            let err = dialer.dial(&target, None).await.unwrap_err();
+            assert_eq!(err.code, 502);
+            assert!(err.reason.contains("not allowed"), "{}", err.reason);
+            assert!(err.reason.contains("PSBX_ALLOW"), "{}", err.reason);
+        }
+        let nothing = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        assert!(nothing.is_err(), "the connector connected: {nothing:?}");
+        // Listed, the same target is dialed.
+        let listed = AllowList::parse(&format!("db.test:{port}")).unwrap();
+        let target = Target::parse(&format!("db.test:{port}")).unwrap();
+        dialer.dial(&target, Some(&listed)).await.unwrap();
+        listener.accept().await.unwrap();
     }
 
     #[tokio::test]
@@ -204,7 +239,8 @@ mod tests {
         };
         let (dialer, _f) = dialer("127.0.0.1 db.test\n");
         let target = Target::parse(&format!("db.test:{port}")).unwrap();
-        let err = dialer.dial(&target).await.unwrap_err();
+        let listed = AllowList::parse(&format!("db.test:{port}")).unwrap();
+        let err = dialer.dial(&target, Some(&listed)).await.unwrap_err();
         assert_eq!(err.code, 502);
         assert_eq!(
             err.reason,

@@ -12,6 +12,7 @@ mod backoff;
 mod config;
 mod dial;
 mod proxy;
+mod reserved;
 mod slots;
 mod splice;
 mod streams;

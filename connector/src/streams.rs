@@ -1,7 +1,9 @@
 //! What the connector does with each stream the server opens: check the
 //! target (400 when malformed, 502 when `PSBX_ALLOW` leaves it out),
-//! resolve and dial it in the connector's network (502 with the reason when
-//! that fails), then accept the stream and splice it to the TCP connection.
+//! resolve it in the connector's network, refuse it (502 "not allowed")
+//! when it resolves to a loopback, link-local or unspecified address that
+//! `PSBX_ALLOW` does not list ([`crate::reserved`]), and dial it (502 with
+//! the reason when that fails), then accept the stream and splice it to the TCP connection.
 //!
 //! One log line per refused stream, at warn; streams that work are logged
 //! at debug only, since a busy connector carries thousands.
@@ -69,6 +71,6 @@ impl Streams {
                 format!("not allowed: {target} is not in PSBX_ALLOW"),
             ));
         }
-        self.dialer.dial(&target).await
+        self.dialer.dial(&target, self.allow.as_ref()).await
     }
 }

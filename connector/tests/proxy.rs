@@ -53,6 +53,7 @@ async fn https_through_a_connect_proxy_with_credentials() {
             format!("http://proxy%20user:p%40ss@127.0.0.1:{}", proxy.port),
         ),
         ("NO_PROXY", "example.com,10.0.0.0/8".into()),
+        ("PSBX_ALLOW", format!("db.test:{}", echo.port)),
     ]);
     let session = server.next_session(WAIT).await.session;
 

@@ -83,7 +83,14 @@ async fn sessions_are_kept_open_and_reconnected() {
 async fn goaway_opens_a_replacement_and_lets_old_streams_finish() {
     let mut server = FakeServer::start(TOKEN, None).await;
     let echo = Echo::start().await;
-    let connector = Connector::for_server(&server, TOKEN, &[("PSBX_SESSIONS", "1".into())]);
+    let connector = Connector::for_server(
+        &server,
+        TOKEN,
+        &[
+            ("PSBX_SESSIONS", "1".into()),
+            ("PSBX_ALLOW", format!("127.0.0.1:{}", echo.port)),
+        ],
+    );
     let old = server.next_session(WAIT).await.session;
     let stream = old.open(&format!("127.0.0.1:{}", echo.port)).await.unwrap();
 
@@ -167,12 +174,13 @@ async fn the_token_alone_names_the_server() {
     let issuer = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&url);
     let token = format!("psbx_conn_{issuer}.s3cret");
     let mut server = FakeServer::start_on(listener, &token, None);
+    let echo = Echo::start().await;
     let _connector = Connector::start(&[
         ("PSBX_CONNECTOR_TOKEN", token.clone()),
         ("PSBX_SESSIONS", "1".into()),
+        ("PSBX_ALLOW", format!("127.0.0.1:{}", echo.port)),
     ]);
     let session = server.next_session(WAIT).await.session;
-    let echo = Echo::start().await;
     let stream = session
         .open(&format!("127.0.0.1:{}", echo.port))
         .await

@@ -27,7 +27,14 @@ fn refusal(result: Result<psbx_wire::Stream, OpenError>) -> (u16, String) {
 async fn bytes_flow_both_ways_with_half_close() {
     let mut server = FakeServer::start(TOKEN, None).await;
     let mut echo = Echo::start().await;
-    let connector = Connector::for_server(&server, TOKEN, &[("PSBX_SESSIONS", "1".into())]);
+    // The echo server is on loopback, which the connector dials only when
+    // PSBX_ALLOW lists the target.
+    let allow = format!("db.test:{0} 127.0.0.1:{0}", echo.port);
+    let connector = Connector::for_server(
+        &server,
+        TOKEN,
+        &[("PSBX_SESSIONS", "1".into()), ("PSBX_ALLOW", allow)],
+    );
     let accepted = server.next_session(WAIT).await;
     assert_eq!(
         accepted.user_agent,
@@ -72,17 +79,18 @@ async fn bytes_flow_both_ways_with_half_close() {
 async fn unreachable_targets_are_refused_with_the_reason() {
     let mut server = FakeServer::start(TOKEN, None).await;
     let (dns, queries) = nxdomain_dns().await;
+    let port = closed_port();
     let connector = Connector::for_server(
         &server,
         TOKEN,
         &[
             ("PSBX_SESSIONS", "1".into()),
             ("PSBX_DNS_SERVER", dns.to_string()),
+            ("PSBX_ALLOW", format!("db.test:{port} nowhere.test:5432")),
         ],
     );
     let session = server.next_session(WAIT).await.session;
 
-    let port = closed_port();
     let (code, reason) = refusal(session.open(&format!("db.test:{port}")).await);
     assert_eq!(code, 502);
     assert_eq!(
@@ -165,7 +173,14 @@ async fn a_target_that_never_answers_times_out() {
     }
 
     let mut server = FakeServer::start(TOKEN, None).await;
-    let _connector = Connector::for_server(&server, TOKEN, &[("PSBX_SESSIONS", "1".into())]);
+    let _connector = Connector::for_server(
+        &server,
+        TOKEN,
+        &[
+            ("PSBX_SESSIONS", "1".into()),
+            ("PSBX_ALLOW", format!("127.0.0.1:{port}")),
+        ],
+    );
     let session = server.next_session(WAIT).await.session;
     let started = std::time::Instant::now();
     let (code, reason) = refusal(session.open(&format!("127.0.0.1:{port}")).await);
@@ -187,9 +202,16 @@ async fn one_session_holds_a_thousand_streams() {
 
     let mut server = FakeServer::start(TOKEN, None).await;
     let echo = Echo::start().await;
-    let _connector = Connector::for_server(&server, TOKEN, &[("PSBX_SESSIONS", "1".into())]);
-    let session = server.next_session(WAIT).await.session;
     let target = format!("127.0.0.1:{}", echo.port);
+    let _connector = Connector::for_server(
+        &server,
+        TOKEN,
+        &[
+            ("PSBX_SESSIONS", "1".into()),
+            ("PSBX_ALLOW", target.clone()),
+        ],
+    );
+    let session = server.next_session(WAIT).await.session;
     let mut streams = Vec::with_capacity(TUNNEL_STREAMS);
     for i in 0..TUNNEL_STREAMS {
         let stream = tokio::time::timeout(WAIT, session.open(&target))
@@ -215,4 +237,51 @@ async fn one_session_holds_a_thousand_streams() {
         Err(other) => panic!("expected TooManyStreams, got {other}"),
         Ok(_) => panic!("stream {} was accepted", TUNNEL_STREAMS + 1),
     }
+}
+
+/// M5: without PSBX_ALLOW the real connector refuses a name that resolves
+/// to its own loopback (502 "not allowed" naming PSBX_ALLOW) before any
+/// connect: the listener there never sees a connection. The metadata
+/// address 169.254.169.254 is refused by the same check (its unit test in
+/// `reserved.rs`; a test never sends anything there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_is_not_dialed_unless_listed() {
+    let mut server = FakeServer::start(TOKEN, None).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connector = Connector::for_server(&server, TOKEN, &[("PSBX_SESSIONS", "1".into())]);
+    let session = server.next_session(WAIT).await.session;
+    for target in [format!("db.test:{port}"), format!("127.0.0.1:{port}")] {
+        let (code, reason) = refusal(session.open(&target).await);
+        assert_eq!(code, 502);
+        assert!(
+            reason.starts_with(&format!("not allowed: {target} resolves to 127.0.0.1")),
+            "{reason}"
+        );
+        assert!(reason.contains("PSBX_ALLOW"), "{reason}");
+    }
+    let accepted = tokio::time::timeout(Duration::from_millis(300), listener.accept()).await;
+    assert!(accepted.is_err(), "the connector connected: {accepted:?}");
+    drop(connector);
+    drop(session);
+
+    // Listed, the same target is dialed.
+    let mut server = FakeServer::start(TOKEN, None).await;
+    let echo = Echo::start().await;
+    let target = format!("db.test:{}", echo.port);
+    let _connector = Connector::for_server(
+        &server,
+        TOKEN,
+        &[
+            ("PSBX_SESSIONS", "1".into()),
+            ("PSBX_ALLOW", target.clone()),
+        ],
+    );
+    let session = server.next_session(WAIT).await.session;
+    let stream = session.open(&target).await.unwrap();
+    assert!(
+        round_trip(stream, b"listed".to_vec())
+            .await
+            .starts_with(b"listed")
+    );
 }

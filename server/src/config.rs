@@ -59,6 +59,7 @@ pub struct Config {
     pub boxes: BoxesConfig,
     pub oauth: OAuthConfig,
     pub metrics: MetricsConfig,
+    pub connectors: ConnectorsConfig,
 }
 
 /// Who may read `GET /metrics`.
@@ -78,6 +79,39 @@ impl Default for MetricsConfig {
         Self {
             allow: vec!["127.0.0.0/8".to_owned(), "::1/128".to_owned()],
             token: None,
+        }
+    }
+}
+
+/// Connector sessions (`GET /v1/connect`) this server holds; above a limit
+/// the upgrade is answered 429 `too_many_sessions`. A session counts from
+/// its upgrade to its end.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConnectorsConfig {
+    /// Sessions of one connection (its connector copies × their
+    /// PSBX_SESSIONS, at most 8 each).
+    pub max_sessions_per_connection: usize,
+    /// Sessions of all the connections of one account.
+    pub max_sessions_per_account: usize,
+}
+
+impl Default for ConnectorsConfig {
+    fn default() -> Self {
+        let limits = psbx_actors::connectors::HubLimits::default();
+        Self {
+            max_sessions_per_connection: limits.sessions_per_connection,
+            max_sessions_per_account: limits.sessions_per_account,
+        }
+    }
+}
+
+impl ConnectorsConfig {
+    /// The hub's limits; a zero is taken as 1.
+    pub fn limits(&self) -> psbx_actors::connectors::HubLimits {
+        psbx_actors::connectors::HubLimits {
+            sessions_per_connection: self.max_sessions_per_connection.max(1),
+            sessions_per_account: self.max_sessions_per_account.max(1),
         }
     }
 }
@@ -297,6 +331,7 @@ impl Default for Config {
             boxes: BoxesConfig::default(),
             oauth: OAuthConfig::default(),
             metrics: MetricsConfig::default(),
+            connectors: ConnectorsConfig::default(),
         }
     }
 }

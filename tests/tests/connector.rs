@@ -10,7 +10,9 @@
 //! token. A freeze closes the box's connections in the user's network, and
 //! after the thaw the program holding one sees it end. A network lost
 //! silently under the connector is noticed on both sides and recovered from
-//! without help. Traffic goes only to
+//! without help. Without boxes: a raw session may not open streams, sessions
+//! are capped (429), and a token rotated during a session's handshake or
+//! behind this server's back ends it. Traffic goes only to
 //! loopback, the box's channel and the namespace.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -96,6 +98,14 @@ fn connector(
         // server has another name inside the user's network.
         .env("PSBX_URL", url)
         .env("PSBX_SESSIONS", "2")
+        // The server is plain http on the namespace's link (not loopback).
+        .env("PSBX_ALLOW_INSECURE", "1")
+        // The namespace's services are on its loopback, which the connector
+        // dials only when PSBX_ALLOW lists the target (`extra` may replace it).
+        .env(
+            "PSBX_ALLOW",
+            "db.internal:5432 closed.internal:5433 db.internal:6000",
+        )
         .env("RUST_LOG", "info")
         .stdout(Stdio::from(
             std::fs::OpenOptions::new()
@@ -573,4 +583,337 @@ fn a_silently_lost_network_is_noticed_and_recovered() {
     let (_, out) = api.sh(&id, "echo two | nc -w 5 db.internal 5432");
     assert!(out.contains("hello from dev\ntwo\n"), "{out}");
     api.ok("DELETE", &format!("/boxes/{id}"), json!(null));
+}
+
+// ---- Connector sessions against the real server, without boxes ----------
+//
+// A raw wire client over the WebSocket stands for a connector (or whoever
+// holds its token): what the server lets a session do, how many it takes,
+// and what a token rotation does to one. Loopback only.
+
+mod raw {
+    use bytes::Bytes;
+    use futures_util::{SinkExt, StreamExt};
+    use psbx_wire::Frame;
+    use psbx_wire::codec::{decode_message, encode_message};
+    use tokio::net::TcpStream;
+    use tokio_tungstenite::WebSocketStream;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::{self, Message};
+
+    pub const MAX: usize = 64 * 1024;
+
+    pub type Ws = WebSocketStream<TcpStream>;
+
+    /// Upgrades `GET /v1/connect` with `token`: the WebSocket, or the HTTP
+    /// status and body of the refusal.
+    pub async fn upgrade(base: &str, token: &str) -> Result<Ws, (u16, String)> {
+        let url = format!("{}/v1/connect", base.replacen("http://", "ws://", 1));
+        let mut request = url.as_str().into_client_request().unwrap();
+        request
+            .headers_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        let host = base.trim_start_matches("http://");
+        let tcp = TcpStream::connect(host).await.unwrap();
+        match tokio_tungstenite::client_async(request, tcp).await {
+            Ok((ws, _)) => Ok(ws),
+            Err(tungstenite::Error::Http(response)) => {
+                let status = response.status().as_u16();
+                let body = response
+                    .body()
+                    .as_ref()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .unwrap_or_default();
+                Err((status, body))
+            }
+            Err(e) => panic!("upgrade: {e}"),
+        }
+    }
+
+    pub async fn send(ws: &mut Ws, frame: Frame) {
+        let bytes = encode_message(&frame, MAX).unwrap();
+        ws.send(Message::Binary(bytes)).await.unwrap();
+    }
+
+    pub async fn hello(ws: &mut Ws) {
+        let payload = serde_json::to_vec(&psbx_wire::Hello::new("raw test client")).unwrap();
+        send(
+            ws,
+            Frame::Control {
+                payload: Bytes::from(payload),
+            },
+        )
+        .await;
+    }
+
+    /// The next frame from the server (PINGs answered and skipped); `None`
+    /// when the WebSocket ends.
+    pub async fn next(ws: &mut Ws) -> Option<Frame> {
+        loop {
+            match ws.next().await? {
+                Ok(Message::Binary(bytes)) => match decode_message(bytes, MAX).unwrap() {
+                    Frame::Ping { opaque } => send(ws, Frame::Pong { opaque }).await,
+                    frame => return Some(frame),
+                },
+                Ok(Message::Close(_)) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// A server with boxes disabled, environment `dev` and its connection `dc`.
+struct Plain {
+    server: psbx_tests::ServerProcess,
+    key: String,
+    conn_id: String,
+    token: String,
+    db: psbx_tests::TestDatabase,
+    _dir: tempfile::TempDir,
+}
+
+impl Plain {
+    fn start() -> Self {
+        let db = psbx_tests::TestDatabase::new();
+        let dir = tempfile::tempdir().unwrap();
+        let server = psbx_tests::ServerProcess::start(
+            &["--data-dir", dir.path().to_str().unwrap()],
+            &[("DATABASE_URL", db.url()), ("PSBX_BOXES__ENABLED", "false")],
+        );
+        let key = server.first_key().expect("a first key");
+        let api = |m: &str, p: &str, b: Value| {
+            psbx_tests::api::ok(&server.url, &key, m, &format!("/v1{p}"), Some(b))
+        };
+        api("POST", "/environments", json!({"name": "dev"}));
+        let conn = api(
+            "POST",
+            "/environments/dev/connections",
+            json!({"name": "dc"}),
+        );
+        Self {
+            conn_id: conn["id"].as_str().unwrap().to_owned(),
+            token: conn["token"].as_str().unwrap().to_owned(),
+            server,
+            key,
+            db,
+            _dir: dir,
+        }
+    }
+
+    fn connection(&self) -> Value {
+        let env = psbx_tests::api::ok(
+            &self.server.url,
+            &self.key,
+            "GET",
+            "/v1/environments/dev",
+            None,
+        );
+        env["connections"][0].clone()
+    }
+
+    fn wait_online(&self, online: bool, sessions: u64) {
+        wait::until(
+            &format!("dc online={online} with {sessions} sessions"),
+            Duration::from_secs(20),
+            || {
+                let c = self.connection();
+                (c["online"] == online && c["sessions"].as_u64() == Some(sessions)).then_some(())
+            },
+        );
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// H1: a session with a valid token may not open streams on the server:
+/// each of 10 OPENs, each followed at once by 200 KiB, is refused with 403
+/// and the session goes on (nothing is kept for them: the server's session
+/// uses `Config::tunnel_server`, whose buffered bytes stay 0 in
+/// `psbx-wire`'s `a_peer_that_may_not_open_streams_...` test). Then the
+/// sessions of one connection are capped: with 32 held (some without a
+/// hello), the 33rd upgrade is answered 429 `too_many_sessions` naming the
+/// limit, and a place freed is taken again.
+#[test]
+fn a_connector_session_may_not_open_streams_and_sessions_are_capped() {
+    let p = Plain::start();
+    let rt = runtime();
+    let url = p.server.url.clone();
+    let mut first = rt.block_on(async {
+        let mut ws = raw::upgrade(&url, &p.token).await.unwrap();
+        raw::hello(&mut ws).await;
+        match raw::next(&mut ws).await {
+            Some(psbx_wire::Frame::Control { .. }) => {}
+            other => panic!("expected the server's hello, got {other:?}"),
+        }
+        ws
+    });
+    p.wait_online(true, 1);
+    rt.block_on(async {
+        let chunk = bytes::Bytes::from(vec![0x5a_u8; 50 * 1024]);
+        for i in 0..10u32 {
+            let stream = 1 + 2 * i;
+            raw::send(
+                &mut first,
+                psbx_wire::Frame::Open {
+                    stream,
+                    target: "db.internal:5432".into(),
+                },
+            )
+            .await;
+            for _ in 0..4 {
+                raw::send(
+                    &mut first,
+                    psbx_wire::Frame::Data {
+                        stream,
+                        data: chunk.clone(),
+                    },
+                )
+                .await;
+            }
+        }
+        for i in 0..10u32 {
+            match tokio::time::timeout(Duration::from_secs(10), raw::next(&mut first))
+                .await
+                .unwrap()
+            {
+                Some(psbx_wire::Frame::OpenErr { stream, code, .. }) => {
+                    assert_eq!((stream, code), (1 + 2 * i, 403));
+                }
+                other => panic!("expected OPEN_ERR for stream {}, got {other:?}", 1 + 2 * i),
+            }
+        }
+        // Everything sent was taken, and the session is still up.
+        raw::send(&mut first, psbx_wire::Frame::Ping { opaque: 77 }).await;
+        assert_eq!(
+            raw::next(&mut first).await,
+            Some(psbx_wire::Frame::Pong { opaque: 77 })
+        );
+    });
+    p.wait_online(true, 1);
+
+    // 31 more sessions of the same connection, without a hello: 32 held.
+    let (mut held, refused) = rt.block_on(async {
+        let mut held = Vec::new();
+        for i in 0..31 {
+            let ws = raw::upgrade(&url, &p.token)
+                .await
+                .unwrap_or_else(|e| panic!("session {} refused: {e:?}", i + 2));
+            held.push(ws);
+        }
+        let refused = raw::upgrade(&url, &p.token).await.err();
+        (held, refused)
+    });
+    let (status, body) = refused.expect("the 33rd upgrade was accepted");
+    assert_eq!(status, 429, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["code"], "too_many_sessions", "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("32"),
+        "{body}"
+    );
+    assert!(
+        body["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("PSBX_SESSIONS"),
+        "{body}"
+    );
+    // One held upgrade goes away: its place is free again.
+    drop(held.pop());
+    rt.block_on(async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            match raw::upgrade(&url, &p.token).await {
+                Ok(ws) => break held.push(ws),
+                Err((429, _)) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("the freed place was not given back: {e:?}"),
+            }
+        }
+    });
+    drop(held);
+    drop(first);
+}
+
+/// M1: a connector that upgraded with token T and holds its hello while the
+/// token is rotated is not registered when the hello comes: the session is
+/// closed and the connection stays offline.
+#[test]
+fn a_rotation_during_the_handshake_refuses_the_session() {
+    let p = Plain::start();
+    let rt = runtime();
+    let url = p.server.url.clone();
+    let mut ws = rt.block_on(raw::upgrade(&url, &p.token)).unwrap();
+    psbx_tests::api::ok(
+        &p.server.url,
+        &p.key,
+        "POST",
+        &format!("/v1/environments/dev/connections/{}/token", p.conn_id),
+        None,
+    );
+    let closed_within = rt.block_on(async {
+        raw::hello(&mut ws).await;
+        let started = tokio::time::Instant::now();
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match raw::next(&mut ws).await {
+                    None => return None,
+                    Some(psbx_wire::Frame::GoAway { reason }) => return Some(reason),
+                    Some(_) => {}
+                }
+            }
+        })
+        .await
+        .expect("the session was not closed within 10 s");
+        (started.elapsed(), ended)
+    });
+    eprintln!(
+        "closed {:?} after the hello: {:?}",
+        closed_within.0, closed_within.1
+    );
+    if let Some(reason) = closed_within.1 {
+        assert!(reason.contains("rotated"), "{reason}");
+    }
+    let c = p.connection();
+    assert_eq!(c["online"], false, "{c}");
+    assert_eq!(c["sessions"], 0, "{c}");
+}
+
+/// M1: a session whose token stops being valid without this server seeing
+/// the rotation (another replica rotated it: the row changed in the
+/// database, no kick here) is closed by its next heartbeat (10 s).
+#[test]
+fn the_heartbeat_closes_a_session_whose_token_changed_elsewhere() {
+    use diesel::{Connection, PgConnection, RunQueryDsl};
+    let p = Plain::start();
+    let rt = runtime();
+    let url = p.server.url.clone();
+    let mut ws = rt.block_on(async {
+        let mut ws = raw::upgrade(&url, &p.token).await.unwrap();
+        raw::hello(&mut ws).await;
+        ws
+    });
+    p.wait_online(true, 1);
+    let mut db = PgConnection::establish(p.db.url()).unwrap();
+    let changed = diesel::sql_query(
+        "UPDATE connections SET token_sha256 = sha256('rotated elsewhere'::bytea) WHERE id = $1",
+    )
+    .bind::<diesel::sql_types::Text, _>(&p.conn_id)
+    .execute(&mut db)
+    .unwrap();
+    assert_eq!(changed, 1);
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while raw::next(&mut ws).await.is_some() {}
+        })
+        .await
+        .expect("the session outlived its token by more than 30 s");
+    });
+    p.wait_online(false, 0);
 }

@@ -423,7 +423,19 @@ impl Record {
     }
 
     /// Takes one whole record off the front of `buf`, if there is one.
+    /// Each call moves the rest of `buf`: to read many records from one
+    /// buffer, use a [`RecordReader`].
     pub fn decode(buf: &mut Vec<u8>) -> Result<Option<Self>, String> {
+        let Some((record, used)) = Self::parse(buf)? else {
+            return Ok(None);
+        };
+        buf.drain(..used);
+        Ok(Some(record))
+    }
+
+    /// The whole record at the start of `buf`, if there is one, and how many
+    /// bytes it took.
+    pub fn parse(buf: &[u8]) -> Result<Option<(Self, usize)>, String> {
         if buf.len() < 5 {
             return Ok(None);
         }
@@ -431,23 +443,63 @@ impl Record {
         if len > MAX_RECORD {
             return Err(format!("an exec record of {len} bytes is over the limit"));
         }
-        if buf.len() < 5 + len {
+        let Some(body) = buf.get(5..5 + len) else {
             return Ok(None);
-        }
-        let tag = buf[0];
-        let body: Vec<u8> = buf.drain(..5 + len).skip(5).collect();
-        Ok(Some(match tag {
+        };
+        let record = match buf[0] {
             b'S' => Self::Started(u32::from_be_bytes(
-                body.as_slice()
-                    .try_into()
+                body.try_into()
                     .map_err(|_| "bad started record".to_owned())?,
             )),
-            b'o' => Self::Stdout(body),
-            b'e' => Self::Stderr(body),
-            b'x' => Self::Exit(serde_json::from_slice(&body).map_err(|e| e.to_string())?),
-            b'f' => Self::Failed(String::from_utf8_lossy(&body).into_owned()),
+            b'o' => Self::Stdout(body.to_vec()),
+            b'e' => Self::Stderr(body.to_vec()),
+            b'x' => Self::Exit(serde_json::from_slice(body).map_err(|e| e.to_string())?),
+            b'f' => Self::Failed(String::from_utf8_lossy(body).into_owned()),
             other => return Err(format!("unknown exec record {other}")),
-        }))
+        };
+        Ok(Some((record, 5 + len)))
+    }
+}
+
+/// Reads records out of a byte stream that arrives in chunks. An index
+/// cursor walks the buffer: records are parsed where they lie, and the
+/// bytes already read are dropped once per [`RecordReader::extend`], not
+/// once per record, so a chunk holding many small records costs time in
+/// proportion to its length (draining one record at a time moved the rest
+/// of the buffer each time: quadratic).
+#[derive(Debug, Default)]
+pub struct RecordReader {
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl RecordReader {
+    /// Adds bytes read from the stream.
+    pub fn extend(&mut self, bytes: &[u8]) {
+        if self.at > 0 {
+            self.buf.drain(..self.at);
+            self.at = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next whole record, `None` until more bytes come.
+    pub fn next_record(&mut self) -> Result<Option<Record>, String> {
+        let Some(rest) = self.buf.get(self.at..) else {
+            return Ok(None);
+        };
+        match Record::parse(rest)? {
+            Some((record, used)) => {
+                self.at += used;
+                Ok(Some(record))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Bytes received and not yet taken as records.
+    pub fn pending(&self) -> usize {
+        self.buf.len() - self.at
     }
 }
 
@@ -483,6 +535,53 @@ mod tests {
         assert!(Record::decode(&mut bad).is_err());
         let mut unknown = vec![b'?', 0, 0, 0, 0];
         assert!(Record::decode(&mut unknown).is_err());
+    }
+
+    /// L6: many records in one buffer are read by the cursor, whatever the
+    /// chunking, and what is taken is dropped.
+    #[test]
+    fn many_records_in_one_buffer_decode_with_a_cursor() {
+        const N: usize = 100_000;
+        let mut bytes = Vec::new();
+        for i in 0..N {
+            let record = if i % 2 == 0 {
+                Record::Stdout(vec![b'o'; i % 7])
+            } else {
+                Record::Stderr(vec![b'e'; 1])
+            };
+            bytes.extend(record.encode());
+        }
+        bytes.extend(Record::Started(7).encode());
+        // All in one chunk, then in odd-sized chunks across record bounds.
+        for chunk in [bytes.len(), 4093, 3] {
+            let mut reader = RecordReader::default();
+            let mut count = 0;
+            let mut last = None;
+            for piece in bytes.chunks(chunk) {
+                reader.extend(piece);
+                while let Some(record) = reader.next_record().unwrap() {
+                    if count < N {
+                        let expected = if count % 2 == 0 { b'o' } else { b'e' };
+                        match &record {
+                            Record::Stdout(b) | Record::Stderr(b) => {
+                                assert!(b.iter().all(|&c| c == expected), "{count}")
+                            }
+                            other => panic!("record {count}: {other:?}"),
+                        }
+                    }
+                    count += 1;
+                    last = Some(record);
+                }
+            }
+            assert_eq!(count, N + 1, "chunks of {chunk}");
+            assert_eq!(last, Some(Record::Started(7)));
+            assert_eq!(reader.pending(), 0);
+            reader.extend(&[]);
+            assert!(reader.buf.is_empty(), "what was read is dropped");
+        }
+        let mut bad = RecordReader::default();
+        bad.extend(&[b'o', 0xff, 0xff, 0xff, 0xff]);
+        assert!(bad.next_record().is_err());
     }
 
     #[test]

@@ -487,3 +487,68 @@ async fn a_peer_that_floods_without_reading_ends_the_session() {
     let err = ended(&session).await;
     assert!(matches!(err, SessionError::Stalled(_)), "{err}");
 }
+
+/// H1: with `peer_may_open: false` (the server's end of a connector
+/// session) every OPEN is refused with 403 at once, and the 200 KiB sent
+/// right after each OPEN is dropped: nothing is buffered or committed.
+#[tokio::test]
+async fn a_peer_that_may_not_open_streams_is_refused_and_nothing_is_buffered() {
+    let config = Config::tunnel_server();
+    let (session, mut peer) = raw_peer(config).await;
+    let chunk = Bytes::from(vec![0x5a_u8; 50 * 1024]);
+    for i in 0..10u32 {
+        let stream = 2 + 2 * i;
+        peer.send(Frame::Open {
+            stream,
+            target: "env:db.internal:5432".into(),
+        })
+        .await
+        .unwrap();
+        // 200 KiB, within the initial window, before any answer.
+        for _ in 0..4 {
+            peer.send(Frame::Data {
+                stream,
+                data: chunk.clone(),
+            })
+            .await
+            .unwrap();
+        }
+    }
+    for i in 0..10u32 {
+        match timeout(LONG, next_frame(&mut peer)).await.unwrap() {
+            Some(Frame::OpenErr {
+                stream, code: 403, ..
+            }) if stream == 2 + 2 * i => {}
+            other => panic!(
+                "expected OPEN_ERR 403 for stream {}, got {other:?}",
+                2 + 2 * i
+            ),
+        }
+    }
+    // Everything was taken (a PING after it is answered) and none of it kept.
+    peer.send(Frame::Ping { opaque: 9 }).await.unwrap();
+    assert_eq!(next_frame(&mut peer).await, Some(Frame::Pong { opaque: 9 }));
+    let stats = session.stats();
+    assert_eq!(stats.buffered, 0, "{stats:?}");
+    assert_eq!(stats.committed, 0, "{stats:?}");
+    assert_eq!(stats.streams, 0, "{stats:?}");
+    assert!(!session.is_closed());
+    // Nothing waits to be accepted.
+    assert!(
+        timeout(Duration::from_millis(100), session.accept())
+            .await
+            .is_err()
+    );
+    // This end still opens streams itself.
+    let open = session.open("exec");
+    let answer = async {
+        match next_frame(&mut peer).await {
+            Some(Frame::Open { stream, .. }) => {
+                peer.send(Frame::OpenOk { stream }).await.unwrap();
+            }
+            other => panic!("expected an OPEN, got {other:?}"),
+        }
+    };
+    let (opened, ()) = tokio::join!(open, answer);
+    opened.unwrap();
+}

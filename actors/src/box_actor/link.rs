@@ -68,6 +68,42 @@ const RECONNECT: Duration = Duration::from_millis(200);
 const HANDSHAKE: Duration = Duration::from_secs(3);
 /// The largest JSON answer read from boxd.
 const MAX_ANSWER: u64 = 4 << 20;
+/// The longest `version`, `boot_id` and feature name kept from boxd's info:
+/// they are stored and shown, and boxd is inside the box (untrusted).
+pub const MAX_INFO_STRING: usize = 256;
+/// The most feature names kept from boxd's info.
+pub const MAX_FEATURES: usize = 64;
+
+/// `s` cut to at most [`MAX_INFO_STRING`] bytes, on a character boundary.
+fn clip(s: &mut String) -> bool {
+    if s.len() <= MAX_INFO_STRING {
+        return false;
+    }
+    let mut end = MAX_INFO_STRING;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    true
+}
+
+/// boxd's info with its strings cut to [`MAX_INFO_STRING`] bytes and at
+/// most [`MAX_FEATURES`] features, with a warning when anything was cut.
+fn bounded(mut info: BoxInfo, socket: &std::path::Path) -> BoxInfo {
+    let mut cut = clip(&mut info.version) | clip(&mut info.boot_id);
+    if info.features.len() > MAX_FEATURES {
+        info.features.truncate(MAX_FEATURES);
+        cut = true;
+    }
+    for feature in &mut info.features {
+        cut |= clip(feature);
+    }
+    if cut {
+        tracing::warn!(socket = %socket.display(), max_bytes = MAX_INFO_STRING, max_features = MAX_FEATURES,
+            "boxd's info had over-long strings or too many features: cut");
+    }
+    info
+}
 
 /// The session settings of the box channel: a dead boxd is noticed in seconds.
 fn config() -> Config {
@@ -152,6 +188,7 @@ async fn run(
         .await
         {
             Ok(Ok(info)) => {
+                let info = bounded(info, &socket);
                 // The box's clock follows the host's (boot, thaw, restarts).
                 let clock = psbx_wire::boxd::Clock::now();
                 match tokio::time::timeout(
@@ -315,17 +352,25 @@ mod tests {
     /// A boxd on the link's next connection that answers `info` with
     /// `boot_id`; its session.
     async fn boxd(listener: &UnixListener, boot_id: &str) -> Session {
+        boxd_saying(
+            listener,
+            BoxInfo {
+                protocol: psbx_wire::PROTOCOL_VERSION,
+                version: "test".into(),
+                boot_id: boot_id.into(),
+                features: vec![],
+            },
+        )
+        .await
+    }
+
+    /// A boxd on the link's next connection that answers `info` with `info`.
+    async fn boxd_saying(listener: &UnixListener, info: BoxInfo) -> Session {
         let (stream, _) = listener.accept().await.unwrap();
         let hello = Hello::new("boxd test");
         let session = Session::over_io(stream, Role::Server, Config::default(), hello)
             .await
             .unwrap();
-        let info = BoxInfo {
-            protocol: psbx_wire::PROTOCOL_VERSION,
-            version: "test".into(),
-            boot_id: boot_id.into(),
-            features: vec![],
-        };
         let serving = session.clone();
         tokio::spawn(async move {
             while let Some(incoming) = serving.accept().await {
@@ -365,5 +410,32 @@ mod tests {
         let _ = tokio::time::timeout(wait, first.closed())
             .await
             .expect("the first session ends");
+    }
+
+    /// L6: a boxd whose info carries a version of 1 MiB, a long
+    /// boot id and many long features is cut to the limits.
+    #[actix_rt::test]
+    async fn over_long_info_strings_are_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("boxd.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let link = BoxdLink::open(socket, None);
+        // With the features, the answer stays under its 4 MiB limit.
+        let huge = "v".repeat(1 << 20);
+        let _boxd = boxd_saying(
+            &listener,
+            BoxInfo {
+                protocol: psbx_wire::PROTOCOL_VERSION,
+                version: huge,
+                boot_id: "é".repeat(300),
+                features: vec!["f".repeat(1000); 1000],
+            },
+        )
+        .await;
+        let info = link.handle().hello(Duration::from_secs(10)).await.unwrap();
+        assert_eq!(info.version, "v".repeat(MAX_INFO_STRING));
+        assert_eq!(info.boot_id, "é".repeat(MAX_INFO_STRING / 2));
+        assert_eq!(info.features.len(), MAX_FEATURES);
+        assert!(info.features.iter().all(|f| f.len() == MAX_INFO_STRING));
     }
 }

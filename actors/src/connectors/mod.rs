@@ -19,9 +19,11 @@
 //! when it could not reach the target. [`egress`] counts what boxes send.
 
 pub mod egress;
+pub mod limits;
 pub mod route;
 pub mod session;
 
+pub use limits::{Full, HubLimits};
 pub use route::Router;
 
 use crate::environments::address::Endpoint;
@@ -34,6 +36,34 @@ use psbx_wire::mux::{OpenError, Session, Stream};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// Whether connector tokens issued for `issuer` (the server's public URL)
+/// send connectors to plain http on a host that is not loopback, where the
+/// token and every stream cross the network unencrypted (connectors refuse
+/// such a server unless PSBX_ALLOW_INSECURE=1).
+pub fn insecure_issuer(issuer: &str) -> bool {
+    let Some(rest) = issuer.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    !(host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()))
+}
+
+/// Warns that connectors given tokens naming `issuer` will refuse it (or,
+/// with PSBX_ALLOW_INSECURE=1, talk to it in the clear); nothing otherwise.
+pub fn warn_if_insecure(issuer: &str, when: &str) {
+    if insecure_issuer(issuer) {
+        tracing::warn!(public_url = %issuer,
+            "{when}: the public URL is plain http on a host that is not loopback; connector tokens name it, and connectors refuse it unless PSBX_ALLOW_INSECURE=1 (their token and streams would cross the network unencrypted): serve https (tls) or set public_url to an https URL");
+    }
+}
 
 /// A connection's live state, as reads show it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -58,12 +88,16 @@ struct OpenStream {
     reset: tokio::sync::oneshot::Sender<&'static str>,
 }
 
+/// An environment's id and connections.
+pub type Table = (EnvironmentId, Vec<ConnectionRecord>);
+
 /// An environment's connections as last read, to route box streams without
 /// two queries per connection.
 struct AddressTable {
     read_at: Instant,
-    env_id: EnvironmentId,
-    connections: Vec<ConnectionRecord>,
+    /// `None`: the environment does not exist (also kept, so that streams
+    /// of a box whose environment was deleted cost no query each).
+    found: Option<Table>,
 }
 
 /// How long a table read here is used. This replica's own changes (addresses
@@ -82,6 +116,14 @@ struct State {
     streams: HashMap<(EnvironmentId, Endpoint), Vec<OpenStream>>,
     /// (account, environment name) → its address table.
     tables: HashMap<(AccountId, String), AddressTable>,
+    /// Sessions held (upgraded, registered or not yet) per connection and
+    /// per account, against [`HubLimits`].
+    held: limits::Held,
+    /// How many kicks there were, and the count at each connection's last:
+    /// a session authenticated before its connection's last kick is refused
+    /// at registration (its token may be the one rotated away).
+    kicks: u64,
+    kicked_at: HashMap<ConnectionId, u64>,
 }
 
 /// Cheap to clone; one per replica.
@@ -89,70 +131,132 @@ struct State {
 pub struct Hub {
     state: Arc<Mutex<State>>,
     egress: egress::Egress,
+    limits: HubLimits,
 }
 
-/// Keeps a session registered; dropping it takes the session out.
-pub struct Registration {
+/// A connector session's place in the hub, taken before its WebSocket
+/// upgrade (so sessions still in their handshake count against the limits)
+/// and given back when dropped; once registered, its session is used for
+/// box streams until then.
+pub struct Slot {
     hub: Hub,
+    account: AccountId,
     connection: ConnectionId,
-    id: u64,
+    /// [`Hub::epoch`] before the connector's token was checked.
+    epoch: u64,
+    registered: Option<u64>,
 }
 
-impl Drop for Registration {
-    fn drop(&mut self) {
+/// A session whose connection was kicked (token rotated, connection
+/// deleted) after its token was checked: it is not registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the connection's token was rotated or the connection deleted after this session's token was checked"
+)]
+pub struct Kicked;
+
+impl Slot {
+    /// Adds the connector's session to its connection, unless the
+    /// connection was kicked since the token was checked (checked under the
+    /// hub's lock, so a kick is either seen here or closes the session).
+    pub fn register(&mut self, session: Session, version: &str) -> Result<(), Kicked> {
         let mut state = self.hub.lock();
-        if let Some(list) = state.sessions.get_mut(&self.connection) {
-            list.retain(|e| e.id != self.id);
+        if state.kicked_at.get(&self.connection).copied().unwrap_or(0) > self.epoch {
+            return Err(Kicked);
         }
-        state.last_seen.insert(self.connection.clone(), Utc::now());
-    }
-}
-
-impl Hub {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Adds a connector's session to its connection.
-    pub fn register(
-        &self,
-        connection: &ConnectionId,
-        session: Session,
-        version: &str,
-    ) -> Registration {
-        let mut state = self.lock();
         state.next += 1;
         let id = state.next;
         state
             .sessions
-            .entry(connection.clone())
+            .entry(self.connection.clone())
             .or_default()
             .push(Entry {
                 id,
                 session,
                 version: version.to_owned(),
             });
-        state.last_seen.insert(connection.clone(), Utc::now());
-        Registration {
-            hub: self.clone(),
-            connection: connection.clone(),
-            id,
+        state.last_seen.insert(self.connection.clone(), Utc::now());
+        self.registered = Some(id);
+        Ok(())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut state = self.hub.lock();
+        state.held.release(&self.account, &self.connection);
+        if let Some(id) = self.registered {
+            if let Some(list) = state.sessions.get_mut(&self.connection) {
+                list.retain(|e| e.id != id);
+                if list.is_empty() {
+                    state.sessions.remove(&self.connection);
+                }
+            }
+            state.last_seen.insert(self.connection.clone(), Utc::now());
+        }
+    }
+}
+
+impl Hub {
+    /// A hub with these limits on connector sessions.
+    pub fn with_limits(limits: HubLimits) -> Self {
+        Self {
+            limits,
+            ..Self::default()
         }
     }
 
-    /// Closes every session of a connection (its token was rotated, or it
-    /// was deleted): the connectors are disconnected at once.
-    pub fn kick(&self, connection: &ConnectionId) {
-        let sessions: Vec<Session> = self
+    pub fn limits(&self) -> HubLimits {
+        self.limits
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
             .lock()
-            .sessions
-            .remove(connection)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|e| e.session)
-            .collect();
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The kick count now: read it before checking a connector's token and
+    /// give it to [`Hub::reserve`].
+    pub fn epoch(&self) -> u64 {
+        self.lock().kicks
+    }
+
+    /// Takes a place for one more session of `connection` (of `account`),
+    /// or says which limit is reached.
+    pub fn reserve(
+        &self,
+        account: &AccountId,
+        connection: &ConnectionId,
+        epoch: u64,
+    ) -> Result<Slot, Full> {
+        self.lock().held.take(account, connection, &self.limits)?;
+        Ok(Slot {
+            hub: self.clone(),
+            account: account.clone(),
+            connection: connection.clone(),
+            epoch,
+            registered: None,
+        })
+    }
+
+    /// Closes every session of a connection (its token was rotated, or it
+    /// was deleted): the connectors are disconnected at once, and sessions
+    /// whose token was checked before this are not registered after it.
+    pub fn kick(&self, connection: &ConnectionId) {
+        let sessions: Vec<Session> = {
+            let mut state = self.lock();
+            state.kicks += 1;
+            let kicks = state.kicks;
+            state.kicked_at.insert(connection.clone(), kicks);
+            state
+                .sessions
+                .remove(connection)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|e| e.session)
+                .collect()
+        };
         for session in sessions {
             session.goaway("the connection's token was rotated or the connection deleted");
             session.close();
@@ -284,16 +388,24 @@ impl Hub {
     }
 
     /// The environment's id and connections as read less than
-    /// [`ADDRESS_TABLE_TTL`] ago, if they were.
-    pub fn address_table(
-        &self,
-        account: &AccountId,
-        env_name: &str,
-    ) -> Option<(EnvironmentId, Vec<ConnectionRecord>)> {
+    /// [`ADDRESS_TABLE_TTL`] ago, if they were (`Some(None)`: it did not
+    /// exist then).
+    pub fn address_table(&self, account: &AccountId, env_name: &str) -> Option<Option<Table>> {
         let state = self.lock();
         let table = state.tables.get(&(account.clone(), env_name.to_owned()))?;
-        (table.read_at.elapsed() < ADDRESS_TABLE_TTL)
-            .then(|| (table.env_id.clone(), table.connections.clone()))
+        (table.read_at.elapsed() < ADDRESS_TABLE_TTL).then(|| table.found.clone())
+    }
+
+    /// Keeps that the account has no environment `env_name` (for
+    /// [`ADDRESS_TABLE_TTL`]).
+    pub fn keep_missing_environment(&self, account: &AccountId, env_name: &str) {
+        self.lock().tables.insert(
+            (account.clone(), env_name.to_owned()),
+            AddressTable {
+                read_at: Instant::now(),
+                found: None,
+            },
+        );
     }
 
     /// Keeps an environment's connections as just read.
@@ -308,8 +420,7 @@ impl Hub {
             (account.clone(), env_name.to_owned()),
             AddressTable {
                 read_at: Instant::now(),
-                env_id: env_id.clone(),
-                connections: connections.to_vec(),
+                found: Some((env_id.clone(), connections.to_vec())),
             },
         );
     }
@@ -319,7 +430,9 @@ impl Hub {
     /// next stream).
     pub fn unlisted(&self, env: &EnvironmentId, listed: &[Endpoint]) {
         let mut state = self.lock();
-        state.tables.retain(|_, table| &table.env_id != env);
+        state
+            .tables
+            .retain(|_, table| table.found.as_ref().is_some_and(|(id, _)| id != env));
         let gone: Vec<(EnvironmentId, Endpoint)> = state
             .streams
             .keys()
@@ -350,6 +463,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn plain_http_issuers_off_loopback_are_insecure() {
+        for insecure in [
+            "http://psbx.example.com",
+            "http://10.0.0.5:8080/psbx",
+            "http://[2001:db8::1]:80",
+        ] {
+            assert!(insecure_issuer(insecure), "{insecure}");
+        }
+        for fine in [
+            "https://psbx.example.com",
+            "http://127.0.0.1:8080",
+            "http://localhost:8080/",
+            "http://[::1]:8080",
+        ] {
+            assert!(!insecure_issuer(fine), "{fine}");
+        }
+    }
+
+    #[test]
     fn an_address_table_is_kept_until_its_environment_changes_here() {
         let hub = Hub::default();
         let account = AccountId::parse("acct_a").unwrap();
@@ -372,8 +504,10 @@ mod tests {
         hub.keep_address_table(&account, "dev", &env, std::slice::from_ref(&connection));
         assert_eq!(
             hub.address_table(&account, "dev"),
-            Some((env.clone(), vec![connection]))
+            Some(Some((env.clone(), vec![connection])))
         );
+        hub.keep_missing_environment(&account, "gone");
+        assert_eq!(hub.address_table(&account, "gone"), Some(None));
         assert!(hub.address_table(&account, "staging").is_none());
         let stranger = AccountId::parse("acct_b").unwrap();
         assert!(hub.address_table(&stranger, "dev").is_none());
@@ -382,5 +516,75 @@ mod tests {
         assert!(hub.address_table(&account, "dev").is_some());
         hub.unlisted(&env, &[]);
         assert!(hub.address_table(&account, "dev").is_none());
+    }
+
+    fn ids() -> (AccountId, ConnectionId) {
+        (
+            AccountId::parse("acct_a").unwrap(),
+            ConnectionId::parse("conn_office").unwrap(),
+        )
+    }
+
+    /// A live session (its peer kept alive for the test's length).
+    async fn session() -> Session {
+        let (client, server) = psbx_wire::testing::session_pair(
+            psbx_wire::Config::default(),
+            psbx_wire::Config::default(),
+            1 << 16,
+        )
+        .await
+        .unwrap();
+        tokio::spawn(async move { server.closed().await });
+        client
+    }
+
+    /// M1: a session whose token was checked before a kick of its
+    /// connection is not registered after it; one checked after is.
+    #[tokio::test]
+    async fn a_kick_between_the_token_check_and_registration_refuses_the_session() {
+        let hub = Hub::default();
+        let (account, connection) = ids();
+        let epoch = hub.epoch();
+        let mut slot = hub.reserve(&account, &connection, epoch).unwrap();
+        hub.kick(&connection);
+        assert_eq!(slot.register(session().await, "c"), Err(Kicked));
+        assert!(!hub.status(&connection).online);
+        // Another connection's kick does not matter.
+        let other = ConnectionId::parse("conn_other").unwrap();
+        let mut slot = hub.reserve(&account, &connection, hub.epoch()).unwrap();
+        hub.kick(&other);
+        slot.register(session().await, "c").unwrap();
+        assert!(hub.status(&connection).online);
+        drop(slot);
+        assert!(!hub.status(&connection).online);
+    }
+
+    /// H1: sessions are capped per connection and per account, counting
+    /// those not registered yet; a dropped slot frees its place.
+    #[test]
+    fn sessions_are_capped_per_connection_and_per_account() {
+        let hub = Hub::with_limits(HubLimits {
+            sessions_per_connection: 2,
+            sessions_per_account: 3,
+        });
+        let (account, connection) = ids();
+        let a = hub.reserve(&account, &connection, 0).unwrap();
+        let _b = hub.reserve(&account, &connection, 0).unwrap();
+        assert_eq!(
+            hub.reserve(&account, &connection, 0).err(),
+            Some(Full::Connection(2))
+        );
+        let other = ConnectionId::parse("conn_other").unwrap();
+        let _c = hub.reserve(&account, &other, 0).unwrap();
+        assert_eq!(
+            hub.reserve(&account, &other, 0).err(),
+            Some(Full::Account(3))
+        );
+        let stranger = AccountId::parse("acct_b").unwrap();
+        let _d = hub
+            .reserve(&stranger, &ConnectionId::parse("conn_x").unwrap(), 0)
+            .unwrap();
+        drop(a);
+        hub.reserve(&account, &connection, 0).unwrap();
     }
 }

@@ -2,6 +2,12 @@
 //! routed through the connection listing that exact address now, to one of
 //! its connectors, and spliced; the bytes the box sends are counted as its
 //! egress as they pass (`egress`).
+//!
+//! A box may open streams as fast as it likes, so a refused one costs
+//! little: the environment's address table (or the fact that it is gone)
+//! comes from the hub's cache, read from the database by one stream at a
+//! time while others wait for it, and refusals are logged per box at most
+//! [`REFUSALS_LOGGED`] per [`REFUSAL_LOG_INTERVAL`], then one summary line.
 
 use super::Hub;
 use crate::blocking::blocking;
@@ -12,13 +18,64 @@ use crate::store::{ConnectionRecord, Store};
 use psbx_wire::boxd::PrivateEndpoint;
 use psbx_wire::frame::{Refusal, code};
 use psbx_wire::mux::Incoming;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Refused streams logged per box and interval; the rest are counted.
+pub const REFUSALS_LOGGED: u32 = 10;
+/// The interval of [`REFUSALS_LOGGED`].
+pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// A lock per (account, environment name) whose table is being read.
+type Readers = Mutex<HashMap<(AccountId, String), Arc<tokio::sync::Mutex<()>>>>;
 
 /// Routes box streams; cheap to clone.
 #[derive(Clone)]
 pub struct Router {
     hub: Hub,
     store: Store,
+    /// One lock per (account, environment name) being read, so that streams
+    /// arriving together wait for one read instead of each making their own.
+    reading: Arc<Readers>,
+    /// Address tables read from the database (what tests count).
+    table_reads: Arc<AtomicU64>,
+}
+
+/// How many of a box's refusals were logged in the current interval.
+struct RefusalLog {
+    since: Instant,
+    logged: u32,
+    quiet: u64,
+}
+
+impl RefusalLog {
+    fn new() -> Self {
+        Self {
+            since: Instant::now(),
+            logged: 0,
+            quiet: 0,
+        }
+    }
+
+    /// Whether to log this refusal, and how many went unlogged in the
+    /// interval that just ended (to say so once).
+    fn admit(&mut self) -> (bool, u64) {
+        let mut summary = 0;
+        if self.since.elapsed() >= REFUSAL_LOG_INTERVAL {
+            summary = std::mem::take(&mut self.quiet);
+            self.since = Instant::now();
+            self.logged = 0;
+        }
+        if self.logged < REFUSALS_LOGGED {
+            self.logged += 1;
+            (true, summary)
+        } else {
+            self.quiet += 1;
+            (false, summary)
+        }
+    }
 }
 
 /// What the router needs to know about a box.
@@ -35,11 +92,22 @@ pub struct BoxRoute {
 pub struct BoxRouter {
     router: Router,
     route: Arc<BoxRoute>,
+    refusals: Arc<Mutex<RefusalLog>>,
 }
 
 impl Router {
     pub fn new(hub: Hub, store: Store) -> Self {
-        Self { hub, store }
+        Self {
+            hub,
+            store,
+            reading: Arc::default(),
+            table_reads: Arc::default(),
+        }
+    }
+
+    /// How many address tables were read from the database.
+    pub fn table_reads(&self) -> u64 {
+        self.table_reads.load(Ordering::Relaxed)
     }
 
     pub fn hub(&self) -> &Hub {
@@ -51,6 +119,7 @@ impl Router {
         BoxRouter {
             router: self.clone(),
             route: Arc::new(route),
+            refusals: Arc::new(Mutex::new(RefusalLog::new())),
         }
     }
 }
@@ -61,19 +130,39 @@ impl BoxRouter {
         let this = self.clone();
         tokio::spawn(async move {
             match address_of(endpoint) {
-                Ok(address) => this.router.serve(incoming, &this.route, address).await,
+                Ok(address) => this.router.serve(incoming, &this, address).await,
                 Err(refusal) => incoming.refuse(refusal.code, &refusal.reason),
             }
         });
     }
+
+    /// Logs a refused stream, unless this box's refusals are over
+    /// [`REFUSALS_LOGGED`] in this interval (then a summary comes with the
+    /// first one logged after it).
+    fn log_refusal(&self, address: &Endpoint, connection: Option<&str>, refusal: &Refusal) {
+        let (log, quiet) = self
+            .refusals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .admit();
+        let box_id = &self.route.box_id;
+        if quiet > 0 {
+            tracing::info!(%box_id, refused = quiet, interval = ?REFUSAL_LOG_INTERVAL,
+                "private endpoint refusals not logged (over {REFUSALS_LOGGED} per interval)");
+        }
+        if log {
+            tracing::info!(%box_id, %address, connection, code = refusal.code, reason = %refusal.reason, "private endpoint refused");
+        }
+    }
 }
 
 impl Router {
-    async fn serve(&self, incoming: Incoming, route: &BoxRoute, address: Endpoint) {
+    async fn serve(&self, incoming: Incoming, of: &BoxRouter, address: Endpoint) {
+        let route = &*of.route;
         let (env_id, connection) = match self.connection_for(route, &address).await {
             Ok(found) => found,
             Err(refusal) => {
-                tracing::info!(box_id = %route.box_id, %address, code = refusal.code, reason = %refusal.reason, "private endpoint refused");
+                of.log_refusal(&address, None, &refusal);
                 return incoming.refuse(refusal.code, &refusal.reason);
             }
         };
@@ -88,8 +177,7 @@ impl Router {
         {
             Ok(stream) => stream,
             Err(refusal) => {
-                tracing::info!(box_id = %route.box_id, %address, connection = %connection.record.name,
-                    code = refusal.code, reason = %refusal.reason, "private endpoint refused");
+                of.log_refusal(&address, Some(&connection.record.name), &refusal);
                 return incoming.refuse(refusal.code, &refusal.reason);
             }
         };
@@ -123,10 +211,7 @@ impl Router {
                 "this box was not started in an environment",
             ));
         };
-        let (env_id, connections) = match self.hub.address_table(&route.account, &name) {
-            Some(table) => table,
-            None => self.read_table(&route.account, &name).await?,
-        };
+        let (env_id, connections) = self.table(&route.account, &name).await?;
         // By name: when two connections list the address, the first wins.
         connections
             .into_iter()
@@ -143,12 +228,50 @@ impl Router {
             })
     }
 
-    /// An environment's id and connections from the store, kept in the hub.
+    /// The environment's address table: the hub's, or read by one stream
+    /// while the others arriving with it wait for its result.
+    async fn table(
+        &self,
+        account: &AccountId,
+        name: &str,
+    ) -> Result<(EnvironmentId, Vec<ConnectionRecord>), Refusal> {
+        if let Some(table) = self.hub.address_table(account, name) {
+            return table.ok_or_else(gone);
+        }
+        let key = (account.clone(), name.to_owned());
+        let lock = self
+            .reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let result = {
+            let _reading = lock.lock().await;
+            match self.hub.address_table(account, name) {
+                Some(table) => table.ok_or_else(gone),
+                None => self.read_table(account, name).await,
+            }
+        };
+        let mut reading = self
+            .reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The last one out removes the lock (the map holds one reference).
+        if Arc::strong_count(&lock) <= 2 {
+            reading.remove(&key);
+        }
+        result
+    }
+
+    /// An environment's id and connections from the store, kept in the hub
+    /// (its absence too).
     async fn read_table(
         &self,
         account: &AccountId,
         name: &str,
     ) -> Result<(EnvironmentId, Vec<ConnectionRecord>), Refusal> {
+        self.table_reads.fetch_add(1, Ordering::Relaxed);
         let (store, a, n) = (self.store.clone(), account.clone(), name.to_owned());
         let found = blocking(move || {
             let Some(env) = store.environment(&a, &n)? else {
@@ -164,13 +287,18 @@ impl Router {
                 format!("the server could not read the environment: {e}"),
             )
         })?;
-        let (env_id, connections) = found.ok_or_else(|| {
-            Refusal::new(code::FORBIDDEN, "the box's environment no longer exists")
-        })?;
+        let Some((env_id, connections)) = found else {
+            self.hub.keep_missing_environment(account, name);
+            return Err(gone());
+        };
         self.hub
             .keep_address_table(account, name, &env_id, &connections);
         Ok((env_id, connections))
     }
+}
+
+fn gone() -> Refusal {
+    Refusal::new(code::FORBIDDEN, "the box's environment no longer exists")
 }
 
 /// The address a box dialed, checked as connection addresses are (a host

@@ -6,7 +6,7 @@
 use super::mask::{MaskStream, Masker};
 use crate::box_actor::link::LinkHandle;
 use crate::error::BoxError;
-use psbx_wire::boxd::{ExecRequest, Exit, Record, Service};
+use psbx_wire::boxd::{ExecRequest, Exit, Record, RecordReader, Service};
 use psbx_wire::mux::Stream;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -36,7 +36,7 @@ pub struct Command {
     out: MaskStream,
     err: MaskStream,
     /// Bytes read and not yet decoded into a record.
-    buf: Vec<u8>,
+    records: RecordReader,
     chunk: Vec<u8>,
     /// Events decoded and not yet handed out.
     pending: VecDeque<ExecEvent>,
@@ -63,7 +63,7 @@ impl Command {
             out: MaskStream::new(masker.clone()),
             err: MaskStream::new(masker.clone()),
             masker,
-            buf: Vec::new(),
+            records: RecordReader::default(),
             chunk: vec![0u8; 64 * 1024],
             pending: VecDeque::new(),
             failed: None,
@@ -95,7 +95,7 @@ impl Command {
                     "boxd ended the command's stream without an exit".into(),
                 ));
             }
-            self.buf.extend_from_slice(&self.chunk[..n]);
+            self.records.extend(&self.chunk[..n]);
             self.decode();
         }
     }
@@ -103,7 +103,7 @@ impl Command {
     /// Turns the records read so far into events.
     fn decode(&mut self) {
         while !self.ended && self.failed.is_none() {
-            let record = match Record::decode(&mut self.buf) {
+            let record = match self.records.next_record() {
                 Ok(Some(record)) => record,
                 Ok(None) => return,
                 Err(e) => {

@@ -35,6 +35,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let bound = listener.local_addr()?;
     let url = config.public_url_for(bound);
+    psbx_actors::connectors::warn_if_insecure(&url, "starting");
 
     let database = Database::open(&config, Opener::Server)?;
     tracing::info!(database = %database.location, "database ready");
@@ -51,7 +52,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let secrets = Secrets::new(store.clone(), vault)?;
 
     let result: anyhow::Result<()> = actix_web::rt::System::new().block_on(async {
-        let hub = Hub::default();
+        let hub = Hub::with_limits(config.connectors.limits());
         let host = if config.boxes.enabled {
             start_host(
                 store.clone(),

@@ -4,7 +4,16 @@
 //! its hash); then every binary message is one wire frame of a session in
 //! which this server opens a stream per box connection. The session is
 //! registered with the connector hub ([`psbx_actors::connectors::Hub`]) under its connection until it ends; rotating
-//! the token or deleting the connection closes it at once.
+//! the token or deleting the connection closes it at once (also when the
+//! rotation comes between the token check and the connector's hello), and
+//! each heartbeat checks the token again.
+//!
+//! Only the server opens streams on a connector session: a connector's
+//! `OPEN` is refused at once and nothing is kept for it
+//! ([`Config::tunnel_server`]). A connection and an account hold a limited
+//! number of sessions on this server (`connectors.max_sessions_per_connection`
+//! and `..._per_account`, counted from the upgrade); above it the upgrade is
+//! answered 429 `too_many_sessions`.
 //!
 //! actix-ws's message stream is not `Send`, while the wire session's driver
 //! runs on tokio's scheduler: a local task pumps messages between the
@@ -18,7 +27,8 @@ use actix_web::{HttpRequest, HttpResponse, get, web};
 use actix_ws::Message;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use psbx_actors::connectors::session::{self, SessionOf};
+use psbx_actors::connectors::session::{self, ConnectorSecret, SessionOf};
+use psbx_actors::connectors::{Full, HubLimits};
 use psbx_actors::environments::Environments;
 use psbx_actors::store::Store;
 use psbx_wire::Hello;
@@ -35,12 +45,30 @@ fn refused(message: &str) -> ApiError {
     )
 }
 
+fn too_many(full: Full, limits: HubLimits) -> ApiError {
+    ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too_many_sessions",
+        full.to_string(),
+    )
+    .hint(format!(
+        "each connection may hold {} connector sessions and each account {} on a server: \
+         run fewer connector copies or a lower PSBX_SESSIONS, or stop connectors that are \
+         not needed; the operator sets the limits (connectors.max_sessions_per_connection, \
+         connectors.max_sessions_per_account)",
+        limits.sessions_per_connection, limits.sessions_per_account
+    ))
+}
+
 #[utoipa::path(
     tag = "environments",
     operation_id = "connect",
     responses(
         (status = 101, description = "WebSocket: wire frames, one per binary message"),
         (status = 401, body = crate::error::ErrorBody),
+        (status = 429, description = "too_many_sessions: the connection or the account holds \
+            as many connector sessions on this server as it may (32 per connection and 128 per \
+            account by default)", body = crate::error::ErrorBody),
     )
 )]
 #[get("/v1/connect")]
@@ -55,9 +83,20 @@ pub async fn connect(
         .filter(|t| t.starts_with("psbx_conn_"))
         .ok_or_else(|| refused("a connector token (psbx_conn_...) is required"))?
         .to_owned();
+    let hub = envs.hub().clone();
+    // Before the token check: a rotation after it refuses the session at
+    // its registration.
+    let epoch = hub.epoch();
     let (connection, env) = envs.connection_for_token(&token).await?.ok_or_else(|| {
         refused("the connector token is not valid: it was rotated, or its connection deleted")
     })?;
+    let slot = hub
+        .reserve(&env.account_id, &connection.record.id, epoch)
+        .map_err(|full| {
+            tracing::warn!(environment = %env.name, connection = %connection.record.name,
+                error = %full, "connector session refused");
+            too_many(full, hub.limits())
+        })?;
     let (response, ws, messages) = actix_ws::handle(&req, body)
         .map_err(|e| ApiError::bad_request("not_websocket", e.to_string()))?;
     let (to_ws, from_session) = mpsc::channel::<Bytes>(64);
@@ -68,13 +107,13 @@ pub async fn connect(
         from_session,
         to_session,
     ));
-    let hub = envs.hub().clone();
     let store = store.get_ref().clone();
     let of = SessionOf {
         connection: connection.record.id,
         connection_name: connection.record.name,
         environment_name: env.name,
         server: info.server_id.clone(),
+        token: ConnectorSecret(token),
     };
     tokio::spawn(async move {
         let sink = Box::pin(futures_util::sink::unfold(
@@ -85,8 +124,9 @@ pub async fn connect(
             rx.recv().await.map(|item| (item, rx))
         }));
         let hello = Hello::new(format!("psbx {}", env!("CARGO_PKG_VERSION")));
-        match Session::over_messages(sink, stream, Role::Server, Config::tunnel(), hello).await {
-            Ok(session) => session::serve(hub, store, of, session).await,
+        let config = Config::tunnel_server();
+        match Session::over_messages(sink, stream, Role::Server, config, hello).await {
+            Ok(session) => session::serve(slot, store, of, session).await,
             Err(e) => {
                 tracing::warn!(environment = %of.environment_name, connection = %of.connection_name,
                     error = %e, "connector session failed to start");

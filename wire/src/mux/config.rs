@@ -42,6 +42,11 @@ pub struct Config {
     /// The most received control messages waiting to be read; one more ends
     /// the session.
     pub control_queue: usize,
+    /// Whether the peer may open streams. When false, every `OPEN` is
+    /// answered `OPEN_ERR` 403 at once: nothing is queued or buffered for it,
+    /// and `DATA` for it is dropped (a connector session, where only the
+    /// server opens streams).
+    pub peer_may_open: bool,
 }
 
 impl Default for Config {
@@ -56,6 +61,7 @@ impl Default for Config {
             ping_interval: Duration::from_secs(5),
             liveness_timeout: Duration::from_secs(15),
             control_queue: 64,
+            peer_may_open: true,
         }
     }
 }
@@ -77,6 +83,17 @@ impl Config {
             max_streams: TUNNEL_STREAMS,
             memory_budget: TUNNEL_STREAMS * INITIAL_WINDOW as usize + growth,
             ..defaults
+        }
+    }
+
+    /// The server's end of a connector session: [`Config::tunnel`], and the
+    /// connector may not open streams (only the server opens them, one per
+    /// box connection), so a connector cannot make the server keep anything
+    /// for streams it opens.
+    pub fn tunnel_server() -> Self {
+        Self {
+            peer_may_open: false,
+            ..Self::tunnel()
         }
     }
 
@@ -130,6 +147,7 @@ mod tests {
     fn the_defaults_are_valid() {
         Config::default().validate().unwrap();
         Config::tunnel().validate().unwrap();
+        Config::tunnel_server().validate().unwrap();
     }
 
     #[test]

@@ -342,7 +342,12 @@ impl Inner {
             return Err(ProtocolError::BadStreamId { stream }.into());
         }
         self.last_peer = stream;
-        let refusal = if self.handles_gone {
+        let refusal = if !self.config.peer_may_open {
+            Some((
+                code::FORBIDDEN,
+                "this end of the session does not accept streams".to_owned(),
+            ))
+        } else if self.handles_gone {
             Some((code::UNAVAILABLE, "the session is closing".to_owned()))
         } else if self.goaway_sent || self.goaway_received.is_some() {
             Some((
