@@ -91,6 +91,8 @@ fn world(pool_size: usize) -> World {
         pool_unit_sizes: vec![1],
         cpu_overcommit: 1.0,
         memory_overcommit: 1.0,
+        disk_margin_gb: 0,
+        disk_overcommit: 1.0,
         boot_timeout: MINUTE,
         network: false,
         egress: Default::default(),

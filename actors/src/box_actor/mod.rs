@@ -177,6 +177,10 @@ impl Actor for BoxActor {
             // Adopted after a restart onto a host that shrank: keep it running.
             tracing::warn!(box_id = %self.record.id, error = %e, "running box exceeds capacity");
         }
+        if self.record.state == BoxState::Frozen {
+            // Its overlay and managed save are on disk already.
+            self.shared.hold_disk(&self.record.id, self.record.unit());
+        }
         self.arm_timers(ctx);
     }
 
