@@ -10,6 +10,7 @@ pub mod config;
 pub mod database;
 pub mod embedded_pg;
 pub mod error;
+pub mod limits;
 pub mod logging;
 pub mod mcp;
 pub mod metrics;

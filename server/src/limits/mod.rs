@@ -1,0 +1,3 @@
+//! Limits the server sets on requests: body sizes (`body`).
+
+pub mod body;
