@@ -710,3 +710,39 @@ async fn a_box_whose_disk_does_not_fit_is_host_full_and_a_frozen_box_keeps_its_d
         Err(BoxError::HostFull(m)) if m.contains("disk")
     ));
 }
+
+// The box quota holds against a race: eight concurrent inserts for one
+// account with max_boxes = 1 leave exactly one box (the account row lock
+// serialises them; a count before the insert would let several through).
+#[test]
+fn concurrent_inserts_cannot_pass_the_box_quota() {
+    let w = world(0);
+    let store = w.store.clone().with_quotas(Quotas {
+        max_boxes: 1,
+        ..Quotas::default()
+    });
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, barrier, account) = (store.clone(), barrier.clone(), w.account.clone());
+            let uri = w.fake.uri().to_owned();
+            std::thread::spawn(move || {
+                let id = BoxId::generate().unwrap();
+                barrier.wait();
+                store.insert_box(&NewBox {
+                    account_id: Some(account),
+                    ..NewBox::for_size(id, &uri, "test", BoxState::Creating, 1, UNIT)
+                })
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let made = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(made, 1, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, Ok(_) | Err(StoreError::QuotaExceeded(_)))),
+        "{results:?}"
+    );
+}

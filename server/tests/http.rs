@@ -787,3 +787,74 @@ async fn psbx_keys_and_connector_tokens_are_not_secrets() {
         StatusCode::OK
     );
 }
+
+// Quotas on the other objects an account stores: secrets (a replacement is
+// not a new one), connections, and the bytes of stored values.
+#[actix_web::test]
+async fn secrets_connections_and_stored_bytes_have_quotas() {
+    let mut f = fixture();
+    f.store = f.store.clone().with_quotas(psbx_actors::quota::Quotas {
+        max_secrets: 1,
+        max_connections: 1,
+        max_stored_bytes: 4096,
+        ..Default::default()
+    });
+    let app = service!(f);
+    let key = f.first.key.secret.expose().to_owned();
+    let put = |name: &str, value: &str| {
+        TestRequest::put()
+            .uri(&format!("/v1/secrets/{name}"))
+            .insert_header(bearer(&key))
+            .set_json(json!({ "value": value }))
+            .to_request()
+    };
+    let post = |uri: &str, body: Value| {
+        TestRequest::post()
+            .uri(uri)
+            .insert_header(bearer(&key))
+            .set_json(body)
+            .to_request()
+    };
+    let refused = |body: &Value, limit: &str| {
+        assert_eq!(error_code(body), "quota_exceeded", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(limit), "{message}");
+    };
+    assert_eq!(
+        test::call_service(&app, put("A", "one")).await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        test::call_service(&app, put("A", "two")).await.status(),
+        StatusCode::OK
+    );
+    let res = test::call_service(&app, put("B", "three")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    refused(&test::read_body_json(res).await, "quotas.max_secrets = 1");
+    let res = test::call_service(&app, put("A", &"x".repeat(8192))).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    refused(
+        &test::read_body_json(res).await,
+        "quotas.max_stored_bytes = 4096",
+    );
+
+    test::call_service(&app, post("/v1/environments", json!({"name": "dev"}))).await;
+    test::call_service(&app, post("/v1/environments", json!({"name": "prod"}))).await;
+    let res = test::call_service(
+        &app,
+        post("/v1/environments/dev/connections", json!({"name": "a"})),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    // Counted over all the account's environments.
+    let res = test::call_service(
+        &app,
+        post("/v1/environments/prod/connections", json!({"name": "b"})),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    refused(
+        &test::read_body_json(res).await,
+        "quotas.max_connections = 1",
+    );
+}

@@ -162,7 +162,12 @@ mod tests {
             8,
         );
         assert!(futures_executor_block_on(stream.collect::<Vec<_>>())[0].is_ok());
-        assert_eq!(limited.or(ApiError::bad_request("invalid_body", "x")).code(), "invalid_body");
+        assert_eq!(
+            limited
+                .or(ApiError::bad_request("invalid_body", "x"))
+                .code(),
+            "invalid_body"
+        );
     }
 
     fn futures_executor_block_on<F: std::future::Future>(f: F) -> F::Output {
