@@ -672,7 +672,7 @@ async fn a_box_whose_disk_does_not_fit_is_host_full_and_a_frozen_box_keeps_its_d
     tokio::time::pause();
     let mut w = world(0);
     let stat = nix::sys::statvfs::statvfs(w._dir.path()).unwrap();
-    let free_gib = u64::from(stat.blocks_available()) * u64::from(stat.fragment_size()) >> 30;
+    let free_gib = (stat.blocks_available() * stat.fragment_size()) >> 30;
     assert!(free_gib >= 2, "the test needs 2 GiB free, not {free_gib}");
     // One box takes 60% of the free space (and 256 MiB for its save): one fits, two do not.
     w.settings.unit.disk_gb = free_gib * 6 / 10;

@@ -115,7 +115,7 @@ fn free_bytes(path: &Path) -> Result<u64, BoxError> {
     let stat = nix::sys::statvfs::statvfs(existing).map_err(|e| {
         io_error(format!("reading the free space of {}", existing.display()))(e.into())
     })?;
-    Ok(u64::from(stat.blocks_available()).saturating_mul(u64::from(stat.fragment_size())))
+    Ok(stat.blocks_available().saturating_mul(stat.fragment_size()))
 }
 
 /// What start-up learned about the host and this installation.
