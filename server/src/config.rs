@@ -579,6 +579,24 @@ mod tests {
     }
 
     #[test]
+    fn quotas_are_read_from_their_section() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "q.toml",
+                "[quotas]\nmax_boxes = 3\nmax_stored_bytes = 1024\n",
+            )?;
+            let config = Config::load(Some(Path::new("q.toml")), &Overrides::default()).unwrap();
+            let quotas = config.quotas.quotas();
+            assert_eq!((quotas.max_boxes, quotas.max_stored_bytes), (3, 1024));
+            assert_eq!(
+                quotas.max_units,
+                psbx_actors::quota::Quotas::default().max_units
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
     fn bad_input_is_explained() {
         figment::Jail::expect_with(|jail| {
             jail.create_file("psbx.toml", "lisen = \"127.0.0.1:1\"\n")?;

@@ -177,8 +177,8 @@ impl Actor for BoxActor {
             // Adopted after a restart onto a host that shrank: keep it running.
             tracing::warn!(box_id = %self.record.id, error = %e, "running box exceeds capacity");
         }
-        if self.record.state == BoxState::Frozen {
-            // Its overlay and managed save are on disk already.
+        if matches!(self.record.state, BoxState::Running | BoxState::Frozen) {
+            // Its files are on disk already, whatever the ledger said above.
             self.shared.hold_disk(&self.record.id, self.record.unit());
         }
         self.arm_timers(ctx);

@@ -348,11 +348,13 @@ impl HostShared {
         Ok(())
     }
 
-    /// Records the disk of a box that holds it already (a frozen box adopted
-    /// after a restart), without a check: its files are there.
+    /// Records the disk of a box that holds it already (a box adopted after
+    /// a restart), without a check: its files are there.
     pub fn hold_disk(&self, id: &BoxId, unit: Unit) {
         if let Ok(mut cap) = self.capacity.lock() {
-            cap.disk.insert(id.clone(), disk_bytes(unit));
+            cap.disk
+                .entry(id.clone())
+                .or_insert_with(|| disk_bytes(unit));
         }
     }
 
