@@ -70,7 +70,9 @@ pub enum StoreError {
     QuotaExceeded(#[from] crate::quota::QuotaExceeded),
     /// A value to store as a secret is (or holds) one of this server's own
     /// credentials: what it names (`a psbx API key`).
-    #[error("the value is (or holds) {0} of this server: a box does not need it, it reaches psbx without one")]
+    #[error(
+        "the value is (or holds) {0} of this server: a box does not need it, it reaches psbx without one"
+    )]
     NotASecret(&'static str),
     /// The thread running the call failed (see [`crate::blocking`]).
     #[error(transparent)]
