@@ -149,6 +149,10 @@ impl Boxes {
                 other => BoxError::Secrets(other),
             })?
         };
+        // A quick refusal before any work; the row's insert checks again
+        // under the account lock, which is what holds against a race.
+        let (store, a) = (self.store.clone(), account.clone());
+        blocking(move || store.check_box_quota(&a, size)).await?;
         let mut spec = req.spec;
         let claim = match spec.environment.clone() {
             Some(name) => Some(self.claim(&account, &name, &mut spec).await?),

@@ -16,6 +16,7 @@ pub mod host;
 pub mod hypervisor;
 pub mod ids;
 pub mod image;
+pub mod quota;
 pub mod secrets;
 pub mod settings;
 pub mod spec;

@@ -37,6 +37,11 @@ pub struct BoxSettings {
     pub cpu_overcommit: f64,
     /// Memory promised to running boxes may reach this share of the host's.
     pub memory_overcommit: f64,
+    /// Disk kept free under `boxes_dir`, in GiB: boxes are not promised it.
+    pub disk_margin_gb: u64,
+    /// Disk promised to boxes but not written yet may reach this multiple of
+    /// the free space above the margin (1.0: every box can fill its disk).
+    pub disk_overcommit: f64,
     /// How long a box may take from start to boxd's hello.
     pub boot_timeout: Duration,
     /// Give boxes a network card (user-mode networking, filtered on the

@@ -23,11 +23,12 @@ use psbx_actors::host::{Connected, CreateBox, HostStart, PoolLevels, supervise};
 use psbx_actors::hypervisor::Hypervisor;
 use psbx_actors::hypervisor::fake::{Call, FakeHypervisor};
 use psbx_actors::ids::{AccountId, BoxId};
+use psbx_actors::quota::Quotas;
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
 use psbx_actors::settings::{BoxSettings, Unit};
 use psbx_actors::spec::BoxSpec;
-use psbx_actors::store::{BoxRecord, NewBox, PoolOptions, Store};
+use psbx_actors::store::{BoxRecord, NewBox, PoolOptions, Store, StoreError};
 use psbx_libvirt::{Accel, DomainStatus, HostResources};
 use psbx_tests::TestDatabase;
 use psbx_wire::boxd::ExecRequest;
@@ -98,6 +99,8 @@ fn world(pool_size: usize) -> World {
         pool_unit_sizes: vec![1],
         cpu_overcommit: 1.0,
         memory_overcommit: 1.0,
+        disk_margin_gb: 0,
+        disk_overcommit: 1.0,
         boot_timeout: MINUTE,
         network: false,
         egress: Default::default(),
@@ -728,5 +731,163 @@ async fn output_is_masked_with_the_secret_values_a_box_received_also_after_they_
     assert!(
         !stored.contains("first-value-of-s"),
         "the value is stored in the clear: {stored}"
+    );
+}
+
+/// Another account of the world's database.
+fn other_account(w: &World) -> AccountId {
+    let id = AccountId::generate().unwrap();
+    let mut conn = PgConnection::establish(w.db.url()).unwrap();
+    diesel::sql_query(format!(
+        "INSERT INTO accounts (id, name) VALUES ('{id}', 'other')"
+    ))
+    .execute(&mut conn)
+    .unwrap();
+    id
+}
+
+/// The quota a refusal names, or a panic saying what came instead.
+fn quota_key(result: Result<BoxSnapshot, BoxError>) -> &'static str {
+    match result {
+        Err(BoxError::Store(StoreError::QuotaExceeded(refused))) => refused.key,
+        Err(other) => panic!("not a quota refusal: {other}"),
+        Ok(made) => panic!("box {} was made past the quota", made.record.id),
+    }
+}
+
+// Review M2: with max_boxes = 1 a second box for the account is refused,
+// on the pool's claim and on a cold start alike (the check in the row's
+// transaction, which a check before the work cannot replace), while another
+// account still gets one; a stopped box no longer counts.
+#[actix_rt::test]
+async fn an_account_at_its_box_quota_is_refused_and_another_account_is_not() {
+    tokio::time::pause();
+    let mut w = world(1);
+    w.store = w.store.clone().with_quotas(Quotas {
+        max_boxes: 1,
+        ..Quotas::default()
+    });
+    let host = w.start().await;
+    let pooled = || async { host.supervisor.send(PoolLevels).await.unwrap() == vec![(1, 1)] };
+    eventually("the pool's box", pooled).await;
+    let first = create(&host, &w, 1, 3600).await.unwrap();
+
+    // The pool refilled: the second box would be claimed from it.
+    eventually("the pool's refill", pooled).await;
+    assert_eq!(
+        quota_key(create(&host, &w, 1, 3600).await),
+        "quotas.max_boxes"
+    );
+    // Nothing pooled now: a cold start is refused the same way.
+    assert_eq!(
+        quota_key(create(&host, &w, 1, 3600).await),
+        "quotas.max_boxes"
+    );
+    let live = w.store.live_boxes_on_host(w.fake.uri()).unwrap();
+    let mine = live
+        .iter()
+        .filter(|b| b.account_id.as_ref() == Some(&w.account));
+    assert_eq!(mine.count(), 1, "{live:?}");
+
+    let other = CreateBox {
+        account: other_account(&w),
+        name: None,
+        goal: None,
+        size: 1,
+        keep_secs: 3600,
+        spec: psbx_actors::spec::BoxSpec::default(),
+        env: vec![],
+        files: vec![],
+        endpoints: vec![],
+        mask: vec![],
+    };
+    let theirs = host.supervisor.send(other).await.unwrap().unwrap();
+    assert_eq!(theirs.record.state, BoxState::Running);
+
+    let addr = host.shared.actor(&first.record.id).unwrap();
+    addr.send(Stop { reason: "test" }).await.unwrap().unwrap();
+    create(&host, &w, 1, 3600).await.unwrap();
+}
+
+// Review M2: disk is in the capacity ledger. A box whose disk (its overlay
+// at full size and its managed save) does not fit in the free space is
+// host_full saying disk; a frozen box keeps its disk; a stopped one gives it back.
+#[actix_rt::test]
+async fn a_box_whose_disk_does_not_fit_is_host_full_and_a_frozen_box_keeps_its_disk() {
+    tokio::time::pause();
+    let mut w = world(0);
+    let stat = nix::sys::statvfs::statvfs(w._dir.path()).unwrap();
+    let free_gib = (stat.blocks_available() * stat.fragment_size()) >> 30;
+    assert!(free_gib >= 2, "the test needs 2 GiB free, not {free_gib}");
+    // One box takes 60% of the free space (and 256 MiB for its save): one fits, two do not.
+    w.settings.unit.disk_gb = free_gib * 6 / 10;
+    let host = w.start().await;
+    let first = create(&host, &w, 1, 3600).await.unwrap();
+    let before = w.fake.calls();
+    match create(&host, &w, 1, 3600).await {
+        Err(BoxError::HostFull(message)) => assert!(message.contains("disk"), "{message}"),
+        other => panic!("not host_full: {:?}", other.map(|b| b.record.id)),
+    }
+    assert_eq!(
+        w.fake.calls(),
+        before,
+        "libvirt was called for a box that does not fit"
+    );
+
+    // Frozen, the first box still holds its disk (its overlay and its save).
+    sleep(IDLE + MINUTE).await;
+    assert_eq!(w.row(&first.record.id).state, BoxState::Frozen);
+    assert!(matches!(
+        create(&host, &w, 1, 3600).await,
+        Err(BoxError::HostFull(_))
+    ));
+
+    let addr = host.shared.actor(&first.record.id).unwrap();
+    addr.send(Stop { reason: "test" }).await.unwrap().unwrap();
+    create(&host, &w, 1, 3600).await.unwrap();
+
+    // A margin above the free space leaves room for nothing.
+    let mut w = world(0);
+    w.settings.disk_margin_gb = free_gib + 1;
+    let host = w.start().await;
+    assert!(matches!(
+        create(&host, &w, 1, 3600).await,
+        Err(BoxError::HostFull(m)) if m.contains("disk")
+    ));
+}
+
+// The box quota holds against a race: eight concurrent inserts for one
+// account with max_boxes = 1 leave exactly one box (the account row lock
+// serialises them; a count before the insert would let several through).
+#[test]
+fn concurrent_inserts_cannot_pass_the_box_quota() {
+    let w = world(0);
+    let store = w.store.clone().with_quotas(Quotas {
+        max_boxes: 1,
+        ..Quotas::default()
+    });
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, barrier, account) = (store.clone(), barrier.clone(), w.account.clone());
+            let uri = w.fake.uri().to_owned();
+            std::thread::spawn(move || {
+                let id = BoxId::generate().unwrap();
+                barrier.wait();
+                store.insert_box(&NewBox {
+                    account_id: Some(account),
+                    ..NewBox::for_size(id, &uri, "test", BoxState::Creating, 1, UNIT)
+                })
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let made = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(made, 1, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, Ok(_) | Err(StoreError::QuotaExceeded(_)))),
+        "{results:?}"
     );
 }

@@ -187,31 +187,33 @@ pub fn build(
     )
     .configure(crate::oauth::routes)
     .app_data(web::Data::new(ApiDocument(document)))
-        .app_data(web::Data::from(state.oauth))
-        .app_data(web::Data::new(state.store))
-        .app_data(web::Data::from(state.metrics))
-        .app_data(web::Data::new(state.metrics_access))
-        .app_data(web::Data::from(state.boxes))
-        .app_data(web::Data::new(state.secrets))
-        .app_data(web::Data::new(state.environments))
-        .app_data(web::Data::new(state.info))
-        // The spec's own examples post JSON with `curl -d`, which says
-        // form-urlencoded: the body is JSON whatever the content type says.
-        .app_data(web::JsonConfig::default().limit(1 << 20).content_type_required(false).error_handler(|err, _| {
-            ApiError::bad_request("invalid_body", format!("the JSON body was refused: {err}"))
-                .hint("send `Content-Type: application/json` with the fields the API documents at /v1/openapi.json")
-                .into()
-        }))
-        .app_data(web::QueryConfig::default().error_handler(|err, _| {
-            ApiError::bad_request("invalid_query", format!("the query string was refused: {err}")).into()
-        }))
-        .app_data(web::PathConfig::default().error_handler(|err, _| {
-            ApiError::bad_request("invalid_path", format!("the path was refused: {err}")).into()
-        }))
-        .route("/metrics", web::get().to(routes::metrics::scrape))
-        .default_service(web::to(not_found))
-        .wrap(from_fn(metrics::track))
-        .wrap(TracingLogger::<crate::request_span::RedactedSpan>::new())
+    .app_data(web::Data::from(state.oauth))
+    .app_data(web::Data::new(state.store))
+    .app_data(web::Data::from(state.metrics))
+    .app_data(web::Data::new(state.metrics_access))
+    .app_data(web::Data::from(state.boxes))
+    .app_data(web::Data::new(state.secrets))
+    .app_data(web::Data::new(state.environments))
+    .app_data(web::Data::new(state.info))
+    // Every body has a limit; past it, 413 `payload_too_large`
+    // (`limits::body`; the streamed uploads count their own).
+    .app_data(crate::limits::body::json_config())
+    .app_data(crate::limits::body::form_config())
+    .app_data(crate::limits::body::payload_config())
+    .app_data(web::QueryConfig::default().error_handler(|err, _| {
+        ApiError::bad_request(
+            "invalid_query",
+            format!("the query string was refused: {err}"),
+        )
+        .into()
+    }))
+    .app_data(web::PathConfig::default().error_handler(|err, _| {
+        ApiError::bad_request("invalid_path", format!("the path was refused: {err}")).into()
+    }))
+    .route("/metrics", web::get().to(routes::metrics::scrape))
+    .default_service(web::to(not_found))
+    .wrap(from_fn(metrics::track))
+    .wrap(TracingLogger::<crate::request_span::RedactedSpan>::new())
 }
 
 async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {

@@ -57,6 +57,7 @@ pub struct Config {
     pub tls: TlsConfig,
     pub postgres: EmbeddedPostgresConfig,
     pub boxes: BoxesConfig,
+    pub quotas: QuotasConfig,
     pub oauth: OAuthConfig,
     pub metrics: MetricsConfig,
     pub connectors: ConnectorsConfig,
@@ -116,6 +117,49 @@ impl ConnectorsConfig {
     }
 }
 
+/// What one account may hold (README "Account quotas"); a request past a
+/// limit is answered 429 `quota_exceeded`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotasConfig {
+    /// Boxes not stopped (creating, running or frozen).
+    pub max_boxes: u32,
+    /// The sum of those boxes' sizes, in units.
+    pub max_units: u32,
+    /// Connections, over all of the account's environments.
+    pub max_connections: u32,
+    /// Secrets.
+    pub max_secrets: u32,
+    /// Bytes of sealed secret values and environment settings stored.
+    pub max_stored_bytes: u64,
+}
+
+impl Default for QuotasConfig {
+    fn default() -> Self {
+        let q = psbx_actors::quota::Quotas::default();
+        Self {
+            max_boxes: q.max_boxes,
+            max_units: q.max_units,
+            max_connections: q.max_connections,
+            max_secrets: q.max_secrets,
+            max_stored_bytes: q.max_stored_bytes,
+        }
+    }
+}
+
+impl QuotasConfig {
+    /// The limits the store checks.
+    pub fn quotas(&self) -> psbx_actors::quota::Quotas {
+        psbx_actors::quota::Quotas {
+            max_boxes: self.max_boxes,
+            max_units: self.max_units,
+            max_connections: self.max_connections,
+            max_secrets: self.max_secrets,
+            max_stored_bytes: self.max_stored_bytes,
+        }
+    }
+}
+
 /// OAuth sign-in for MCP clients.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -155,6 +199,14 @@ pub struct BoxesConfig {
     /// memory this share of the host's memory.
     pub cpu_overcommit: f64,
     pub memory_overcommit: f64,
+    /// Disk (GiB) under `data_dir/boxes` never promised to boxes: room for the
+    /// embedded PostgreSQL and logs on the same file system.
+    pub disk_margin_gb: u64,
+    /// Disk boxes may still write (each up to `unit_disk_gb` × size plus its
+    /// memory for a freeze) may reach this multiple of the free space above
+    /// the margin; 1.0 never overcommits, overlays being thin a higher value
+    /// trades safety for boxes.
+    pub disk_overcommit: f64,
     /// Longest time from starting a box to boxd's hello.
     pub boot_timeout: String,
     /// Give boxes a network card: QEMU's user networking, filtered on the
@@ -200,6 +252,8 @@ impl Default for BoxesConfig {
             pool_unit_sizes: vec![1],
             cpu_overcommit: 4.0,
             memory_overcommit: 1.0,
+            disk_margin_gb: 5,
+            disk_overcommit: 1.0,
             boot_timeout: "120s".to_owned(),
             network: true,
             egress: EgressConfig::default(),
@@ -233,6 +287,8 @@ impl BoxesConfig {
             pool_unit_sizes: self.pool_unit_sizes.clone(),
             cpu_overcommit: self.cpu_overcommit,
             memory_overcommit: self.memory_overcommit,
+            disk_margin_gb: self.disk_margin_gb,
+            disk_overcommit: self.disk_overcommit,
             boot_timeout: duration("boot_timeout", &self.boot_timeout)?,
             network: self.network,
             egress: EgressPolicy::parse(
@@ -258,9 +314,13 @@ impl BoxesConfig {
                 "boxes.pool_unit_sizes: {bad} is not a box size (1, 2, 4 or 8)"
             )));
         }
-        if !(self.cpu_overcommit > 0.0 && self.memory_overcommit > 0.0) {
+        if !(self.cpu_overcommit > 0.0
+            && self.memory_overcommit > 0.0
+            && self.disk_overcommit > 0.0)
+        {
             return Err(ConfigError::Invalid(
-                "boxes.cpu_overcommit and boxes.memory_overcommit must be above 0".into(),
+                "boxes.cpu_overcommit, boxes.memory_overcommit and boxes.disk_overcommit must be above 0"
+                    .into(),
             ));
         }
         if self.unit_vcpus == 0 || self.unit_memory_mib < 128 || self.unit_disk_gb == 0 {
@@ -329,6 +389,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             postgres: EmbeddedPostgresConfig::default(),
             boxes: BoxesConfig::default(),
+            quotas: QuotasConfig::default(),
             oauth: OAuthConfig::default(),
             metrics: MetricsConfig::default(),
             connectors: ConnectorsConfig::default(),
@@ -574,6 +635,24 @@ mod tests {
             jail.create_file("psbx.toml", "[boxes]\naccel = \"KVM\"\n")?;
             let err = Config::load(None, &Overrides::default()).unwrap_err();
             assert!(err.to_string().contains("KVM"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn quotas_are_read_from_their_section() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "q.toml",
+                "[quotas]\nmax_boxes = 3\nmax_stored_bytes = 1024\n",
+            )?;
+            let config = Config::load(Some(Path::new("q.toml")), &Overrides::default()).unwrap();
+            let quotas = config.quotas.quotas();
+            assert_eq!((quotas.max_boxes, quotas.max_stored_bytes), (3, 1024));
+            assert_eq!(
+                quotas.max_units,
+                psbx_actors::quota::Quotas::default().max_units
+            );
             Ok(())
         });
     }

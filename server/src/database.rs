@@ -49,7 +49,7 @@ impl Database {
         };
         if let Some(url) = &config.database_url {
             return Ok(Self {
-                store: Store::open(url, options)?,
+                store: Store::open(url, options)?.with_quotas(config.quotas.quotas()),
                 location: crate::config::redact_url(url),
                 cluster_to_stop: None,
             });
@@ -60,7 +60,7 @@ impl Database {
         let location = format!("embedded ({})", config.data_dir.join("pg").display());
         match Store::open(&running.url, options) {
             Ok(store) => Ok(Self {
-                store,
+                store: store.with_quotas(config.quotas.quotas()),
                 location,
                 cluster_to_stop: stop.then_some(cluster),
             }),

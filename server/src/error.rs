@@ -131,6 +131,16 @@ impl ApiError {
         ))
     }
 
+    /// A request past one of the account's quotas (429 `quota_exceeded`).
+    pub fn quota_exceeded(refused: &psbx_actors::quota::QuotaExceeded) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "quota_exceeded",
+            refused.to_string(),
+        )
+        .hint(refused.hint)
+    }
+
     pub fn unavailable(cause: impl std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "database unavailable");
         Self::new(
@@ -209,6 +219,16 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Invalid(message) => Self::bad_request("invalid_request", message),
             StoreError::InvalidTransition(refused) => Self::invalid_state(&refused),
+            StoreError::QuotaExceeded(refused) => Self::quota_exceeded(&refused),
+            StoreError::NotASecret(_) => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "not_a_secret",
+                e.to_string(),
+            )
+            .hint(
+                "leave it out: a box reaches psbx without any psbx key or token, and one stored \
+                 here would only hand your access to the code running in the box",
+            ),
             StoreError::Pool(_) | StoreError::Connect(_) => Self::unavailable(Causes(&e)),
             other => Self::internal_error(&other),
         }

@@ -1072,3 +1072,269 @@ async fn document_fetches_name_no_cause_and_are_throttled_per_address() {
     let res = test::call_service(&app, open("198.51.100.7:1")).await;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
 }
+
+/// A second account of the fixture's database, with an API key.
+fn other_account(f: &Fixture) -> String {
+    use diesel::{Connection, RunQueryDsl};
+    let id = psbx_actors::ids::AccountId::generate().unwrap();
+    let mut conn = diesel::PgConnection::establish(f._db.url()).unwrap();
+    diesel::sql_query(format!(
+        "INSERT INTO accounts (id, name) VALUES ('{id}', 'other')"
+    ))
+    .execute(&mut conn)
+    .unwrap();
+    f.store
+        .create_api_key(&id, "other")
+        .unwrap()
+        .secret
+        .expose()
+        .to_owned()
+}
+
+// Review M2 at the API: with max_boxes = 1 and one live box, the account's
+// next `POST /v1/boxes` is 429 `quota_exceeded` naming the limit; another
+// account is not refused for it (this server has no host: 503).
+#[actix_web::test]
+async fn a_box_past_max_boxes_is_a_429_while_another_account_is_not_refused() {
+    use psbx_actors::box_actor::state::BoxState;
+    use psbx_actors::store::NewBox;
+    let mut f = fixture();
+    f.store = f.store.clone().with_quotas(psbx_actors::quota::Quotas {
+        max_boxes: 1,
+        ..Default::default()
+    });
+    let unit = psbx_actors::settings::Unit {
+        vcpus: 1,
+        memory_mib: 256,
+        disk_gb: 1,
+    };
+    let id = psbx_actors::ids::BoxId::generate().unwrap();
+    f.store
+        .insert_box(&NewBox {
+            account_id: Some(f.first.account.id.clone()),
+            ..NewBox::for_size(id, "test:///", "test", BoxState::Running, 1, unit)
+        })
+        .unwrap();
+    let other = other_account(&f);
+    let app = service!(f);
+    let start = |key: &str| {
+        TestRequest::post()
+            .uri("/v1/boxes")
+            .insert_header(bearer(key))
+            .set_json(json!({}))
+            .to_request()
+    };
+    let res = test::call_service(&app, start(f.first.key.secret.expose())).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body: Value = test::read_body_json(res).await;
+    assert_eq!(error_code(&body), "quota_exceeded", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("quotas.max_boxes = 1"), "{message}");
+    assert!(
+        body["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("stop boxes"),
+        "{body}"
+    );
+
+    let res = test::call_service(&app, start(&other)).await;
+    let body: Value = test::read_body_json(res).await;
+    assert_eq!(error_code(&body), "boxes_unavailable", "{body}");
+}
+
+// Body limits: a JSON body past 1 MiB is 413 `payload_too_large` with the
+// error body; so is an upload whose length passes the upload limit (before
+// its token is looked at).
+#[actix_web::test]
+async fn over_limit_bodies_are_413_with_the_error_body() {
+    let f = fixture();
+    let app = service!(f);
+    let res = test::call_service(
+        &app,
+        TestRequest::put()
+            .uri("/v1/secrets/BIG")
+            .insert_header(bearer(f.first.key.secret.expose()))
+            .set_json(json!({ "value": "x".repeat(2 << 20) }))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = test::read_body_json(res).await;
+    assert_eq!(error_code(&body), "payload_too_large", "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("1 MiB"),
+        "{body}"
+    );
+
+    let res = test::call_service(
+        &app,
+        TestRequest::put()
+            .uri("/v1/uploads/psbxup_unknown")
+            .set_payload("x")
+            // Said, not sent: the header the route reads first.
+            .insert_header((header::CONTENT_LENGTH, (2u64 << 30).to_string()))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = test::read_body_json(res).await;
+    assert_eq!(error_code(&body), "payload_too_large", "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("1 GiB"),
+        "{body}"
+    );
+}
+
+// Issue item 3: this server's own API keys and connector tokens (alone or
+// inside a header line) are refused as secrets and as environment settings
+// with `not_a_secret`; a value that only looks like a key is stored.
+#[actix_web::test]
+async fn psbx_keys_and_connector_tokens_are_not_secrets() {
+    let f = fixture();
+    let app = service!(f);
+    let key = f.first.key.secret.expose().to_owned();
+    let put = |value: &str| {
+        TestRequest::put()
+            .uri("/v1/secrets/TOKEN")
+            .insert_header(bearer(&key))
+            .set_json(json!({ "value": value }))
+            .to_request()
+    };
+    let post = |uri: &str, body: Value| {
+        TestRequest::post()
+            .uri(uri)
+            .insert_header(bearer(&key))
+            .set_json(body)
+            .to_request()
+    };
+    assert_eq!(
+        test::call_service(&app, post("/v1/environments", json!({"name": "dev"})))
+            .await
+            .status(),
+        StatusCode::CREATED
+    );
+    let res = test::call_service(
+        &app,
+        post(
+            "/v1/environments/dev/connections",
+            json!({"name": "office"}),
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let made: Value = test::read_body_json(res).await;
+    let token = made["token"].as_str().unwrap().to_owned();
+    assert!(token.starts_with("psbx_conn_"), "{made}");
+
+    for value in [key.clone(), format!("Bearer {key}"), token.clone()] {
+        let res = test::call_service(&app, put(&value)).await;
+        assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body: Value = test::read_body_json(res).await;
+        assert_eq!(error_code(&body), "not_a_secret", "{body}");
+        let text = body.to_string();
+        assert!(
+            !text.contains(&value),
+            "the answer repeats the credential: {text}"
+        );
+        assert!(
+            body["error"]["hint"]
+                .as_str()
+                .unwrap()
+                .contains("box reaches psbx"),
+            "{body}"
+        );
+    }
+    let res = test::call_service(
+        &app,
+        TestRequest::put()
+            .uri("/v1/environments/dev/services/api")
+            .insert_header(bearer(&key))
+            .set_json(json!({ "dotenv": format!("PSBX_KEY={key}\n") }))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    // Shaped like a key, but not one of this server's; and an ordinary value.
+    let lookalike = format!("psbx_{}", "a".repeat(40));
+    assert_eq!(
+        test::call_service(&app, put(&lookalike)).await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        test::call_service(&app, put("ghp_ordinary")).await.status(),
+        StatusCode::OK
+    );
+}
+
+// Quotas on the other objects an account stores: secrets (a replacement is
+// not a new one), connections, and the bytes of stored values.
+#[actix_web::test]
+async fn secrets_connections_and_stored_bytes_have_quotas() {
+    let mut f = fixture();
+    f.store = f.store.clone().with_quotas(psbx_actors::quota::Quotas {
+        max_secrets: 1,
+        max_connections: 1,
+        max_stored_bytes: 4096,
+        ..Default::default()
+    });
+    let app = service!(f);
+    let key = f.first.key.secret.expose().to_owned();
+    let put = |name: &str, value: &str| {
+        TestRequest::put()
+            .uri(&format!("/v1/secrets/{name}"))
+            .insert_header(bearer(&key))
+            .set_json(json!({ "value": value }))
+            .to_request()
+    };
+    let post = |uri: &str, body: Value| {
+        TestRequest::post()
+            .uri(uri)
+            .insert_header(bearer(&key))
+            .set_json(body)
+            .to_request()
+    };
+    let refused = |body: &Value, limit: &str| {
+        assert_eq!(error_code(body), "quota_exceeded", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(limit), "{message}");
+    };
+    assert_eq!(
+        test::call_service(&app, put("A", "one")).await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        test::call_service(&app, put("A", "two")).await.status(),
+        StatusCode::OK
+    );
+    let res = test::call_service(&app, put("B", "three")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    refused(&test::read_body_json(res).await, "quotas.max_secrets = 1");
+    let res = test::call_service(&app, put("A", &"x".repeat(8192))).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    refused(
+        &test::read_body_json(res).await,
+        "quotas.max_stored_bytes = 4096",
+    );
+
+    test::call_service(&app, post("/v1/environments", json!({"name": "dev"}))).await;
+    test::call_service(&app, post("/v1/environments", json!({"name": "prod"}))).await;
+    let res = test::call_service(
+        &app,
+        post("/v1/environments/dev/connections", json!({"name": "a"})),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    // Counted over all the account's environments.
+    let res = test::call_service(
+        &app,
+        post("/v1/environments/prod/connections", json!({"name": "b"})),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    refused(
+        &test::read_body_json(res).await,
+        "quotas.max_connections = 1",
+    );
+}

@@ -118,6 +118,10 @@ impl BoxServer {
             "unit_vcpus = 1",
             "unit_memory_mib = 256",
             "unit_disk_gb = 2",
+            // Test boxes write little to their thin overlays, and these
+            // machines are short of disk: the ledger may promise more.
+            "disk_margin_gb = 1",
+            "disk_overcommit = 8.0",
             "network = false",
             "boot_timeout = \"120s\"",
         ];

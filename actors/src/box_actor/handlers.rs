@@ -236,6 +236,9 @@ impl BoxActor {
             .map(move |result, act, ctx| {
                 let record = result?;
                 tracing::info!(box_id = %record.id, reason, "stopped");
+                // Its files are gone: the next box may have its room at once
+                // (the actor's end releases it too, later).
+                act.shared.release_all(&record.id);
                 act.record = record;
                 ctx.stop();
                 Ok(act.snapshot(None))

@@ -182,6 +182,10 @@ impl Actor for BoxActor {
             // Adopted after a restart onto a host that shrank: keep it running.
             tracing::warn!(box_id = %self.record.id, error = %e, "running box exceeds capacity");
         }
+        if matches!(self.record.state, BoxState::Running | BoxState::Frozen) {
+            // Its files are on disk already, whatever the ledger said above.
+            self.shared.hold_disk(&self.record.id, self.record.unit());
+        }
         self.arm_timers(ctx);
     }
 

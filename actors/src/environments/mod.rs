@@ -355,6 +355,9 @@ impl Environments {
             )));
         }
         let record = self.record(account, env).await?;
+        // psbx's own credentials are not settings a box needs.
+        let (store, text) = (self.store.clone(), dotenv.to_owned());
+        blocking(move || store.refuse_credentials(&text)).await?;
         let names: Vec<&str> = vars.iter().map(|(k, _)| k.as_str()).collect();
         let names = serde_json::to_value(names)?;
         let plain = serde_json::to_vec(&vars)?;

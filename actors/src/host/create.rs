@@ -99,7 +99,7 @@ async fn insert(shared: &Arc<HostShared>, new: NewBox) -> Result<BoxRecord, BoxE
     let (store, id) = (shared.store.clone(), new.id.clone());
     let record = blocking(move || store.insert_box(&new)).await;
     if record.is_err() {
-        shared.release(&id);
+        shared.release_all(&id);
     }
     Ok(record?)
 }
@@ -244,6 +244,9 @@ async fn make(
     if let Some(pooled) = pooled {
         match claim(shared.clone(), pooled, claimed).await {
             Ok(booted) => return Ok(booted),
+            // Another creation for the account got there first: a cold
+            // start would be refused too.
+            Err(e @ BoxError::Store(crate::store::StoreError::QuotaExceeded(_))) => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %e, "pooled box unusable; starting one cold")
             }

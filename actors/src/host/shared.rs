@@ -3,6 +3,22 @@
 //! ledger and the registry of live box actors, and the lifecycle steps they
 //! all take (`transition`, `await_hello_and_run`, `fail_box`, `teardown`).
 //!
+//! The capacity ledger promises three things. CPU and memory are held by
+//! boxes whose VM holds host memory (pooled, booting, running) and given back
+//! when a box freezes. Disk is held by every box that is not over, frozen
+//! ones included, from its creation to its end: its overlay may grow to
+//! `disk_gb` (unit_disk_gb × size), and its managed save takes as much as its
+//! memory, so a box holds `disk_gb` GiB plus `memory_mib` MiB. Holding the
+//! save's share while running means a freeze never runs out of room, and
+//! a thaw needs no new disk. What boxes hold but have not written yet must
+//! fit in the free space of `boxes_dir`'s file system (statvfs) above
+//! `disk_margin_gb` (kept for the embedded PostgreSQL and logs on the same
+//! disk), times `disk_overcommit` (1.0: no overcommit; overlays are thin, so
+//! an operator may accept more). What a box has written is read from the
+//! blocks its directory's files take; the managed save lives in libvirt's
+//! directory and is counted as unwritten (a frozen box is counted twice for
+//! its memory: on the safe side).
+//!
 //! The ledger and the registry are behind `std::sync::Mutex`es rather than
 //! owned by the HostSupervisor: each use is a lookup or an insertion held for
 //! no await, taken by the API's calls (`Boxes` finds a box's actor) and by
@@ -59,7 +75,47 @@ pub struct HostShared {
 struct Capacity {
     cpus_limit: f64,
     memory_limit_mib: f64,
+    /// CPU and memory, by box whose VM holds host memory.
     held: HashMap<BoxId, Unit>,
+    /// Bytes of disk promised, by box that is not over.
+    disk: HashMap<BoxId, u64>,
+}
+
+const GIB: u64 = 1024 * 1024 * 1024;
+const MIB: u64 = 1024 * 1024;
+
+/// The disk a box of `unit` may come to take: its overlay at full size and
+/// its managed save.
+fn disk_bytes(unit: Unit) -> u64 {
+    unit.disk_gb
+        .saturating_mul(GIB)
+        .saturating_add(unit.memory_mib.saturating_mul(MIB))
+}
+
+/// Bytes the files of a box directory take on disk now.
+fn written_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.blocks().saturating_mul(512))
+        .sum()
+}
+
+/// Free bytes (for unprivileged users) on the file system holding `path`, or
+/// its nearest existing ancestor.
+fn free_bytes(path: &Path) -> Result<u64, BoxError> {
+    let existing = path
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| Path::new("/"));
+    let stat = nix::sys::statvfs::statvfs(existing).map_err(|e| {
+        io_error(format!("reading the free space of {}", existing.display()))(e.into())
+    })?;
+    Ok(stat.blocks_available().saturating_mul(stat.fragment_size()))
 }
 
 /// What start-up learned about the host and this installation.
@@ -85,6 +141,7 @@ impl HostShared {
             cpus_limit: f64::from(facts.cpus) * settings.cpu_overcommit,
             memory_limit_mib: facts.memory_mib as f64 * settings.memory_overcommit,
             held: HashMap::new(),
+            disk: HashMap::new(),
         };
         Arc::new(Self {
             host,
@@ -236,33 +293,85 @@ impl HostShared {
         ))
     }
 
-    /// Promises `unit` to box `id`, or says why the host cannot.
+    /// Promises `unit` to box `id` (its CPU and memory, and its disk unless
+    /// it holds that already), or says why the host cannot.
     pub fn reserve(&self, id: &BoxId, unit: Unit) -> Result<(), BoxError> {
         let mut cap = self
             .capacity
             .lock()
             .map_err(|_| BoxError::Internal("capacity ledger poisoned".into()))?;
-        if cap.held.contains_key(id) {
-            return Ok(());
+        if !cap.held.contains_key(id) {
+            let cpus: f64 = cap.held.values().map(|u| f64::from(u.vcpus)).sum();
+            let memory: f64 = cap.held.values().map(|u| u.memory_mib as f64).sum();
+            if cpus + f64::from(unit.vcpus) > cap.cpus_limit
+                || memory + unit.memory_mib as f64 > cap.memory_limit_mib
+            {
+                return Err(BoxError::HostFull(format!(
+                    "this host cannot fit a box of {} vCPU and {} MiB: {cpus} of {} vCPUs and {memory} of {} MiB \
+                     are already promised to running boxes",
+                    unit.vcpus, unit.memory_mib, cap.cpus_limit, cap.memory_limit_mib
+                )));
+            }
         }
-        let cpus: f64 = cap.held.values().map(|u| f64::from(u.vcpus)).sum();
-        let memory: f64 = cap.held.values().map(|u| u.memory_mib as f64).sum();
-        if cpus + f64::from(unit.vcpus) > cap.cpus_limit
-            || memory + unit.memory_mib as f64 > cap.memory_limit_mib
-        {
-            return Err(BoxError::HostFull(format!(
-                "this host cannot fit a box of {} vCPU and {} MiB: {cpus} of {} vCPUs and {memory} of {} MiB \
-                 are already promised to running boxes",
-                unit.vcpus, unit.memory_mib, cap.cpus_limit, cap.memory_limit_mib
-            )));
+        if !cap.disk.contains_key(id) {
+            self.check_disk(&cap, unit)?;
+            cap.disk.insert(id.clone(), disk_bytes(unit));
         }
         cap.held.insert(id.clone(), unit);
         Ok(())
     }
 
+    /// Refuses a box of `unit` whose disk does not fit next to what the
+    /// boxes holding disk may still write.
+    fn check_disk(&self, cap: &Capacity, unit: Unit) -> Result<(), BoxError> {
+        let unwritten: u64 = cap
+            .disk
+            .iter()
+            .map(|(id, promised)| promised.saturating_sub(written_bytes(&self.box_dir(id))))
+            .sum();
+        let free = free_bytes(&self.settings.boxes_dir)?;
+        let margin = self.settings.disk_margin_gb.saturating_mul(GIB);
+        let room = free.saturating_sub(margin) as f64 * self.settings.disk_overcommit;
+        let wanted = disk_bytes(unit);
+        if (unwritten.saturating_add(wanted)) as f64 > room {
+            let gib = |b: u64| b as f64 / GIB as f64;
+            return Err(BoxError::HostFull(format!(
+                "this host's disk cannot fit a box of {} GB of disk and {} MiB of saved memory ({:.1} GiB): \
+                 {:.1} GiB are free in {}, {} GiB of it kept free, and boxes may still write {:.1} GiB",
+                unit.disk_gb,
+                unit.memory_mib,
+                gib(wanted),
+                gib(free),
+                self.settings.boxes_dir.display(),
+                self.settings.disk_margin_gb,
+                gib(unwritten)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Records the disk of a box that holds it already (a box adopted after
+    /// a restart), without a check: its files are there.
+    pub fn hold_disk(&self, id: &BoxId, unit: Unit) {
+        if let Ok(mut cap) = self.capacity.lock() {
+            cap.disk
+                .entry(id.clone())
+                .or_insert_with(|| disk_bytes(unit));
+        }
+    }
+
+    /// Gives back a box's CPU and memory (it froze); its disk stays held.
     pub fn release(&self, id: &BoxId) {
         if let Ok(mut cap) = self.capacity.lock() {
             cap.held.remove(id);
+        }
+    }
+
+    /// Gives back everything a box held (it is over, or was never made).
+    pub fn release_all(&self, id: &BoxId) {
+        if let Ok(mut cap) = self.capacity.lock() {
+            cap.held.remove(id);
+            cap.disk.remove(id);
         }
     }
 
@@ -276,7 +385,7 @@ impl HostShared {
         if let Ok(mut r) = self.registry.lock() {
             r.remove(id);
         }
-        self.release(id);
+        self.release_all(id);
     }
 
     pub fn actor(&self, id: &BoxId) -> Option<Addr<BoxActor>> {
@@ -330,7 +439,7 @@ impl HostShared {
         Ok((record, hello))
     }
 
-    /// Fails a box: its VM and files are removed, its capacity is released
+    /// Fails a box: its VM and files are removed, all its capacity is released
     /// and its row records `reason` (a pooled row, which belongs to nobody, is
     /// deleted instead). The row moves from the state it holds now, which may
     /// be past `record`'s (a start that failed after `booting` was recorded).
@@ -344,7 +453,7 @@ impl HostShared {
     ) -> Result<Option<BoxRecord>, BoxError> {
         tracing::warn!(box_id = %record.id, %reason, "box failed");
         let removed = self.teardown(&record.id);
-        self.release(&record.id);
+        self.release_all(&record.id);
         let failed = if record.state == BoxState::Pooled {
             self.store.delete_pooled_box(&record.id)?;
             None

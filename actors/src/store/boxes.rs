@@ -178,28 +178,44 @@ fn i32_of(n: u32) -> i32 {
 }
 
 impl Store {
+    /// Writes a new box's row; a box for an account is refused (`QuotaExceeded`)
+    /// when it would pass the account's box quotas, checked under the account
+    /// lock in the same transaction.
     pub fn insert_box(&self, new: &NewBox) -> Result<BoxRecord, StoreError> {
-        diesel::insert_into(boxes::table)
-            .values((
-                boxes::id.eq(new.id.as_str()),
-                boxes::account_id.eq(new.account_id.as_ref().map(AccountId::as_str)),
-                boxes::host_uri.eq(&new.host_uri),
-                boxes::state.eq(new.state.as_str()),
-                boxes::name.eq(&new.name),
-                boxes::goal.eq(&new.goal),
-                boxes::image.eq(&new.image),
-                boxes::size.eq(i32_of(new.size)),
-                boxes::vcpus.eq(i32_of(new.vcpus)),
-                boxes::memory_mib.eq(i64_of(new.memory_mib)),
-                boxes::disk_gb.eq(i64_of(new.disk_gb)),
-                boxes::keep_secs.eq(new.keep_secs),
-                boxes::spec.eq(new.spec.to_json()),
-            ))
-            .returning(BoxRow::as_returning())
-            .get_result(&mut self.conn()?)?
-            .try_into()
+        let mut conn = self.conn()?;
+        conn.transaction(|conn| {
+            if let Some(account) = &new.account_id {
+                super::quota::lock_account(conn, account.as_str())?;
+                super::quota::check_boxes(conn, &self.quotas, account.as_str(), new.size)?;
+            }
+            insert_box_row(conn, new)
+        })
     }
+}
 
+fn insert_box_row(conn: &mut diesel::PgConnection, new: &NewBox) -> Result<BoxRecord, StoreError> {
+    diesel::insert_into(boxes::table)
+        .values((
+            boxes::id.eq(new.id.as_str()),
+            boxes::account_id.eq(new.account_id.as_ref().map(AccountId::as_str)),
+            boxes::host_uri.eq(&new.host_uri),
+            boxes::state.eq(new.state.as_str()),
+            boxes::name.eq(&new.name),
+            boxes::goal.eq(&new.goal),
+            boxes::image.eq(&new.image),
+            boxes::size.eq(i32_of(new.size)),
+            boxes::vcpus.eq(i32_of(new.vcpus)),
+            boxes::memory_mib.eq(i64_of(new.memory_mib)),
+            boxes::disk_gb.eq(i64_of(new.disk_gb)),
+            boxes::keep_secs.eq(new.keep_secs),
+            boxes::spec.eq(new.spec.to_json()),
+        ))
+        .returning(BoxRow::as_returning())
+        .get_result(conn)?
+        .try_into()
+}
+
+impl Store {
     /// One of the account's boxes (another account's is `None`, as if absent).
     pub fn account_box(
         &self,
@@ -330,38 +346,62 @@ impl Store {
         updated.map(BoxRecord::try_from).transpose()
     }
 
-    /// Hands a pooled box to an account (it becomes running).
+    /// Hands a pooled box to an account (it becomes running); refused
+    /// (`QuotaExceeded`) when the box would pass the account's box quotas,
+    /// checked under the account lock in the same transaction.
     pub fn claim_pooled_box(
         &self,
         id: &BoxId,
         claim: &PoolClaim,
         boot_id: &str,
     ) -> Result<Option<BoxRecord>, StoreError> {
-        let now = Utc::now();
-        diesel::update(
-            boxes::table
-                .filter(boxes::id.eq(id.as_str()))
-                .filter(boxes::state.eq(BoxState::Pooled.as_str())),
-        )
-        .set((
-            boxes::account_id.eq(claim.account_id.as_str()),
-            boxes::state.eq(BoxState::Running.as_str()),
-            boxes::name.eq(&claim.name),
-            boxes::goal.eq(&claim.goal),
-            boxes::keep_secs.eq(claim.keep_secs),
-            boxes::spec.eq(claim.spec.to_json()),
-            boxes::boot_id.eq(boot_id),
-            boxes::created_at.eq(now),
-            boxes::ready_at.eq(now),
-            boxes::last_activity_at.eq(now),
-        ))
-        .returning(BoxRow::as_returning())
-        .get_result(&mut self.conn()?)
-        .optional()?
-        .map(BoxRecord::try_from)
-        .transpose()
+        let mut conn = self.conn()?;
+        conn.transaction(|conn| {
+            super::quota::lock_account(conn, claim.account_id.as_str())?;
+            let size: Option<i32> = boxes::table
+                .find(id.as_str())
+                .select(boxes::size)
+                .first(conn)
+                .optional()?;
+            let size = size.and_then(|s| u32::try_from(s).ok()).unwrap_or(0);
+            super::quota::check_boxes(conn, &self.quotas, claim.account_id.as_str(), size)?;
+            claim_pooled_row(conn, id, claim, boot_id)
+        })
     }
+}
 
+fn claim_pooled_row(
+    conn: &mut diesel::PgConnection,
+    id: &BoxId,
+    claim: &PoolClaim,
+    boot_id: &str,
+) -> Result<Option<BoxRecord>, StoreError> {
+    let now = Utc::now();
+    diesel::update(
+        boxes::table
+            .filter(boxes::id.eq(id.as_str()))
+            .filter(boxes::state.eq(BoxState::Pooled.as_str())),
+    )
+    .set((
+        boxes::account_id.eq(claim.account_id.as_str()),
+        boxes::state.eq(BoxState::Running.as_str()),
+        boxes::name.eq(&claim.name),
+        boxes::goal.eq(&claim.goal),
+        boxes::keep_secs.eq(claim.keep_secs),
+        boxes::spec.eq(claim.spec.to_json()),
+        boxes::boot_id.eq(boot_id),
+        boxes::created_at.eq(now),
+        boxes::ready_at.eq(now),
+        boxes::last_activity_at.eq(now),
+    ))
+    .returning(BoxRow::as_returning())
+    .get_result(conn)
+    .optional()?
+    .map(BoxRecord::try_from)
+    .transpose()
+}
+
+impl Store {
     /// Records activity: the idle and expiry clocks start again from now.
     pub fn touch_box(&self, id: &BoxId) -> Result<DateTime<Utc>, StoreError> {
         let now = Utc::now();

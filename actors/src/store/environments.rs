@@ -214,6 +214,8 @@ impl Store {
     }
 
     /// Adds a connection; `None` when the environment has one by that name.
+    /// Refused (`QuotaExceeded`) past the account's connections, checked under
+    /// the account lock.
     pub fn insert_connection(
         &self,
         env: &EnvironmentId,
@@ -221,20 +223,34 @@ impl Store {
         name: &str,
         token: &str,
     ) -> Result<Option<ConnectionRecord>, StoreError> {
-        let inserted = diesel::insert_into(connections::table)
-            .values((
-                connections::id.eq(id),
-                connections::environment_id.eq(env),
-                connections::name.eq(name),
-                connections::token_sha256.eq(token_digest(token)),
-            ))
-            .returning(ConnectionRow::as_returning())
-            .get_result(&mut self.conn()?);
-        match inserted {
-            Ok(row) => Ok(Some(row.try_into()?)),
-            Err(e) if unique_violation(&e) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        let mut conn = self.conn()?;
+        conn.transaction(|conn| {
+            let account: Option<String> = environments::table
+                .find(env)
+                .select(environments::account_id)
+                .first(conn)
+                .optional()?;
+            if let Some(account) = &account {
+                super::quota::lock_account(conn, account)?;
+                super::quota::check_connections(conn, &self.quotas, account)?;
+            }
+            let inserted = conn.transaction(|conn| {
+                diesel::insert_into(connections::table)
+                    .values((
+                        connections::id.eq(id),
+                        connections::environment_id.eq(env),
+                        connections::name.eq(name),
+                        connections::token_sha256.eq(token_digest(token)),
+                    ))
+                    .returning(ConnectionRow::as_returning())
+                    .get_result(conn)
+            });
+            match inserted {
+                Ok(row) => Ok(Some(row.try_into()?)),
+                Err(e) if unique_violation(&e) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        })
     }
 
     pub fn set_connection_endpoints(
@@ -311,7 +327,8 @@ impl Store {
         found.map(|(c, e)| Ok((c.try_into()?, e))).transpose()
     }
 
-    /// Stores (or replaces) a service's settings; true when it is new.
+    /// Stores (or replaces) a service's settings; true when it is new. Refused
+    /// (`QuotaExceeded`) past the account's stored bytes.
     pub fn put_service(
         &self,
         env: &EnvironmentId,
@@ -327,6 +344,22 @@ impl Store {
                 environment_services::table.find((env, name)),
             ))
             .get_result::<bool>(conn)?;
+            let account: Option<String> = environments::table
+                .find(env)
+                .select(environments::account_id)
+                .first(conn)
+                .optional()?;
+            if let Some(account) = &account {
+                super::quota::lock_account(conn, account)?;
+                super::quota::check_stored_bytes(
+                    conn,
+                    &self.quotas,
+                    account,
+                    None,
+                    Some((env.as_str(), name)),
+                    ciphertext.len(),
+                )?;
+            }
             let record = diesel::insert_into(environment_services::table)
                 .values((
                     environment_services::environment_id.eq(env),

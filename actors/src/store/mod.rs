@@ -7,10 +7,12 @@
 mod accounts;
 mod api_keys;
 mod boxes;
+mod credentials;
 mod egress;
 mod environments;
 mod hosts;
 mod oauth;
+mod quota;
 mod schema;
 mod secrets;
 mod servers;
@@ -63,6 +65,15 @@ pub enum StoreError {
     /// A transition the box's state does not allow (the store checks too).
     #[error(transparent)]
     InvalidTransition(#[from] crate::box_actor::state::InvalidTransition),
+    /// The request would take the account past one of its quotas.
+    #[error(transparent)]
+    QuotaExceeded(#[from] crate::quota::QuotaExceeded),
+    /// A value to store as a secret is (or holds) one of this server's own
+    /// credentials: what it names (`a psbx API key`).
+    #[error(
+        "the value is (or holds) {0} of this server: a box does not need it, it reaches psbx without one"
+    )]
+    NotASecret(&'static str),
     /// The thread running the call failed (see [`crate::blocking`]).
     #[error(transparent)]
     Task(#[from] crate::blocking::TaskFailed),
@@ -101,6 +112,8 @@ pub struct PoolUse {
 #[derive(Clone)]
 pub struct Store {
     pool: PgPool,
+    /// The per-account limits the store's inserts check.
+    quotas: crate::quota::Quotas,
 }
 
 impl Store {
@@ -119,7 +132,20 @@ impl Store {
             .connection_timeout(options.connect_timeout)
             .build(ConnectionManager::new(database_url))
             .map_err(|e| StoreError::Connect(e.to_string()))?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            quotas: crate::quota::Quotas::default(),
+        })
+    }
+
+    /// The store with these per-account limits (the defaults otherwise).
+    pub fn with_quotas(mut self, quotas: crate::quota::Quotas) -> Self {
+        self.quotas = quotas;
+        self
+    }
+
+    pub fn quotas(&self) -> &crate::quota::Quotas {
+        &self.quotas
     }
 
     fn conn(&self) -> Result<Conn, StoreError> {

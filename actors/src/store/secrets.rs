@@ -14,7 +14,8 @@ pub struct SealedRow {
 }
 
 impl Store {
-    /// Stores (or replaces) a secret; true when it is new.
+    /// Stores (or replaces) a secret; true when it is new. Refused
+    /// (`QuotaExceeded`) past the account's secrets or stored bytes.
     pub fn put_secret(
         &self,
         account: &AccountId,
@@ -28,6 +29,18 @@ impl Store {
                 secrets::table.find((account.as_str(), name)),
             ))
             .get_result::<bool>(conn)?;
+            super::quota::lock_account(conn, account.as_str())?;
+            if !existed {
+                super::quota::check_secrets(conn, &self.quotas, account.as_str())?;
+            }
+            super::quota::check_stored_bytes(
+                conn,
+                &self.quotas,
+                account.as_str(),
+                Some(name),
+                None,
+                ciphertext.len(),
+            )?;
             let updated_at: DateTime<Utc> = diesel::insert_into(secrets::table)
                 .values((
                     secrets::account_id.eq(account.as_str()),

@@ -100,6 +100,9 @@ pub(super) fn box_failed(e: BoxError) -> CallToolResult {
             " A stopped box does not come back: start a new one with sandbox_start."
         }
         BoxError::HostFull(_) => " Stop boxes you no longer need, or ask for a smaller size.",
+        BoxError::Store(psbx_actors::store::StoreError::QuotaExceeded(_)) => {
+            " Stop boxes this account no longer needs with sandbox_stop (sandbox_list lists them)."
+        }
         BoxError::InvalidTransition(_) => {
             " sandbox_status shows the box's state; ask again once the state allows it."
         }

@@ -98,6 +98,7 @@ pub async fn list(
         (status = 201, body = CreatedApiKey),
         (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody),
+        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
     )
 )]
 #[post("/api-keys")]

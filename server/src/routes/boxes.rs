@@ -343,7 +343,9 @@ pub struct BoxList {
     responses(
         (status = 201, body = BoxView),
         (status = 400, body = crate::error::ErrorBody),
-        (status = 503, description = "The host is full, has no libvirt, or its box network rules are not in place", body = crate::error::ErrorBody),
+        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 429, description = "The account holds `quotas.max_boxes` boxes or `quotas.max_units` units already (`quota_exceeded`): stop boxes first", body = crate::error::ErrorBody),
+        (status = 503, description = "The host is full (CPU, memory or disk: `host_full`), has no libvirt, or its box network rules are not in place", body = crate::error::ErrorBody),
     )
 )]
 #[post("/boxes")]
@@ -421,6 +423,7 @@ pub async fn get(
         (status = 400, body = crate::error::ErrorBody),
         (status = 404, body = crate::error::ErrorBody),
         (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow the change (`invalid_state`)", body = crate::error::ErrorBody),
+        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
     )
 )]
 #[post("/boxes/{id}/keep")]

@@ -254,7 +254,8 @@ fn region_ok(region: &str) -> bool {
 
 #[utoipa::path(tag = "environments", operation_id = "createEnvironment", request_body = CreateEnvironment,
     security(("api_key" = [])),
-    responses((status = 201, body = EnvironmentView), (status = 400, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 201, body = EnvironmentView), (status = 400, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody),
+        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody)))]
 #[post("/environments")]
 pub async fn create(
     Auth(who): Auth,
@@ -296,7 +297,8 @@ pub async fn get(
 
 #[utoipa::path(tag = "environments", operation_id = "updateEnvironment", request_body = UpdateEnvironment,
     security(("api_key" = [])), params(("env" = String, Path, description = "The environment's name")),
-    responses((status = 200, body = EnvironmentView), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = EnvironmentView), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
+        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody)))]
 #[put("/environments/{env}")]
 pub async fn update(
     Auth(who): Auth,
@@ -353,7 +355,9 @@ pub struct CreateConnection {
 
 #[utoipa::path(tag = "environments", operation_id = "createConnection", request_body = CreateConnection,
     security(("api_key" = [])), params(("env" = String, Path, description = "The environment's name")),
-    responses((status = 201, body = ConnectionWithToken), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 201, body = ConnectionWithToken), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody),
+        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 429, description = "The account holds `quotas.max_connections` connections already (`quota_exceeded`): delete one first", body = crate::error::ErrorBody)))]
 #[post("/environments/{env}/connections")]
 pub async fn create_connection(
     Auth(who): Auth,
@@ -379,7 +383,8 @@ pub struct PutEndpoints {
 #[utoipa::path(tag = "environments", operation_id = "putConnectionEndpoints", request_body = PutEndpoints,
     security(("api_key" = [])),
     params(("env" = String, Path, description = "The environment's name"), ("id" = String, Path, description = "`conn_...`")),
-    responses((status = 200, body = ConnectionView), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = ConnectionView), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
+        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody)))]
 #[put("/environments/{env}/connections/{id}/endpoints")]
 pub async fn put_endpoints(
     Auth(who): Auth,
@@ -436,7 +441,10 @@ pub struct PutService {
     params(("env" = String, Path, description = "The environment's name"), ("name" = String, Path, description = "The service's name")),
     responses((status = 200, body = ServiceView), (status = 201, body = ServiceView),
         (status = 400, description = "Malformed settings: the message names the line", body = crate::error::ErrorBody),
-        (status = 404, body = crate::error::ErrorBody)))]
+        (status = 404, body = crate::error::ErrorBody),
+        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "The settings hold a psbx API key, connector token or OAuth token of this server (`not_a_secret`): a box does not need it", body = crate::error::ErrorBody),
+        (status = 429, description = "The account's stored values would pass `quotas.max_stored_bytes` (`quota_exceeded`)", body = crate::error::ErrorBody)))]
 #[put("/environments/{env}/services/{name}")]
 pub async fn put_service(
     Auth(who): Auth,

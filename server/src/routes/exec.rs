@@ -149,6 +149,7 @@ fn request(body: ExecBody) -> Result<ExecRequest, ApiError> {
         (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody),
         (status = 503, description = "The connection to boxd broke or is closed (`box_channel_lost`): boxd is restarting, or the box froze or stopped", body = crate::error::ErrorBody),
         (status = 504, description = "boxd did not answer in time (`box_not_answering`): the box is busy or stuck", body = crate::error::ErrorBody),
+        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
     )
 )]
 #[post("/boxes/{id}/exec")]
@@ -408,7 +409,8 @@ pub struct SyncQuery {
     params(("id" = String, Path), SyncQuery),
     request_body(content = String, content_type = "application/x-tar", description = "A tar stream"),
     security(("api_key" = [])),
-    responses((status = 200, description = "Unpacked", body = Synced), (status = 400, body = crate::error::ErrorBody))
+    responses((status = 200, description = "Unpacked", body = Synced), (status = 400, body = crate::error::ErrorBody),
+        (status = 413, description = "The tar stream passed the upload limit (1 GiB)", body = crate::error::ErrorBody))
 )]
 #[post("/boxes/{id}/sync")]
 pub async fn sync(
@@ -416,10 +418,17 @@ pub async fn sync(
     boxes: web::Data<Boxes>,
     id: web::Path<String>,
     query: web::Query<SyncQuery>,
+    req: actix_web::HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    use crate::limits::body;
+    body::check_length(&req, body::UPLOAD_LIMIT)?;
     let dest = sync_dest(query.dest.as_deref().unwrap_or_default());
-    let done = boxes.sync(&who.account_id, &id, &dest, payload).await?;
+    let (limited, payload) = body::Limited::wrap(payload, body::UPLOAD_LIMIT);
+    let done = boxes
+        .sync(&who.account_id, &id, &dest, payload)
+        .await
+        .map_err(|e| limited.or(e.into()))?;
     Ok(HttpResponse::Ok().json(Synced::from(done)))
 }
 

@@ -58,6 +58,9 @@ pub async fn list(
         (status = 201, description = "Created", body = SecretView),
         (status = 200, description = "Replaced", body = SecretView),
         (status = 400, body = crate::error::ErrorBody),
+        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "The value is or holds a psbx API key, connector token or OAuth token of this server (`not_a_secret`): a box reaches psbx without it", body = crate::error::ErrorBody),
+        (status = 429, description = "The account holds `quotas.max_secrets` secrets, or its stored values would pass `quotas.max_stored_bytes` (`quota_exceeded`)", body = crate::error::ErrorBody),
     )
 )]
 #[put("/secrets/{name}")]

@@ -7,8 +7,9 @@
 
 use super::exec::Synced;
 use crate::error::{ApiError, blocking};
+use crate::limits::body;
 use actix_web::http::StatusCode;
-use actix_web::{HttpResponse, post, put, web};
+use actix_web::{HttpRequest, HttpResponse, post, put, web};
 use psbx_actors::boxes::Boxes;
 use psbx_actors::store::{Store, UploadClaim};
 
@@ -16,11 +17,15 @@ const AGAIN: &str = "call the MCP tool sandbox_sync again for a fresh upload URL
                      (each URL takes one upload within 15 minutes)";
 
 async fn receive(
+    req: HttpRequest,
     store: web::Data<Store>,
     boxes: web::Data<Boxes>,
     token: String,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    // Before the token is spent: a body said to be too large is refused
+    // and the URL stays usable for a smaller one.
+    body::check_length(&req, body::UPLOAD_LIMIT)?;
     let store = store.into_inner();
     let claim = blocking(move || store.claim_upload(&token)).await?;
     let target = match claim {
@@ -49,9 +54,11 @@ async fn receive(
             .hint(AGAIN));
         }
     };
+    let (limited, payload) = body::Limited::wrap(payload, body::UPLOAD_LIMIT);
     let done = boxes
         .sync(&target.account_id, &target.box_id, &target.dest, payload)
-        .await?;
+        .await
+        .map_err(|e| limited.or(e.into()))?;
     tracing::info!(box_id = %target.box_id, files = done.files, bytes = done.bytes, "upload unpacked");
     Ok(HttpResponse::Ok().json(Synced::from(done)))
 }
@@ -66,16 +73,18 @@ async fn receive(
         (status = 400, body = crate::error::ErrorBody),
         (status = 404, description = "Unknown token", body = crate::error::ErrorBody),
         (status = 410, description = "Used or expired token", body = crate::error::ErrorBody),
+        (status = 413, description = "The tar stream passed the upload limit (1 GiB)", body = crate::error::ErrorBody),
     )
 )]
 #[put("/v1/uploads/{token}")]
 pub async fn upload_put(
+    req: HttpRequest,
     store: web::Data<Store>,
     boxes: web::Data<Boxes>,
     token: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    receive(store, boxes, token.into_inner(), payload).await
+    receive(req, store, boxes, token.into_inner(), payload).await
 }
 
 #[utoipa::path(
@@ -88,14 +97,16 @@ pub async fn upload_put(
         (status = 400, body = crate::error::ErrorBody),
         (status = 404, description = "Unknown token", body = crate::error::ErrorBody),
         (status = 410, description = "Used or expired token", body = crate::error::ErrorBody),
+        (status = 413, description = "The tar stream passed the upload limit (1 GiB)", body = crate::error::ErrorBody),
     )
 )]
 #[post("/v1/uploads/{token}")]
 pub async fn upload_post(
+    req: HttpRequest,
     store: web::Data<Store>,
     boxes: web::Data<Boxes>,
     token: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    receive(store, boxes, token.into_inner(), payload).await
+    receive(req, store, boxes, token.into_inner(), payload).await
 }
