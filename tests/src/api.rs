@@ -11,10 +11,11 @@ pub fn call(base: &str, key: &str, method: &str, path: &str, body: Option<Value>
         .timeout(Duration::from_secs(300))
         .build()
         .expect("http client");
-    if method == reqwest::Method::PUT && path.starts_with("/v1/secrets/") {
-        if let Some(value) = body.as_ref().and_then(|b| b["value"].as_str()) {
-            crate::witness::secret(value);
-        }
+    if method == reqwest::Method::PUT
+        && path.starts_with("/v1/secrets/")
+        && let Some(value) = body.as_ref().and_then(|b| b["value"].as_str())
+    {
+        crate::witness::secret(value);
     }
     let mut req = client
         .request(method.clone(), format!("{base}{path}"))
