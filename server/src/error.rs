@@ -229,7 +229,7 @@ impl From<StoreError> for ApiError {
                 "leave it out: a box reaches psbx without any psbx key or token, and one stored \
                  here would only hand your access to the code running in the box",
             ),
-            StoreError::Pool(_) | StoreError::Connect(_) => Self::unavailable(Causes(&e)),
+            _ if e.is_unavailable() => Self::unavailable(Causes(&e)),
             other => Self::internal_error(&other),
         }
     }

@@ -8,8 +8,8 @@
 //! the API or of an MCP client, once that answer was checked (the answer
 //! that hands a token out is where it belongs; a later one repeating it is
 //! not). It checks every later answer, the log of every `psbx serve` it
-//! stopped ([`crate::ServerProcess`]), every captured log of another child
-//! ([`crate::log::Log`]) and the consoles of the boxes a [`crate::vm::BoxServer`]
+//! stopped ([`crate::ServerProcess`]), the log files of connectors
+//! ([`CheckedFile`]) and the consoles of the boxes a [`crate::vm::BoxServer`]
 //! left. A value found fails the test that wrote it, naming where.
 //!
 //! The registry is the test process's: nextest runs each test in a process
@@ -46,7 +46,8 @@ pub fn tokens_in(text: &str) {
 /// The token-shaped words of `text`.
 fn tokens(text: &str) -> Vec<String> {
     let mut found = Vec::new();
-    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    // A connector token is `psbx_conn_<issuer, base64url>.<secret>`.
+    let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
     for (at, _) in text.match_indices("psbx") {
         if at > 0 && text[..at].chars().next_back().is_some_and(word) {
             continue;
@@ -54,7 +55,7 @@ fn tokens(text: &str) -> Vec<String> {
         let end = text[at..]
             .find(|c: char| !word(c))
             .map_or(text.len(), |n| at + n);
-        let candidate = &text[at..end];
+        let candidate = text[at..end].trim_end_matches(['.', '-']);
         if TOKEN_PREFIXES.iter().any(|p| {
             candidate
                 .strip_prefix(p)
@@ -79,7 +80,30 @@ pub fn assert_unseen(source: &str, text: &str) {
             .lines()
             .find(|l| l.contains(value.as_str()))
             .unwrap_or_default();
-        panic!("{source} shows a secret value or token the test created, unmasked: {line}");
+        panic!(
+            "{source} shows a secret value or token the test created ({value}), unmasked: {line}"
+        );
+    }
+}
+
+/// A file a child writes its log to, checked with [`assert_unseen`] when
+/// this is dropped (a connector's log file, say).
+pub struct CheckedFile {
+    source: &'static str,
+    path: std::path::PathBuf,
+}
+
+impl CheckedFile {
+    pub fn new(source: &'static str, path: std::path::PathBuf) -> Self {
+        Self { source, path }
+    }
+}
+
+impl Drop for CheckedFile {
+    fn drop(&mut self) {
+        if let Ok(text) = std::fs::read(&self.path) {
+            assert_unseen(self.source, &String::from_utf8_lossy(&text));
+        }
     }
 }
 
@@ -91,9 +115,11 @@ mod tests {
     fn finds_tokens_and_secret_values() {
         let key = "psbx_0123456789abcdefghijABCDEFGHIJ0123456789";
         assert_eq!(
-            tokens(&format!("key {key}, id key_1, x-psbx_notatoken")),
+            tokens(&format!("key {key}. id key_1, x-psbx_notatoken")),
             [key]
         );
+        let conn = "psbx_conn_aHR0cDovL2V4YW1wbGU.8gi93gsw1h3ftzfdhptfro7rpkqef9x3";
+        assert_eq!(tokens(&format!("PSBX_CONNECTOR_TOKEN={conn} \\")), [conn]);
         assert!(tokens("psbx_short and psbx serve").is_empty());
         tokens_in(&format!("{{\"key\": \"{key}\"}}"));
         secret("hunter2-is-long");

@@ -140,6 +140,9 @@ struct Dev {
     token: String,
     /// Where the connectors started with [`connector`] log.
     log: std::path::PathBuf,
+    /// Checks that log for the tokens and secrets of the test (before the
+    /// directory goes).
+    _checked: psbx_tests::witness::CheckedFile,
     _logs: tempfile::TempDir,
 }
 
@@ -178,6 +181,10 @@ impl Dev {
             conn_id,
             token: conn["token"].as_str().unwrap().to_owned(),
             log: logs.path().join("connector.log"),
+            _checked: psbx_tests::witness::CheckedFile::new(
+                "the connector's log",
+                logs.path().join("connector.log"),
+            ),
             _logs: logs,
         }
     }
@@ -194,6 +201,7 @@ fn a_box_reaches_the_users_network_through_the_connector() {
         token,
         log,
         _logs,
+        _checked,
     } = Dev::new(
         &[
             ("db.internal", "127.0.0.1"),
@@ -417,6 +425,7 @@ fn a_freeze_lets_go_of_the_boxs_connections() {
         // Kept to the end of the test: the server and the connector's log.
         s: _server,
         _logs,
+        _checked,
         ..
     } = Dev::new(
         &[("db.internal", "127.0.0.1")],
@@ -525,6 +534,7 @@ fn a_silently_lost_network_is_noticed_and_recovered() {
         // Kept to the end of the test: the server and the connector's log.
         s: _server,
         _logs,
+        _checked,
         ..
     } = Dev::new(
         &[("db.internal", "127.0.0.1")],

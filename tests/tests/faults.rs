@@ -209,18 +209,26 @@ fn pg_bin() -> PathBuf {
 }
 
 fn pg_ctl(data: &Path, args: &[&str]) {
-    let out = Command::new("runuser")
+    // The postmaster it starts keeps what it is given: a log file, no pipes
+    // (a pipe held open would leave this waiting for its end).
+    let log = data.with_file_name("pg_ctl.log");
+    let status = Command::new("runuser")
         .args(["-u", "postgres", "--"])
         .arg(pg_bin().join("pg_ctl"))
         .arg("-D")
         .arg(data)
+        .arg("-l")
+        .arg(&log)
         .args(args)
-        .output()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
         .unwrap();
     assert!(
-        out.status.success(),
+        status.success(),
         "pg_ctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        std::fs::read_to_string(&log).unwrap_or_default()
     );
 }
 
@@ -313,13 +321,16 @@ fn postgres_restarted_under_load_loses_nothing_acknowledged_and_the_server_recov
         "{} requests, {refused} refused while PostgreSQL restarted",
         all.len()
     );
-    for (status, code, took) in &all {
+    for (status, said, took) in &all {
         assert!(
             matches!(status, 200 | 201 | 204 | 503),
-            "a request answered {status} {code} while PostgreSQL restarted"
+            "a request answered {status} while PostgreSQL restarted: {said}"
         );
         if *status == 503 {
-            assert_eq!(code, "database_unavailable", "a 503 that does not say why");
+            assert!(
+                said.contains("database_unavailable"),
+                "a 503 that does not say why: {said}"
+            );
         }
         assert!(
             *took < Duration::from_secs(15),

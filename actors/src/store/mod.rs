@@ -79,6 +79,36 @@ pub enum StoreError {
     Task(#[from] crate::blocking::TaskFailed),
 }
 
+impl StoreError {
+    /// Whether the database could not be reached or went away under the
+    /// call (it restarts, fails over or shuts down): worth a retry, not a bug.
+    pub fn is_unavailable(&self) -> bool {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match self {
+            Self::Pool(_) | Self::Connect(_) => true,
+            Self::Query(Error::DatabaseError(
+                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+                _,
+            )) => true,
+            // PostgreSQL ending the connection (SQLSTATE class 57: admin
+            // shutdown, crash shutdown, cannot connect now), which diesel
+            // does not tell apart by kind.
+            Self::Query(Error::DatabaseError(_, info)) => {
+                let message = info.message();
+                [
+                    "terminating connection",
+                    "server closed the connection",
+                    "the database system is",
+                    "no connection to the server",
+                ]
+                .iter()
+                .any(|m| message.contains(m))
+            }
+            _ => false,
+        }
+    }
+}
+
 /// How many connections a [`Store`] keeps, and how long a caller waits for one.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolOptions {

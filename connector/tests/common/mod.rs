@@ -275,6 +275,9 @@ impl Connector {
         }
         for (k, v) in vars {
             command.env(k, v);
+            if *k == "PSBX_CONNECTOR_TOKEN" {
+                psbx_tests::witness::secret(v);
+            }
         }
         let mut child = command.spawn().unwrap();
         let logs = Log::capture(child.stderr.take().unwrap(), Some("[connector]"));
@@ -331,6 +334,9 @@ impl Drop for Connector {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Its token is in its environment, never in what it logs.
+        self.logs.finish(Duration::from_secs(2));
+        psbx_tests::witness::assert_unseen("the connector's log", &self.logs.text());
     }
 }
 
