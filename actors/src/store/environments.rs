@@ -225,14 +225,8 @@ impl Store {
     ) -> Result<Option<ConnectionRecord>, StoreError> {
         let mut conn = self.conn()?;
         conn.transaction(|conn| {
-            let account: Option<String> = environments::table
-                .find(env)
-                .select(environments::account_id)
-                .first(conn)
-                .optional()?;
-            if let Some(account) = &account {
-                super::quota::lock_account(conn, account)?;
-                super::quota::check_connections(conn, &self.quotas, account)?;
+            if let Some(account) = super::quota::lock_account_of_environment(conn, env.as_str())? {
+                super::quota::check_connections(conn, &self.quotas, &account)?;
             }
             let inserted = conn.transaction(|conn| {
                 diesel::insert_into(connections::table)
@@ -344,17 +338,11 @@ impl Store {
                 environment_services::table.find((env, name)),
             ))
             .get_result::<bool>(conn)?;
-            let account: Option<String> = environments::table
-                .find(env)
-                .select(environments::account_id)
-                .first(conn)
-                .optional()?;
-            if let Some(account) = &account {
-                super::quota::lock_account(conn, account)?;
+            if let Some(account) = super::quota::lock_account_of_environment(conn, env.as_str())? {
                 super::quota::check_stored_bytes(
                     conn,
                     &self.quotas,
-                    account,
+                    &account,
                     None,
                     Some((env.as_str(), name)),
                     ciphertext.len(),

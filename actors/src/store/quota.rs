@@ -23,6 +23,23 @@ pub(super) fn lock_account(conn: &mut PgConnection, account: &str) -> Result<(),
     Ok(())
 }
 
+/// Locks the account that environment `env` belongs to, as [`lock_account`];
+/// that account, or `None` when there is no such environment.
+pub(super) fn lock_account_of_environment(
+    conn: &mut PgConnection,
+    env: &str,
+) -> Result<Option<String>, StoreError> {
+    let account: Option<String> = environments::table
+        .find(env)
+        .select(environments::account_id)
+        .first(conn)
+        .optional()?;
+    if let Some(account) = &account {
+        lock_account(conn, account)?;
+    }
+    Ok(account)
+}
+
 /// The account's boxes that are not over, and the sum of their sizes.
 fn live_boxes(conn: &mut PgConnection, account: &str) -> Result<(u64, u64), StoreError> {
     let sizes: Vec<i32> = boxes::table
