@@ -20,8 +20,12 @@ use std::sync::{Mutex, PoisonError};
 
 /// Values shorter than this are not masked by psbx either.
 const MIN_LEN: usize = 8;
-/// A token's prefix; what follows it is `[A-Za-z0-9_]` of at least [`MIN_TOKEN_TAIL`].
-const TOKEN_PREFIXES: [&str; 2] = ["psbx_", "psbxup_"];
+/// The prefixes of psbx's credentials, and how many characters follow at
+/// least: OAuth access and refresh tokens and codes, connector tokens,
+/// upload tokens; an API key is `psbx_` and then letters and digits only
+/// (so `psbx_inst_...` table names and the like are not taken for one).
+const TOKEN_PREFIXES: [&str; 5] = ["psbx_at_", "psbx_rt_", "psbx_ac_", "psbx_conn_", "psbxup_"];
+const API_KEY_PREFIX: &str = "psbx_";
 const MIN_TOKEN_TAIL: usize = 20;
 
 static KNOWN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
@@ -56,11 +60,14 @@ fn tokens(text: &str) -> Vec<String> {
             .find(|c: char| !word(c))
             .map_or(text.len(), |n| at + n);
         let candidate = text[at..end].trim_end_matches(['.', '-']);
-        if TOKEN_PREFIXES.iter().any(|p| {
-            candidate
-                .strip_prefix(p)
-                .is_some_and(|tail| tail.len() >= MIN_TOKEN_TAIL)
-        }) {
+        let long = |tail: &str| tail.len() >= MIN_TOKEN_TAIL;
+        let token = TOKEN_PREFIXES
+            .iter()
+            .any(|p| candidate.strip_prefix(p).is_some_and(long));
+        let key = candidate
+            .strip_prefix(API_KEY_PREFIX)
+            .is_some_and(|tail| long(tail) && tail.chars().all(|c| c.is_ascii_alphanumeric()));
+        if token || key {
             found.push(candidate.to_owned());
         }
     }
@@ -120,7 +127,7 @@ mod tests {
         );
         let conn = "psbx_conn_aHR0cDovL2V4YW1wbGU.8gi93gsw1h3ftzfdhptfro7rpkqef9x3";
         assert_eq!(tokens(&format!("PSBX_CONNECTOR_TOKEN={conn} \\")), [conn]);
-        assert!(tokens("psbx_short and psbx serve").is_empty());
+        assert!(tokens("psbx_short and psbx serve, table psbx_inst_ry8nq45ezujomlwm").is_empty());
         tokens_in(&format!("{{\"key\": \"{key}\"}}"));
         secret("hunter2-is-long");
         secret("short");

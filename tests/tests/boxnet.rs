@@ -35,12 +35,18 @@ fn exec(s: &BoxServer, id: &str, cmd: &str) -> String {
     let answer = s.ok(
         "POST",
         &format!("/v1/boxes/{id}/exec"),
-        Some(json!({ "cmd": cmd, "timeout": "90s" })),
+        // Generous: a docker build under TCG on a busy host takes minutes.
+        Some(json!({ "cmd": cmd, "timeout": "300s" })),
     );
     format!(
-        "{}{}",
+        "{}{}{}",
         answer["stdout"]["text"].as_str().unwrap_or_default(),
-        answer["stderr"]["text"].as_str().unwrap_or_default()
+        answer["stderr"]["text"].as_str().unwrap_or_default(),
+        if answer["timedOut"] == true {
+            "[timed out]"
+        } else {
+            ""
+        }
     )
 }
 
