@@ -79,6 +79,17 @@ def tar_serializer(ctx, value):
 
 
 @schemathesis.hook
+def filter_failure(ctx, failure, case, response):
+    # Schemathesis (4.32) labels some coverage cases positive whose JSON body
+    # is not an object at all (seen: `0` for `PUT .../services/{name}`, while
+    # the document requires an object there): such a request is not
+    # schema-valid, so its refusal is not a "schema-valid request rejected".
+    rejected_positive = type(failure).__name__ == "RejectedPositiveData"
+    not_an_object = case.media_type == "application/json" and not isinstance(case.body, dict)
+    return not (rejected_positive and not_an_object)
+
+
+@schemathesis.hook
 def map_case(ctx, case):
     meta = case.meta
     if meta is None or not meta.generation.mode.is_positive:
