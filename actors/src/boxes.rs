@@ -141,13 +141,14 @@ impl Boxes {
         let env = if names.is_empty() {
             Vec::new()
         } else {
-            self.secrets.values(&account, names).await.map_err(|e| match e {
-                SecretError::NotFound(name) => BoxError::Invalid(format!(
-                    "there is no secret {name:?} in this account: store it with PUT /v1/secrets/{name} first"
-                )),
-                SecretError::Invalid(message) => BoxError::Invalid(message),
-                other => BoxError::Secrets(other),
-            })?
+            self.secrets
+                .values(&account, names)
+                .await
+                .map_err(|e| match e {
+                    // `secret_not_found` (404): a start refers to secrets by name.
+                    SecretError::Invalid(message) => BoxError::Invalid(message),
+                    other => BoxError::Secrets(other),
+                })?
         };
         // A quick refusal before any work; the row's insert checks again
         // under the account lock, which is what holds against a race.

@@ -31,6 +31,10 @@ pub enum BoxError {
     /// The request asks for something psbx does not do.
     #[error("{0}")]
     Invalid(String),
+    /// boxd could not start the command in the box as it is now (its working
+    /// directory is missing, say): the request is well formed, the box refuses it.
+    #[error("{0}")]
+    CannotRun(String),
     /// The host cannot fit the box without overcommitting past its limits.
     #[error("{0}")]
     HostFull(String),

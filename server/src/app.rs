@@ -186,7 +186,10 @@ pub fn build(
             .wrap(from_fn(require_mcp_credential)),
     )
     .configure(crate::oauth::routes)
-    .app_data(web::Data::new(ApiDocument(document)))
+    .app_data(web::Data::new(ApiDocument::new(
+        &document,
+        state.boxes.settings().max_keep,
+    )))
     .app_data(web::Data::from(state.oauth))
     .app_data(web::Data::new(state.store))
     .app_data(web::Data::from(state.metrics))

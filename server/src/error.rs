@@ -8,7 +8,9 @@ use actix_web::{HttpResponse, ResponseError};
 use psbx_actors::store::StoreError;
 use serde::Serialize;
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use utoipa::ToSchema;
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
 
 /// The body of every error answer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -25,6 +27,56 @@ pub struct ErrorDetail {
     /// What to do about it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+}
+
+/// A documented error answer: the [`ErrorBody`] with what its status means here.
+pub fn error_response(description: &str) -> Response {
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorBody")))
+                .build(),
+        )
+        .build()
+}
+
+/// A response map of error answers, by status.
+fn error_responses(list: &[(u16, &str)]) -> BTreeMap<String, RefOr<Response>> {
+    list.iter()
+        .map(|(status, description)| (status.to_string(), error_response(description).into()))
+        .collect()
+}
+
+/// The error answers of a call on a box (`/v1/boxes/{id}/...`), in one place
+/// for every box route's `responses(...)`. (401, the body's 400 and 413, and
+/// the database's 503 are added to every route by `routes::docs`.)
+pub struct BoxCallErrors;
+
+impl utoipa::IntoResponses for BoxCallErrors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        error_responses(&[
+            (
+                404,
+                "No such box in this account (`box_not_found`), or no such process in it (`process_not_found`)",
+            ),
+            (
+                409,
+                "The box is stopped or failed (`box_stopped`, `box_failed`), its state does not allow the change (`invalid_state`), or boxd could not start the command as the box is now, e.g. its `cwd` is missing (`cannot_run`)",
+            ),
+            (
+                503,
+                "The box cannot be reached now: the connection to boxd broke or is closed (`box_channel_lost`), \
+                   the box network rules are not in place (`box_network_unavailable`), this server runs no boxes \
+                   (`boxes_unavailable`), or the database does not answer (`database_unavailable`)",
+            ),
+            (
+                504,
+                "boxd did not answer in time (`box_not_answering`): the box is busy or stuck",
+            ),
+        ])
+    }
 }
 
 /// An error answer.
@@ -280,6 +332,8 @@ impl From<psbx_actors::error::BoxError> for ApiError {
             }
             E::InvalidTransition(refused) => Self::invalid_state(&refused),
             E::Invalid(message) => Self::bad_request("invalid_request", message),
+            E::CannotRun(message) => Self::new(StatusCode::CONFLICT, "cannot_run", message)
+                .hint("check that the working directory (`cwd`) exists in the box; create it first with another command"),
             E::HostFull(message) => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "host_full", message)
                     .hint("stop boxes you no longer need, or ask for a smaller size")
@@ -326,11 +380,17 @@ impl From<psbx_actors::error::BoxError> for ApiError {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "box_channel_lost", e.to_string())
                     .hint(CLOSED_HINT)
             }
-            // The request names an environment that is not there (or that
-            // refuses the box): the request is wrong, `/v1/boxes` is not missing.
-            E::Environment(EnvError::NotFound(message))
-            | E::Environment(EnvError::Invalid(message))
-            | E::Environment(EnvError::Conflict(message)) => {
+            // The request names an environment that is not there: 404 with
+            // the environment's code (a start refers to it by name), or one
+            // whose addresses do not fit in a box: its state conflicts.
+            E::Environment(EnvError::NotFound(message)) => {
+                Self::not_found("environment_not_found", message)
+                    .hint("`GET /v1/environments` lists this account's environments")
+            }
+            E::Environment(EnvError::Conflict(message)) => {
+                Self::new(StatusCode::CONFLICT, "environment_too_large", message)
+            }
+            E::Environment(EnvError::Invalid(message)) => {
                 Self::bad_request("invalid_request", message)
             }
             E::Environment(inner) => inner.into(),
@@ -447,14 +507,14 @@ mod tests {
     }
 
     #[test]
-    fn a_box_in_a_missing_environment_is_a_bad_request_and_its_store_failure_a_500() {
+    fn a_box_in_a_missing_environment_is_a_404_and_its_store_failure_a_500() {
         use psbx_actors::environments::EnvError;
         let missing = ApiError::from(BoxError::from(EnvError::NotFound(
             "no environment \"nope\" in this account".into(),
         )));
         assert_eq!(
             (missing.status(), missing.code()),
-            (StatusCode::BAD_REQUEST, "invalid_request")
+            (StatusCode::NOT_FOUND, "environment_not_found")
         );
         assert_eq!(
             missing.detail.message,

@@ -221,11 +221,19 @@ fn a_box_in_an_environment_gets_its_settings_files_exactly() {
         );
     }
     let (status, refused) = api.call("POST", "/boxes", json!({"environment": "dev"}));
-    assert_eq!(status, 400, "{refused}");
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(
+        refused["error"]["code"], "environment_too_large",
+        "{refused}"
+    );
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(message.contains("at most 200"), "{message}");
     let (status, refused) = api.call("POST", "/boxes", json!({"environment": "nope"}));
-    assert_eq!(status, 400, "{refused}");
+    assert_eq!(status, 404, "{refused}");
+    assert_eq!(
+        refused["error"]["code"], "environment_not_found",
+        "{refused}"
+    );
     assert!(
         refused["error"]["message"]
             .as_str()

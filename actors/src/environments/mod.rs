@@ -456,7 +456,7 @@ impl Environments {
         env: &str,
     ) -> Result<BoxEnvironment, EnvError> {
         let detail = self.get(account, env).await.map_err(|e| match e {
-            EnvError::NotFound(_) => EnvError::Invalid(format!(
+            EnvError::NotFound(_) => EnvError::NotFound(format!(
                 "there is no environment {env:?} in this account: sandbox_environments (or GET \
                  /v1/environments) lists them"
             )),
@@ -480,7 +480,7 @@ impl Environments {
             });
         }
         if seen.len() > address::MAX_PER_BOX {
-            return Err(EnvError::Invalid(format!(
+            return Err(EnvError::Conflict(format!(
                 "environment {env:?} lists {} addresses across its connections: a box takes at most {}; \
                  remove addresses the box does not need from its connections",
                 seen.len(),

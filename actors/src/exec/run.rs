@@ -119,7 +119,7 @@ impl Command {
                 Record::Stdout(b) => self.pending.push_back(ExecEvent::Stdout(self.out.push(&b))),
                 Record::Stderr(b) => self.pending.push_back(ExecEvent::Stderr(self.err.push(&b))),
                 Record::Failed(why) => {
-                    self.failed = Some(BoxError::Invalid(self.masker.mask(&why)))
+                    self.failed = Some(BoxError::CannotRun(self.masker.mask(&why)))
                 }
                 Record::Exit(mut exit) => {
                     self.masker.mask_all(&mut exit.private_endpoint_errors);
@@ -269,7 +269,7 @@ mod tests {
             .await
             .unwrap();
         assert!(
-            matches!(command.next().await, Err(BoxError::Invalid(m)) if m == "no such directory")
+            matches!(command.next().await, Err(BoxError::CannotRun(m)) if m == "no such directory")
         );
         let mut command = Command::start(&handle, &request("late failure", false), masker)
             .await
@@ -279,6 +279,6 @@ mod tests {
             command.next().await.unwrap(),
             Some(ExecEvent::Stdout(_))
         ));
-        assert!(matches!(command.next().await, Err(BoxError::Invalid(m)) if m == "broke"));
+        assert!(matches!(command.next().await, Err(BoxError::CannotRun(m)) if m == "broke"));
     }
 }

@@ -116,6 +116,8 @@ pub(super) fn box_failed(e: BoxError) -> CallToolResult {
             " boxd is restarting, or the box froze or stopped: retry once the box answers."
         }
         BoxError::Invalid(_)
+        | BoxError::CannotRun(_)
+        | BoxError::Secrets(psbx_actors::secrets::SecretError::NotFound(_))
         | BoxError::Environment(
             EnvError::NotFound(_) | EnvError::Invalid(_) | EnvError::Conflict(_),
         ) => "",

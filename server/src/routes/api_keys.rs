@@ -46,7 +46,8 @@ pub struct ApiKeyList {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateApiKey {
-    /// What the key is for, e.g. `ci` or `laptop` (1 to 100 characters).
+    /// What the key is for, e.g. `ci` or `laptop` (1 to 100 characters, one line).
+    #[schema(min_length = 1, max_length = 100)]
     pub name: String,
 }
 
@@ -68,8 +69,7 @@ pub struct CreatedApiKey {
     security(("api_key" = [])),
     responses(
         (status = 200, body = ApiKeyList),
-        (status = 400, body = crate::error::ErrorBody),
-        (status = 401, body = crate::error::ErrorBody),
+        (status = 400, description = "`limit` is out of range (`invalid_limit`) or the cursor is not one this server gave out (`invalid_cursor`)", body = crate::error::ErrorBody),
     )
 )]
 #[get("/api-keys")]
@@ -96,9 +96,6 @@ pub async fn list(
     security(("api_key" = [])),
     responses(
         (status = 201, body = CreatedApiKey),
-        (status = 400, body = crate::error::ErrorBody),
-        (status = 401, body = crate::error::ErrorBody),
-        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
     )
 )]
 #[post("/api-keys")]
@@ -123,8 +120,7 @@ pub async fn create(
     security(("api_key" = [])),
     responses(
         (status = 204, description = "Revoked: the key stops working at once"),
-        (status = 401, body = crate::error::ErrorBody),
-        (status = 404, body = crate::error::ErrorBody),
+        (status = 404, description = "No such key in this account (`api_key_not_found`)", body = crate::error::ErrorBody),
     )
 )]
 #[delete("/api-keys/{id}")]

@@ -1,6 +1,7 @@
 //! `/v1/boxes`: start, list, read (thawing a frozen box), keep and stop boxes.
 
 use super::paging::{self, ListQuery};
+use super::patterns;
 use crate::auth::Auth;
 use crate::error::ApiError;
 use actix_web::{HttpResponse, delete, get, post, web};
@@ -27,8 +28,10 @@ pub struct ServiceSpec {
     /// The service's name, or the internal host name callers use for it (api.svc.local).
     pub name: String,
     /// The port callers dial.
+    #[schema(maximum = 65535)]
     pub port: Option<u16>,
     /// The port the process in the box listens on, when not `port`.
+    #[schema(maximum = 65535)]
     pub target_port: Option<u16>,
     /// A published version to run instead of a process of your own.
     pub version: Option<String>,
@@ -61,9 +64,11 @@ pub fn start_spec(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StartBox {
-    /// A short name for people.
+    /// A short name for people: one line, at most 100 characters.
+    #[schema(max_length = 100)]
     pub name: Option<String>,
-    /// What the box is for.
+    /// What the box is for, at most 2000 characters.
+    #[schema(max_length = 2000)]
     pub goal: Option<String>,
     /// Size in units: 1, 2, 4 or 8 (default 1).
     pub size: Option<u32>,
@@ -342,10 +347,10 @@ pub struct BoxList {
     security(("api_key" = [])),
     responses(
         (status = 201, body = BoxView),
-        (status = 400, body = crate::error::ErrorBody),
-        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
-        (status = 429, description = "The account holds `quotas.max_boxes` boxes or `quotas.max_units` units already (`quota_exceeded`): stop boxes first", body = crate::error::ErrorBody),
-        (status = 503, description = "The host is full (CPU, memory or disk: `host_full`), has no libvirt, or its box network rules are not in place", body = crate::error::ErrorBody),
+        (status = 404, description = "A secret or the environment the box is to receive is not in this account (`secret_not_found`, `environment_not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The environment lists more addresses than a box takes (`environment_too_large`)", body = crate::error::ErrorBody),
+        (status = 429, description = "An account quota (boxes, units) is used up (`quota_exceeded`)", body = crate::error::ErrorBody),
+        (status = 503, description = "The host is full: CPU, memory or disk (`host_full`), this server runs no boxes (`boxes_unavailable`), or its box network rules are not in place (`box_network_unavailable`)", body = crate::error::ErrorBody),
     )
 )]
 #[post("/boxes")]
@@ -356,6 +361,17 @@ pub async fn start(
     body: web::Json<StartBox>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
+    if let Some(kept) = &body.keep {
+        patterns::strict_duration("keep", kept, boxes.settings().max_keep)?;
+    }
+    patterns::no_nul("goal", body.goal.as_deref().unwrap_or_default())?;
+    for service in &body.services {
+        patterns::no_nul("services[].name", &service.name)?;
+        patterns::no_nul(
+            "services[].version",
+            service.version.as_deref().unwrap_or_default(),
+        )?;
+    }
     let spec = start_spec(body.services, body.secrets, body.environment);
     let request = CreateRequest {
         name: body.name,
@@ -373,7 +389,7 @@ pub async fn start(
     operation_id = "listBoxes",
     params(ListQuery),
     security(("api_key" = [])),
-    responses((status = 200, body = BoxList), (status = 400, body = crate::error::ErrorBody))
+    responses((status = 200, body = BoxList), (status = 400, description = "`limit` is out of range (`invalid_limit`) or the cursor is not one this server gave out (`invalid_cursor`)", body = crate::error::ErrorBody))
 )]
 #[get("/boxes")]
 pub async fn list(
@@ -397,8 +413,7 @@ pub async fn list(
     security(("api_key" = [])),
     responses(
         (status = 200, description = "The box; a frozen box is thawed first", body = BoxView),
-        (status = 404, body = crate::error::ErrorBody),
-        (status = 409, description = "The box's state does not allow the change: `invalid_state`", body = crate::error::ErrorBody),
+        crate::error::BoxCallErrors,
     )
 )]
 #[get("/boxes/{id}")]
@@ -420,10 +435,7 @@ pub async fn get(
     security(("api_key" = [])),
     responses(
         (status = 200, body = BoxView),
-        (status = 400, body = crate::error::ErrorBody),
-        (status = 404, body = crate::error::ErrorBody),
-        (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow the change (`invalid_state`)", body = crate::error::ErrorBody),
-        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
+        crate::error::BoxCallErrors,
     )
 )]
 #[post("/boxes/{id}/keep")]
@@ -445,8 +457,7 @@ pub async fn keep(
     security(("api_key" = [])),
     responses(
         (status = 200, description = "Stopped: its disk and saved memory are deleted", body = BoxView),
-        (status = 404, body = crate::error::ErrorBody),
-        (status = 409, description = "The box's state does not allow the change: `invalid_state`", body = crate::error::ErrorBody),
+        crate::error::BoxCallErrors,
     )
 )]
 #[delete("/boxes/{id}")]

@@ -65,10 +65,10 @@ fn too_many(full: Full, limits: HubLimits) -> ApiError {
     operation_id = "connect",
     responses(
         (status = 101, description = "WebSocket: wire frames, one per binary message"),
-        (status = 401, body = crate::error::ErrorBody),
-        (status = 429, description = "too_many_sessions: the connection or the account holds \
-            as many connector sessions on this server as it may (32 per connection and 128 per \
-            account by default)", body = crate::error::ErrorBody),
+        (status = 400, description = "Not a WebSocket upgrade (`not_websocket`)", body = crate::error::ErrorBody),
+        (status = 401, description = "No connector token, or one that was rotated or whose connection was deleted (`unauthorized`)", body = crate::error::ErrorBody),
+        (status = 429, description = "The connection or the account has as many connector sessions as it may (`too_many_sessions`)", body = crate::error::ErrorBody),
+        (status = 503, description = "The database does not answer (`database_unavailable`)", body = crate::error::ErrorBody),
     )
 )]
 #[get("/v1/connect")]

@@ -169,7 +169,8 @@ pub struct EnvironmentList {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEnvironment {
-    /// 1 to 64 letters, digits, '-', '_' or '.', such as `dev`.
+    /// 1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit, such as `dev`.
+    #[schema(min_length = 1, max_length = 64)]
     pub name: String,
 }
 
@@ -183,15 +184,15 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D:
 pub struct UpdateEnvironment {
     /// Where unchanged HTTP services live, `https://...`; null clears it.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$")]
     pub external_base_url: Option<Option<String>>,
     /// `arn:aws:iam::<account>:role/<name>`; null clears it.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^arn:aws[^:]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$")]
     pub aws_role_arn: Option<Option<String>>,
     /// Such as `ap-northeast-1`; null clears it.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[a-z0-9]+(-[a-z0-9]+)+-[0-9]+$")]
     pub aws_region: Option<Option<String>>,
 }
 
@@ -254,8 +255,7 @@ fn region_ok(region: &str) -> bool {
 
 #[utoipa::path(tag = "environments", operation_id = "createEnvironment", request_body = CreateEnvironment,
     security(("api_key" = [])),
-    responses((status = 201, body = EnvironmentView), (status = 400, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody),
-        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody)))]
+    responses((status = 201, body = EnvironmentView), (status = 409, description = "The account has an environment of that name (`name_taken`)", body = crate::error::ErrorBody)))]
 #[post("/environments")]
 pub async fn create(
     Auth(who): Auth,
@@ -283,7 +283,7 @@ pub async fn list(
 
 #[utoipa::path(tag = "environments", operation_id = "getEnvironment", security(("api_key" = [])),
     params(("env" = String, Path, description = "The environment's name")),
-    responses((status = 200, body = EnvironmentView), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = EnvironmentView), (status = 404, description = "No such environment, connection or service in this account (`environment_not_found`)", body = crate::error::ErrorBody)))]
 #[get("/environments/{env}")]
 pub async fn get(
     Auth(who): Auth,
@@ -297,8 +297,7 @@ pub async fn get(
 
 #[utoipa::path(tag = "environments", operation_id = "updateEnvironment", request_body = UpdateEnvironment,
     security(("api_key" = [])), params(("env" = String, Path, description = "The environment's name")),
-    responses((status = 200, body = EnvironmentView), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
-        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody)))]
+    responses((status = 200, body = EnvironmentView), (status = 400, body = crate::error::ErrorBody), (status = 404, description = "No such environment, connection or service in this account (`environment_not_found`)", body = crate::error::ErrorBody)))]
 #[put("/environments/{env}")]
 pub async fn update(
     Auth(who): Auth,
@@ -314,7 +313,7 @@ pub async fn update(
 
 #[utoipa::path(tag = "environments", operation_id = "deleteEnvironment", security(("api_key" = [])),
     params(("env" = String, Path, description = "The environment's name")),
-    responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 204, description = "Deleted"), (status = 404, description = "No such environment, connection or service in this account (`environment_not_found`)", body = crate::error::ErrorBody)))]
 #[delete("/environments/{env}")]
 pub async fn remove(
     Auth(who): Auth,
@@ -349,15 +348,15 @@ fn with_token(c: &Connection, token: &ConnectorToken, info: &ServerInfo) -> Conn
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateConnection {
-    /// One per network, such as `aws` or `office`.
+    /// One per network, such as `aws` or `office`: 1 to 64 letters, digits,
+    /// '-', '_' or '.', starting with a letter or digit.
+    #[schema(min_length = 1, max_length = 64)]
     pub name: String,
 }
 
 #[utoipa::path(tag = "environments", operation_id = "createConnection", request_body = CreateConnection,
     security(("api_key" = [])), params(("env" = String, Path, description = "The environment's name")),
-    responses((status = 201, body = ConnectionWithToken), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody),
-        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
-        (status = 429, description = "The account holds `quotas.max_connections` connections already (`quota_exceeded`): delete one first", body = crate::error::ErrorBody)))]
+    responses((status = 201, body = ConnectionWithToken), (status = 404, description = "No such environment in this account (`environment_not_found`)", body = crate::error::ErrorBody), (status = 409, description = "The environment has a connection of that name (`name_taken`)", body = crate::error::ErrorBody), (status = 429, description = "The account's connections quota is used up (`quota_exceeded`)", body = crate::error::ErrorBody)))]
 #[post("/environments/{env}/connections")]
 pub async fn create_connection(
     Auth(who): Auth,
@@ -372,19 +371,34 @@ pub async fn create_connection(
     Ok(HttpResponse::Created().json(with_token(&connection, &token, &info)))
 }
 
+/// An address a connection carries, as sent (the document's view of
+/// [`RawEndpoint`], which the server checks).
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct EndpointInput {
+    /// A host name (labels of letters, digits, '-' and '_') or an IPv4 address.
+    #[schema(
+        min_length = 1,
+        max_length = 253,
+        pattern = "^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}|(?:[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\\.)*[A-Za-z_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)$"
+    )]
+    host: String,
+    #[schema(minimum = 1, maximum = 65535)]
+    port: u16,
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutEndpoints {
-    /// The whole list, at most 100: `[{"host": "db.internal", "port": 5432}]`.
-    #[schema(value_type = Vec<Object>)]
+    /// The whole list, at most 100, each address once: `[{"host": "db.internal", "port": 5432}]`.
+    #[schema(value_type = Vec<EndpointInput>, max_items = 100)]
     pub endpoints: Vec<RawEndpoint>,
 }
 
 #[utoipa::path(tag = "environments", operation_id = "putConnectionEndpoints", request_body = PutEndpoints,
     security(("api_key" = [])),
     params(("env" = String, Path, description = "The environment's name"), ("id" = String, Path, description = "`conn_...`")),
-    responses((status = 200, body = ConnectionView), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
-        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody)))]
+    responses((status = 200, body = ConnectionView), (status = 400, body = crate::error::ErrorBody), (status = 404, description = "No such environment, connection or service in this account (`environment_not_found`)", body = crate::error::ErrorBody)))]
 #[put("/environments/{env}/connections/{id}/endpoints")]
 pub async fn put_endpoints(
     Auth(who): Auth,
@@ -401,7 +415,7 @@ pub async fn put_endpoints(
 
 #[utoipa::path(tag = "environments", operation_id = "rotateConnectionToken", security(("api_key" = [])),
     params(("env" = String, Path, description = "The environment's name"), ("id" = String, Path, description = "`conn_...`")),
-    responses((status = 200, body = ConnectionWithToken), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = ConnectionWithToken), (status = 404, description = "No such environment, connection or service in this account (`environment_not_found`)", body = crate::error::ErrorBody)))]
 #[post("/environments/{env}/connections/{id}/token")]
 pub async fn rotate_token(
     Auth(who): Auth,
@@ -416,7 +430,7 @@ pub async fn rotate_token(
 
 #[utoipa::path(tag = "environments", operation_id = "deleteConnection", security(("api_key" = [])),
     params(("env" = String, Path, description = "The environment's name"), ("id" = String, Path, description = "`conn_...`")),
-    responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 204, description = "Deleted"), (status = 404, description = "No such environment, connection or service in this account (`environment_not_found`)", body = crate::error::ErrorBody)))]
 #[delete("/environments/{env}/connections/{id}")]
 pub async fn delete_connection(
     Auth(who): Auth,
@@ -438,11 +452,10 @@ pub struct PutService {
 
 #[utoipa::path(tag = "environments", operation_id = "putService", request_body = PutService,
     security(("api_key" = [])),
-    params(("env" = String, Path, description = "The environment's name"), ("name" = String, Path, description = "The service's name")),
+    params(("env" = String, Path, description = "The environment's name"), ("name" = String, Path, description = "The service's name: 1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9][A-Za-z0-9._-]*$")),
     responses((status = 200, body = ServiceView), (status = 201, body = ServiceView),
         (status = 400, description = "Malformed settings: the message names the line", body = crate::error::ErrorBody),
-        (status = 404, body = crate::error::ErrorBody),
-        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 404, description = "No such environment, connection or service in this account (`environment_not_found`)", body = crate::error::ErrorBody),
         (status = 422, description = "The settings hold a psbx API key, connector token or OAuth token of this server (`not_a_secret`): a box does not need it", body = crate::error::ErrorBody),
         (status = 429, description = "The account's stored values would pass `quotas.max_stored_bytes` (`quota_exceeded`)", body = crate::error::ErrorBody)))]
 #[put("/environments/{env}/services/{name}")]
@@ -466,7 +479,7 @@ pub async fn put_service(
 
 #[utoipa::path(tag = "environments", operation_id = "deleteService", security(("api_key" = [])),
     params(("env" = String, Path, description = "The environment's name"), ("name" = String, Path, description = "The service's name")),
-    responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 204, description = "Deleted"), (status = 404, description = "No such environment, connection or service in this account (`environment_not_found`)", body = crate::error::ErrorBody)))]
 #[delete("/environments/{env}/services/{name}")]
 pub async fn delete_service(
     Auth(who): Auth,
@@ -503,7 +516,7 @@ pub struct SuggestedEndpoints {
 
 #[utoipa::path(tag = "environments", operation_id = "suggestedEndpoints", security(("api_key" = [])),
     params(("env" = String, Path, description = "The environment's name")),
-    responses((status = 200, body = SuggestedEndpoints), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = SuggestedEndpoints), (status = 404, description = "No such environment, connection or service in this account (`environment_not_found`)", body = crate::error::ErrorBody)))]
 #[get("/environments/{env}/suggested-endpoints")]
 pub async fn suggested_endpoints(
     Auth(who): Auth,

@@ -4,13 +4,13 @@
 //! their logs, and `POST /v1/boxes/{id}/sync` (a tar stream unpacked under
 //! `/work/<dest>`). Output reaching the caller has the box's secrets masked.
 
+use super::patterns;
 use crate::auth::Auth;
-use crate::error::ApiError;
+use crate::error::{ApiError, BoxCallErrors};
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, web};
 use futures_util::StreamExt;
 use psbx_actors::boxes::Boxes;
-use psbx_actors::duration;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
 use psbx_wire::boxd::{EndpointFailure, ExecRequest, Process};
@@ -20,10 +20,8 @@ use utoipa::{IntoParams, ToSchema};
 
 /// Output kept of each of stdout and stderr in a JSON result: head and tail.
 const KEEP: usize = 32 * 1024;
-/// The longest `timeout` accepted.
-const MAX_TIMEOUT_SECS: u64 = 24 * 3600;
 /// The time limit when none is given.
-const DEFAULT_TIMEOUT: &str = "30m";
+const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -90,6 +88,7 @@ pub struct ExecResult {
     /// (and those of containers, whose program boxd cannot tell, made while
     /// it ran): `<host>:<port> <code> <reason>`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
     pub private_endpoint_errors: Vec<String>,
     /// What to do about them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -100,17 +99,23 @@ pub struct ExecResult {
     pub stderr: Option<OutputView>,
 }
 
+/// White space as the document's `\s` has it (Python's and Rust's, with the
+/// information separators U+001C to U+001F).
+fn is_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
 fn request(body: ExecBody) -> Result<ExecRequest, ApiError> {
-    if body.cmd.trim().is_empty() {
+    if !body.cmd.chars().any(|c| !is_space(c)) {
         return Err(ApiError::bad_request("invalid_request", "cmd is empty"));
     }
-    let timeout = duration::parse(body.timeout.as_deref().unwrap_or(DEFAULT_TIMEOUT))
-        .map_err(|e| ApiError::bad_request("invalid_request", format!("timeout: {e}")))?;
-    if timeout.as_secs() == 0 || timeout.as_secs() > MAX_TIMEOUT_SECS {
-        return Err(ApiError::bad_request(
-            "invalid_request",
-            "timeout must be between 1s and 24h",
-        ));
+    patterns::no_nul("cmd", &body.cmd)?;
+    let timeout = match &body.timeout {
+        Some(t) => patterns::strict_duration("timeout", t, patterns::MAX_EXEC_TIMEOUT)?,
+        None => DEFAULT_TIMEOUT,
+    };
+    for (name, value) in &body.env {
+        patterns::no_nul(&format!("env.{name}"), value)?;
     }
     for name in body.env.keys() {
         psbx_actors::secrets::validate_name(name).map_err(|_| {
@@ -121,6 +126,7 @@ fn request(body: ExecBody) -> Result<ExecRequest, ApiError> {
         })?;
     }
     let cwd = body.cwd.unwrap_or_else(|| "/work".to_owned());
+    patterns::no_nul("cwd", &cwd)?;
     if !cwd.starts_with('/') {
         return Err(ApiError::bad_request(
             "invalid_request",
@@ -143,13 +149,9 @@ fn request(body: ExecBody) -> Result<ExecRequest, ApiError> {
     request_body = ExecBody,
     security(("api_key" = [])),
     responses(
-        (status = 200, description = "The result, or an NDJSON stream with `?stream=true`", body = ExecResult),
-        (status = 400, body = crate::error::ErrorBody),
-        (status = 404, body = crate::error::ErrorBody),
-        (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody),
-        (status = 503, description = "The connection to boxd broke or is closed (`box_channel_lost`): boxd is restarting, or the box froze or stopped", body = crate::error::ErrorBody),
-        (status = 504, description = "boxd did not answer in time (`box_not_answering`): the box is busy or stuck", body = crate::error::ErrorBody),
-        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 200, description = "The result, or an NDJSON stream of `{\"stdout\"}`, `{\"stderr\"}` and `{\"exit\"}` lines with `?stream=true`",
+            content((ExecResult = "application/json"), (String = "application/x-ndjson"))),
+        BoxCallErrors,
     )
 )]
 #[post("/boxes/{id}/exec")]
@@ -258,6 +260,7 @@ pub struct ProcessView {
     pub timed_out: bool,
     /// Once it ended: like an exec result's `privateEndpointErrors`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
     pub private_endpoint_errors: Vec<String>,
     /// Its whole output (stdout and stderr together), a file in the box.
     pub log: String,
@@ -320,7 +323,7 @@ pub fn private_endpoint_hint(errors: &[String]) -> Option<String> {
     operation_id = "listProcesses",
     params(("id" = String, Path)),
     security(("api_key" = [])),
-    responses((status = 200, body = ProcessList), (status = 404, body = crate::error::ErrorBody), (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody), (status = 503, description = "The connection to boxd broke or is closed (`box_channel_lost`): boxd is restarting, or the box froze or stopped", body = crate::error::ErrorBody), (status = 504, description = "boxd did not answer in time (`box_not_answering`): the box is busy or stuck", body = crate::error::ErrorBody))
+    responses((status = 200, body = ProcessList), BoxCallErrors)
 )]
 #[get("/boxes/{id}/processes")]
 pub async fn processes(
@@ -337,9 +340,9 @@ pub async fn processes(
 #[utoipa::path(
     tag = "boxes",
     operation_id = "processLogs",
-    params(("id" = String, Path), ("pid" = u32, Path)),
+    params(("id" = String, Path), ("pid" = u32, Path, maximum = 4294967295.0)),
     security(("api_key" = [])),
-    responses((status = 200, body = OutputView), (status = 404, body = crate::error::ErrorBody), (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody), (status = 503, description = "The connection to boxd broke or is closed (`box_channel_lost`): boxd is restarting, or the box froze or stopped", body = crate::error::ErrorBody), (status = 504, description = "boxd did not answer in time (`box_not_answering`): the box is busy or stuck", body = crate::error::ErrorBody))
+    responses((status = 200, body = OutputView), BoxCallErrors)
 )]
 #[get("/boxes/{id}/processes/{pid}/logs")]
 pub async fn logs(
@@ -356,15 +359,26 @@ pub async fn logs(
 #[serde(deny_unknown_fields)]
 pub struct SignalQuery {
     /// `TERM` (default), `KILL`, `INT` or `HUP`.
-    pub signal: Option<String>,
+    #[param(inline)]
+    pub signal: Option<SignalName>,
+}
+
+/// The signals a process can be sent.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum SignalName {
+    TERM,
+    KILL,
+    INT,
+    HUP,
 }
 
 #[utoipa::path(
     tag = "boxes",
     operation_id = "signalProcess",
-    params(("id" = String, Path), ("pid" = u32, Path), SignalQuery),
+    params(("id" = String, Path), ("pid" = u32, Path, maximum = 4294967295.0), SignalQuery),
     security(("api_key" = [])),
-    responses((status = 204), (status = 404, body = crate::error::ErrorBody), (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or its state does not allow waking it (`invalid_state`)", body = crate::error::ErrorBody), (status = 503, description = "The connection to boxd broke or is closed (`box_channel_lost`): boxd is restarting, or the box froze or stopped", body = crate::error::ErrorBody), (status = 504, description = "boxd did not answer in time (`box_not_answering`): the box is busy or stuck", body = crate::error::ErrorBody))
+    responses((status = 204), BoxCallErrors)
 )]
 #[delete("/boxes/{id}/processes/{pid}")]
 pub async fn signal(
@@ -374,23 +388,11 @@ pub async fn signal(
     query: web::Query<SignalQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (id, pid) = path.into_inner();
-    let number = match query
-        .signal
-        .as_deref()
-        .unwrap_or("TERM")
-        .to_ascii_uppercase()
-        .trim_start_matches("SIG")
-    {
-        "TERM" => 15,
-        "KILL" => 9,
-        "INT" => 2,
-        "HUP" => 1,
-        other => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
-                format!("signal {other:?} is not one of TERM, KILL, INT, HUP"),
-            ));
-        }
+    let number = match query.signal.unwrap_or(SignalName::TERM) {
+        SignalName::TERM => 15,
+        SignalName::KILL => 9,
+        SignalName::INT => 2,
+        SignalName::HUP => 1,
     };
     boxes.signal(&who.account_id, &id, pid, number).await?;
     Ok(HttpResponse::NoContent().finish())
@@ -409,8 +411,10 @@ pub struct SyncQuery {
     params(("id" = String, Path), SyncQuery),
     request_body(content = String, content_type = "application/x-tar", description = "A tar stream"),
     security(("api_key" = [])),
-    responses((status = 200, description = "Unpacked", body = Synced), (status = 400, body = crate::error::ErrorBody),
-        (status = 413, description = "The tar stream passed the upload limit (1 GiB)", body = crate::error::ErrorBody))
+    responses((status = 200, description = "Unpacked", body = Synced),
+        (status = 400, description = "Not a tar stream (`invalid_body`), or one with paths leaving the destination (`sync_refused`)", body = crate::error::ErrorBody),
+        (status = 413, description = "The tar stream passed the upload limit (1 GiB, `payload_too_large`)", body = crate::error::ErrorBody),
+        BoxCallErrors)
 )]
 #[post("/boxes/{id}/sync")]
 pub async fn sync(

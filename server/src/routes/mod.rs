@@ -12,6 +12,7 @@ pub mod exec;
 pub mod health;
 pub mod metrics;
 pub mod paging;
+pub mod patterns;
 pub mod secrets;
 pub mod uploads;
 

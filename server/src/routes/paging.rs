@@ -17,6 +17,7 @@ const MAX_LIMIT: u32 = 200;
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Items per page, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<u32>,
     /// The `nextCursor` of the previous page.
     pub cursor: Option<String>,

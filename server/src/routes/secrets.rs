@@ -24,7 +24,8 @@ pub struct SecretList {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutSecret {
-    /// The value (up to 64 KiB). It cannot be read back.
+    /// The value (1 byte to 64 KiB, without NUL). It cannot be read back.
+    #[schema(min_length = 1, max_length = 65536)]
     pub value: String,
 }
 
@@ -51,16 +52,15 @@ pub async fn list(
 #[utoipa::path(
     tag = "secrets",
     operation_id = "putSecret",
-    params(("name" = String, Path, description = "An environment variable name")),
+    params(("name" = String, Path, description = "An environment variable name: a letter or `_`, then letters, digits or `_`", max_length = 128, pattern = "^[A-Za-z_][A-Za-z0-9_]*$")),
     request_body = PutSecret,
     security(("api_key" = [])),
     responses(
         (status = 201, description = "Created", body = SecretView),
         (status = 200, description = "Replaced", body = SecretView),
-        (status = 400, body = crate::error::ErrorBody),
-        (status = 413, description = "The JSON body is larger than 1 MiB (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 400, description = "The name is not an environment variable name or the value is empty, too long or has NUL (`invalid_request`)", body = crate::error::ErrorBody),
+        (status = 429, description = "The account's secrets quota is used up (`quota_exceeded`)", body = crate::error::ErrorBody),
         (status = 422, description = "The value is or holds a psbx API key, connector token or OAuth token of this server (`not_a_secret`): a box reaches psbx without it", body = crate::error::ErrorBody),
-        (status = 429, description = "The account holds `quotas.max_secrets` secrets, or its stored values would pass `quotas.max_stored_bytes` (`quota_exceeded`)", body = crate::error::ErrorBody),
     )
 )]
 #[put("/secrets/{name}")]
@@ -87,7 +87,7 @@ pub async fn put(
     operation_id = "deleteSecret",
     params(("name" = String, Path)),
     security(("api_key" = [])),
-    responses((status = 204), (status = 404, body = crate::error::ErrorBody))
+    responses((status = 204, description = "Deleted"), (status = 404, description = "No such secret in this account (`secret_not_found`)", body = crate::error::ErrorBody))
 )]
 #[delete("/secrets/{name}")]
 pub async fn remove(

@@ -70,10 +70,13 @@ async fn receive(
     request_body(content = String, content_type = "application/x-tar", description = "A tar stream"),
     responses(
         (status = 200, description = "Unpacked", body = Synced),
-        (status = 400, body = crate::error::ErrorBody),
-        (status = 404, description = "Unknown token", body = crate::error::ErrorBody),
-        (status = 410, description = "Used or expired token", body = crate::error::ErrorBody),
-        (status = 413, description = "The tar stream passed the upload limit (1 GiB)", body = crate::error::ErrorBody),
+        (status = 400, description = "Not a tar stream (`invalid_body`), or one with paths leaving the destination (`sync_refused`)", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown token (`upload_not_found`), or its box is gone (`box_not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or cannot wake (`invalid_state`)", body = crate::error::ErrorBody),
+        (status = 410, description = "Used or expired token (`upload_used`, `upload_expired`)", body = crate::error::ErrorBody),
+        (status = 503, description = "The box or the database cannot be reached now (`box_channel_lost`, `boxes_unavailable`, `database_unavailable`)", body = crate::error::ErrorBody),
+        (status = 504, description = "boxd did not answer in time (`box_not_answering`)", body = crate::error::ErrorBody),
+        (status = 413, description = "The tar stream passed the upload limit (1 GiB, `payload_too_large`)", body = crate::error::ErrorBody),
     )
 )]
 #[put("/v1/uploads/{token}")]
@@ -94,10 +97,13 @@ pub async fn upload_put(
     request_body(content = String, content_type = "application/x-tar", description = "A tar stream"),
     responses(
         (status = 200, description = "Unpacked", body = Synced),
-        (status = 400, body = crate::error::ErrorBody),
-        (status = 404, description = "Unknown token", body = crate::error::ErrorBody),
-        (status = 410, description = "Used or expired token", body = crate::error::ErrorBody),
-        (status = 413, description = "The tar stream passed the upload limit (1 GiB)", body = crate::error::ErrorBody),
+        (status = 400, description = "Not a tar stream (`invalid_body`), or one with paths leaving the destination (`sync_refused`)", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown token (`upload_not_found`), or its box is gone (`box_not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or cannot wake (`invalid_state`)", body = crate::error::ErrorBody),
+        (status = 410, description = "Used or expired token (`upload_used`, `upload_expired`)", body = crate::error::ErrorBody),
+        (status = 503, description = "The box or the database cannot be reached now (`box_channel_lost`, `boxes_unavailable`, `database_unavailable`)", body = crate::error::ErrorBody),
+        (status = 504, description = "boxd did not answer in time (`box_not_answering`)", body = crate::error::ErrorBody),
+        (status = 413, description = "The tar stream passed the upload limit (1 GiB, `payload_too_large`)", body = crate::error::ErrorBody),
     )
 )]
 #[post("/v1/uploads/{token}")]
