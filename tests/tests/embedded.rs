@@ -202,11 +202,10 @@ fn plain_http_reply(url: &str, path: &str) -> Vec<u8> {
     let mut tcp = std::net::TcpStream::connect(addr).unwrap();
     tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
-    write!(
-        tcp,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    // One write: the server may close as soon as it sees the first bytes
+    // are not TLS, and a second write would then meet a reset.
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).unwrap();
     let mut reply = Vec::new();
     tcp.read_to_end(&mut reply)
         .expect("the server closes the connection");
