@@ -38,8 +38,13 @@ fn exec_masks_secrets_kills_on_timeout_keeps_background_work_and_bounds_output()
         );
         assert_eq!(status, 201, "{put}");
     }
+    // A secret the request names that the account does not hold: not found.
     let (status, bad) = s.call("POST", "/v1/boxes", Some(json!({"secrets": ["NOPE"]})));
-    assert_eq!(status, 400, "{bad}");
+    assert_eq!(
+        (status, bad["error"]["code"].as_str()),
+        (404, Some("secret_not_found")),
+        "{bad}"
+    );
     assert!(bad["error"]["message"].as_str().unwrap().contains("NOPE"));
     let (status, started) = s.call(
         "POST",
