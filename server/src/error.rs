@@ -43,7 +43,7 @@ pub fn error_response(description: &str) -> Response {
 }
 
 /// A response map of error answers, by status.
-fn error_responses(list: &[(u16, &str)]) -> BTreeMap<String, RefOr<Response>> {
+pub fn error_responses(list: &[(u16, &str)]) -> BTreeMap<String, RefOr<Response>> {
     list.iter()
         .map(|(status, description)| (status.to_string(), error_response(description).into()))
         .collect()

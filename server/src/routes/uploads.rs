@@ -63,21 +63,50 @@ async fn receive(
     Ok(HttpResponse::Ok().json(Synced::from(done)))
 }
 
+/// The error answers of an upload (`PUT` and `POST` alike).
+pub struct UploadErrors;
+
+impl utoipa::IntoResponses for UploadErrors {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        crate::error::error_responses(&[
+            (
+                400,
+                "Not a tar stream (`invalid_body`), or one with paths leaving the destination (`sync_refused`)",
+            ),
+            (
+                404,
+                "Unknown token (`upload_not_found`), or its box is gone (`box_not_found`)",
+            ),
+            (
+                409,
+                "The box is stopped or failed (`box_stopped`, `box_failed`), or cannot wake (`invalid_state`)",
+            ),
+            (
+                410,
+                "Used or expired token (`upload_used`, `upload_expired`)",
+            ),
+            (
+                413,
+                "The tar stream passed the upload limit (1 GiB, `payload_too_large`)",
+            ),
+            (
+                503,
+                "The box or the database cannot be reached now (`box_channel_lost`, `boxes_unavailable`, `database_unavailable`)",
+            ),
+            (504, "boxd did not answer in time (`box_not_answering`)"),
+        ])
+    }
+}
+
 #[utoipa::path(
     tag = "boxes",
     operation_id = "uploadPut",
     params(("token" = String, Path, description = "The one-time token sandbox_sync returned")),
     request_body(content = String, content_type = "application/x-tar", description = "A tar stream"),
-    responses(
-        (status = 200, description = "Unpacked", body = Synced),
-        (status = 400, description = "Not a tar stream (`invalid_body`), or one with paths leaving the destination (`sync_refused`)", body = crate::error::ErrorBody),
-        (status = 404, description = "Unknown token (`upload_not_found`), or its box is gone (`box_not_found`)", body = crate::error::ErrorBody),
-        (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or cannot wake (`invalid_state`)", body = crate::error::ErrorBody),
-        (status = 410, description = "Used or expired token (`upload_used`, `upload_expired`)", body = crate::error::ErrorBody),
-        (status = 503, description = "The box or the database cannot be reached now (`box_channel_lost`, `boxes_unavailable`, `database_unavailable`)", body = crate::error::ErrorBody),
-        (status = 504, description = "boxd did not answer in time (`box_not_answering`)", body = crate::error::ErrorBody),
-        (status = 413, description = "The tar stream passed the upload limit (1 GiB, `payload_too_large`)", body = crate::error::ErrorBody),
-    )
+    responses((status = 200, description = "Unpacked", body = Synced), UploadErrors)
 )]
 #[put("/v1/uploads/{token}")]
 pub async fn upload_put(
@@ -95,16 +124,7 @@ pub async fn upload_put(
     operation_id = "uploadPost",
     params(("token" = String, Path, description = "The one-time token sandbox_sync returned")),
     request_body(content = String, content_type = "application/x-tar", description = "A tar stream"),
-    responses(
-        (status = 200, description = "Unpacked", body = Synced),
-        (status = 400, description = "Not a tar stream (`invalid_body`), or one with paths leaving the destination (`sync_refused`)", body = crate::error::ErrorBody),
-        (status = 404, description = "Unknown token (`upload_not_found`), or its box is gone (`box_not_found`)", body = crate::error::ErrorBody),
-        (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or cannot wake (`invalid_state`)", body = crate::error::ErrorBody),
-        (status = 410, description = "Used or expired token (`upload_used`, `upload_expired`)", body = crate::error::ErrorBody),
-        (status = 503, description = "The box or the database cannot be reached now (`box_channel_lost`, `boxes_unavailable`, `database_unavailable`)", body = crate::error::ErrorBody),
-        (status = 504, description = "boxd did not answer in time (`box_not_answering`)", body = crate::error::ErrorBody),
-        (status = 413, description = "The tar stream passed the upload limit (1 GiB, `payload_too_large`)", body = crate::error::ErrorBody),
-    )
+    responses((status = 200, description = "Unpacked", body = Synced), UploadErrors)
 )]
 #[post("/v1/uploads/{token}")]
 pub async fn upload_post(
