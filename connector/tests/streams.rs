@@ -30,11 +30,7 @@ async fn bytes_flow_both_ways_with_half_close() {
     // The echo server is on loopback, which the connector dials only when
     // PSBX_ALLOW lists the target.
     let allow = format!("db.test:{0} 127.0.0.1:{0}", echo.port);
-    let connector = Connector::for_server(
-        &server,
-        TOKEN,
-        &[("PSBX_SESSIONS", "1".into()), ("PSBX_ALLOW", allow)],
-    );
+    let connector = Connector::one_session_allowing(&server, TOKEN, allow);
     let accepted = server.next_session(WAIT).await;
     assert_eq!(
         accepted.user_agent,
@@ -127,11 +123,7 @@ async fn psbx_allow_refuses_what_it_does_not_list() {
     let echo = Echo::start().await;
     let other = Echo::start().await;
     let allow = format!("db.test:{} ,  10.9.9.9:5432", echo.port);
-    let _connector = Connector::for_server(
-        &server,
-        TOKEN,
-        &[("PSBX_SESSIONS", "1".into()), ("PSBX_ALLOW", allow)],
-    );
+    let _connector = Connector::one_session_allowing(&server, TOKEN, allow);
     let session = server.next_session(WAIT).await.session;
 
     let stream = session
@@ -173,14 +165,7 @@ async fn a_target_that_never_answers_times_out() {
     }
 
     let mut server = FakeServer::start(TOKEN, None).await;
-    let _connector = Connector::for_server(
-        &server,
-        TOKEN,
-        &[
-            ("PSBX_SESSIONS", "1".into()),
-            ("PSBX_ALLOW", format!("127.0.0.1:{port}")),
-        ],
-    );
+    let _connector = Connector::one_session_allowing(&server, TOKEN, format!("127.0.0.1:{port}"));
     let session = server.next_session(WAIT).await.session;
     let started = std::time::Instant::now();
     let (code, reason) = refusal(session.open(&format!("127.0.0.1:{port}")).await);
@@ -203,14 +188,7 @@ async fn one_session_holds_a_thousand_streams() {
     let mut server = FakeServer::start(TOKEN, None).await;
     let echo = Echo::start().await;
     let target = format!("127.0.0.1:{}", echo.port);
-    let _connector = Connector::for_server(
-        &server,
-        TOKEN,
-        &[
-            ("PSBX_SESSIONS", "1".into()),
-            ("PSBX_ALLOW", target.clone()),
-        ],
-    );
+    let _connector = Connector::one_session_allowing(&server, TOKEN, target.clone());
     let session = server.next_session(WAIT).await.session;
     let mut streams = Vec::with_capacity(TUNNEL_STREAMS);
     for i in 0..TUNNEL_STREAMS {
@@ -241,9 +219,9 @@ async fn one_session_holds_a_thousand_streams() {
 
 /// M5: without PSBX_ALLOW the real connector refuses a name that resolves
 /// to its own loopback (502 "not allowed" naming PSBX_ALLOW) before any
-/// connect: the listener there never sees a connection. The metadata
-/// address 169.254.169.254 is refused by the same check (its unit test in
-/// `reserved.rs`; a test never sends anything there).
+/// connect: the listener there never sees a connection. The cloud metadata
+/// addresses (link-local) are refused by the same check (its unit test in
+/// `reserved.rs` decides without sending anything).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loopback_is_not_dialed_unless_listed() {
     let mut server = FakeServer::start(TOKEN, None).await;
@@ -269,14 +247,7 @@ async fn loopback_is_not_dialed_unless_listed() {
     let mut server = FakeServer::start(TOKEN, None).await;
     let echo = Echo::start().await;
     let target = format!("db.test:{}", echo.port);
-    let _connector = Connector::for_server(
-        &server,
-        TOKEN,
-        &[
-            ("PSBX_SESSIONS", "1".into()),
-            ("PSBX_ALLOW", target.clone()),
-        ],
-    );
+    let _connector = Connector::one_session_allowing(&server, TOKEN, target.clone());
     let session = server.next_session(WAIT).await.session;
     let stream = session.open(&target).await.unwrap();
     assert!(

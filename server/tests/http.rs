@@ -636,7 +636,7 @@ async fn metrics_are_only_served_to_allowed_networks() {
 // --- sign-in, OAuth registration, sign-in links -----------------------------
 
 /// Where the sign-in tests' browser connects from.
-const PEER: &str = "192.0.2.10:40000";
+const PEER: &str = "203.0.113.10:40000";
 const PASSWORD: &str = "correct horse battery";
 const REDIRECT: &str = "http://127.0.0.1:9/callback";
 /// RFC 7636 appendix B's S256 challenge.

@@ -298,6 +298,16 @@ impl Connector {
         Self::start(&vars)
     }
 
+    /// One session to `server`, dialing only what `allow` (PSBX_ALLOW) lists
+    /// besides what is not reserved (loopback targets need listing).
+    pub fn one_session_allowing(server: &FakeServer, token: &str, allow: String) -> Self {
+        Self::for_server(
+            server,
+            token,
+            &[("PSBX_SESSIONS", "1".into()), ("PSBX_ALLOW", allow)],
+        )
+    }
+
     pub fn logs(&self) -> String {
         self.logs.text()
     }
