@@ -351,8 +351,16 @@ impl Boxes {
             .timeout_s
             .filter(|_| !request.background)
             .map(Duration::from_secs);
-        let deadline =
-            tokio::time::Instant::now() + limit.map_or(Duration::MAX / 4, |l| l + EXEC_GRACE);
+        // Armed only for a command with a limit; without one it never fires.
+        let overran = {
+            let at = limit.map(|l| tokio::time::Instant::now() + l + EXEC_GRACE);
+            async move {
+                match at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            }
+        };
         // The first event says whether the command started at all.
         let first = command
             .next()
@@ -363,6 +371,7 @@ impl Boxes {
         // One task reads the command's stream and keeps the box awake.
         tokio::spawn(async move {
             let _link = link;
+            tokio::pin!(overran);
             if tx.send(Ok(first)).await.is_err() {
                 return;
             }
@@ -378,7 +387,7 @@ impl Boxes {
                     },
                     _ = keepalive.tick() => addr.do_send(Touch),
                     () = tx.closed() => return,
-                    () = tokio::time::sleep_until(deadline) => {
+                    () = &mut overran => {
                         let limit = limit.unwrap_or_default();
                         let _ = tx.send(Err(BoxError::Overran { limit, grace: EXEC_GRACE })).await;
                         return;
