@@ -42,8 +42,10 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
                 Service::Processes,
                 Service::Logs,
                 Service::Clock,
+                Service::Port(1),
+                Service::Pty,
             ]
-            .map(|s| s.target().to_owned())
+            .map(|s| s.feature().to_owned())
             .to_vec(),
         },
         env: RwLock::new(services::restore_env()),

@@ -14,6 +14,14 @@
 //! | `signal`    | JSON [`Signal`]      | JSON [`Done`]                            |
 //! | `logs`      | JSON [`Logs`]        | the log's bytes                          |
 //! | `clock`     | JSON [`Clock`]       | JSON [`Done`]                            |
+//! | `port:<n>`  | the client's bytes   | the bytes of the box's program on port n |
+//! | `pty`       | JSON line [`PtyRequest`], then [`PtyInput`]s | the terminal's output bytes |
+//!
+//! `port:<n>` is a raw byte pipe to `127.0.0.1:<n>` in the box (box URLs):
+//! boxd refuses it with 502 ([`nothing_listens`]) when nothing listens there.
+//! `pty` runs a login shell on a new pseudo-terminal (the takeover page); the
+//! server's half-close hangs the terminal up, and boxd's FIN says the shell
+//! ended.
 //!
 //! boxd opens streams the other way too ([`Outbound`]): `env:<host>:<port>`
 //! for each connection a program in the box makes to an environment address,
@@ -35,11 +43,23 @@ pub enum Service {
     Signal,
     Logs,
     Clock,
+    /// A byte pipe to a port on the box's loopback.
+    Port(u16),
+    /// A shell on a new pseudo-terminal.
+    Pty,
+}
+
+/// The prefix of a [`Service::Port`] target.
+const PORT_TARGET_PREFIX: &str = "port:";
+
+/// Why boxd refuses a [`Service::Port`] stream: the reason after the 502.
+pub fn nothing_listens(port: u16) -> String {
+    format!("nothing listens on port {port} in this box")
 }
 
 impl Service {
-    /// Every service, in the order of the table above.
-    pub const ALL: [Self; 9] = [
+    /// Every service that takes no argument, in the order of the table above.
+    pub const ALL: [Self; 10] = [
         Self::Info,
         Self::Health,
         Self::Configure,
@@ -49,10 +69,26 @@ impl Service {
         Self::Signal,
         Self::Logs,
         Self::Clock,
+        Self::Pty,
     ];
 
+    /// The feature name boxd lists in its [`BoxInfo`] for it.
+    pub fn feature(self) -> &'static str {
+        match self {
+            Self::Port(_) => "port",
+            other => other.fixed_target(),
+        }
+    }
+
     /// The stream target that names it.
-    pub fn target(self) -> &'static str {
+    pub fn target(self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Self::Port(port) => format!("{PORT_TARGET_PREFIX}{port}").into(),
+            other => other.fixed_target().into(),
+        }
+    }
+
+    fn fixed_target(self) -> &'static str {
         match self {
             Self::Info => "info",
             Self::Health => "health",
@@ -63,18 +99,30 @@ impl Service {
             Self::Signal => "signal",
             Self::Logs => "logs",
             Self::Clock => "clock",
+            Self::Pty => "pty",
+            Self::Port(_) => "port",
         }
     }
 
-    /// The service a stream target names, if it names one.
+    /// The service a stream target names, if it names one (`port:0` names none).
     pub fn parse(target: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.target() == target)
+        if let Some(port) = target.strip_prefix(PORT_TARGET_PREFIX) {
+            // Digits only: `u16::from_str` would take a leading `+`.
+            return port
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| port.parse().ok())
+                .flatten()
+                .filter(|p| *p != 0)
+                .map(Self::Port);
+        }
+        Self::ALL.into_iter().find(|s| s.fixed_target() == target)
     }
 }
 
 impl std::fmt::Display for Service {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.target())
+        f.write_str(&self.target())
     }
 }
 
@@ -391,6 +439,66 @@ pub struct SyncDone {
     pub error: Option<String>,
 }
 
+/// The first line of a `pty` stream: the terminal's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtyRequest {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+/// What the server sends on a `pty` stream after the [`PtyRequest`] line:
+/// framed like [`Record`] (a tag byte, a big-endian u32 length, the body).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PtyInput {
+    /// Bytes typed at the terminal (`i`).
+    Input(Vec<u8>),
+    /// The terminal's new size (`r`: columns then rows, big-endian u16s).
+    Resize { cols: u16, rows: u16 },
+}
+
+impl PtyInput {
+    pub fn encode(&self) -> Vec<u8> {
+        let (tag, body): (u8, Vec<u8>) = match self {
+            Self::Input(b) => (b'i', b.clone()),
+            Self::Resize { cols, rows } => {
+                let mut body = cols.to_be_bytes().to_vec();
+                body.extend_from_slice(&rows.to_be_bytes());
+                (b'r', body)
+            }
+        };
+        let mut out = Vec::with_capacity(5 + body.len());
+        out.push(tag);
+        out.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// The whole input at the start of `buf`, if there is one, and how many
+    /// bytes it took.
+    pub fn parse(buf: &[u8]) -> Result<Option<(Self, usize)>, String> {
+        if buf.len() < 5 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+        if len > MAX_RECORD {
+            return Err(format!("a terminal input of {len} bytes is over the limit"));
+        }
+        let Some(body) = buf.get(5..5 + len) else {
+            return Ok(None);
+        };
+        let input = match (buf[0], body) {
+            (b'i', _) => Self::Input(body.to_vec()),
+            (b'r', [c0, c1, r0, r1]) => Self::Resize {
+                cols: u16::from_be_bytes([*c0, *c1]),
+                rows: u16::from_be_bytes([*r0, *r1]),
+            },
+            (b'r', _) => return Err("a resize is two u16s".to_owned()),
+            (other, _) => return Err(format!("unknown terminal input {other}")),
+        };
+        Ok(Some((input, 5 + len)))
+    }
+}
+
 /// One piece of an exec answer: a tag byte, a big-endian u32 length, the body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -508,6 +616,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn port_targets_name_a_port_and_nothing_else() {
+        assert_eq!(Service::parse("port:8080"), Some(Service::Port(8080)));
+        assert_eq!(Service::Port(3000).target(), "port:3000");
+        for bad in ["port:0", "port:", "port:+80", "port:65536", "port:80 "] {
+            assert_eq!(Service::parse(bad), None, "{bad}");
+        }
+        assert_eq!(Service::parse("pty"), Some(Service::Pty));
+        for s in Service::ALL {
+            assert_eq!(Service::parse(&s.target()), Some(s));
+        }
+    }
+
+    #[test]
+    fn terminal_inputs_round_trip() {
+        let inputs = [
+            PtyInput::Input("é\x03".as_bytes().to_vec()),
+            PtyInput::Resize {
+                cols: 120,
+                rows: 40,
+            },
+        ];
+        let mut buf = Vec::new();
+        for i in &inputs {
+            buf.extend(i.encode());
+        }
+        let mut at = 0;
+        for i in &inputs {
+            let (got, used) = PtyInput::parse(&buf[at..]).unwrap().unwrap();
+            assert_eq!(&got, i);
+            at += used;
+        }
+        assert_eq!(PtyInput::parse(&buf[at..]).unwrap(), None);
+        assert!(PtyInput::parse(b"r\0\0\0\x01x").is_err());
+    }
+
+    #[test]
     fn records_round_trip_in_pieces() {
         let records = vec![
             Record::Started(42),
@@ -586,7 +730,7 @@ mod tests {
 
     #[test]
     fn service_targets_are_the_protocols_names() {
-        let targets: Vec<&str> = Service::ALL.iter().map(|s| s.target()).collect();
+        let targets: Vec<String> = Service::ALL.iter().map(|s| s.target().into()).collect();
         assert_eq!(
             targets,
             [
@@ -598,12 +742,10 @@ mod tests {
                 "processes",
                 "signal",
                 "logs",
-                "clock"
+                "clock",
+                "pty"
             ]
         );
-        for service in Service::ALL {
-            assert_eq!(Service::parse(service.target()), Some(service));
-        }
         assert_eq!(Service::parse("Exec"), None);
         assert_eq!(Service::parse("env:db.internal:5432"), None);
     }

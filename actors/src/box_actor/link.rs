@@ -254,7 +254,7 @@ async fn fetch<R: DeserializeOwned>(
     let mut stream = open(session, service).await?;
     if let Some(request) = request {
         let body = serde_json::to_vec(request).map_err(|e| LinkError::BadAnswer {
-            target: target.to_owned(),
+            target: target.to_string(),
             reason: e.to_string(),
         })?;
         stream
@@ -270,19 +270,17 @@ async fn fetch<R: DeserializeOwned>(
         .await
         .map_err(|_| LinkError::Closed)?;
     serde_json::from_slice(&answer).map_err(|e| LinkError::BadAnswer {
-        target: target.to_owned(),
+        target: target.into_owned(),
         reason: e.to_string(),
     })
 }
 
 async fn open(session: &Session, service: Service) -> Result<Stream, LinkError> {
-    session
-        .open(service.target())
-        .await
-        .map_err(|e| LinkError::Refused {
-            target: service.target().to_owned(),
-            reason: e.to_string(),
-        })
+    let target = service.target();
+    session.open(&target).await.map_err(|e| LinkError::Refused {
+        target: target.into_owned(),
+        reason: e.to_string(),
+    })
 }
 
 impl LinkHandle {

@@ -80,7 +80,7 @@ where
         .await
         .map_err(io_error("the sync stream"))?;
     let done: SyncDone = serde_json::from_slice(&answer).map_err(|e| LinkError::BadAnswer {
-        target: Service::Sync.target().to_owned(),
+        target: Service::Sync.target().into_owned(),
         reason: e.to_string(),
     })?;
     if done.ok {

@@ -61,6 +61,9 @@ pub async fn handle(incoming: Incoming, state: Arc<Boxd>) {
         Service::Signal => signal::serve(incoming, &state).await,
         Service::Logs => logs::serve(incoming.accept(), &state).await,
         Service::Clock => clock::serve(incoming).await,
+        Service::Port(_) | Service::Pty => {
+            incoming.refuse(code::NOT_FOUND, "this boxd does not serve it yet")
+        }
     }
 }
 
