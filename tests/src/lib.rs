@@ -12,6 +12,8 @@
 //! * [`api`] — REST calls with a bearer key.
 //! * [`git`] — repositories made by a shell script, and the names in a tar stream.
 //! * [`python`] — the Python MCP clients under `tests/mcp/`, run with the venv.
+//! * [`browser`] — the Playwright scripts under `tests/browser/`, driving
+//!   Debian's Chromium.
 //! * [`witness`] — the secret values and tokens tests created, and the check
 //!   that no answer, log or box console shows them.
 //!
@@ -20,6 +22,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 pub mod api;
+pub mod browser;
 mod database;
 pub mod git;
 pub mod log;
