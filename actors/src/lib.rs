@@ -5,6 +5,7 @@
 
 pub mod blocking;
 pub mod box_actor;
+pub mod box_urls;
 pub mod boxes;
 pub mod boxnet;
 pub mod connectors;

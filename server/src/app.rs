@@ -85,13 +85,17 @@ impl AppState {
             server_id,
         } = parts;
         let environments = Environments::new(store.clone(), secrets.vault(), hub, &url);
-        let boxes = Arc::new(Boxes::new(
-            store.clone(),
-            config.boxes.settings(&config.data_dir)?,
-            host,
-            secrets.clone(),
-            environments.clone(),
-        ));
+        let urls = psbx_actors::box_urls::BoxUrls::new(&url, &config.box_domain, secrets.vault());
+        let boxes = Arc::new(
+            Boxes::new(
+                store.clone(),
+                config.boxes.settings(&config.data_dir)?,
+                host,
+                secrets.clone(),
+                environments.clone(),
+            )
+            .with_urls(urls),
+        );
         let info = ServerInfo {
             public_url: url.clone(),
             server_id,
@@ -164,7 +168,9 @@ pub fn build(
         InitError = (),
     >,
 > {
+    // Box hosts first: no request for a box URL reaches psbx's own routes.
     let (app, document) = App::new()
+        .service(crate::box_urls::scope(state.boxes.urls().cloned()))
         .into_utoipa_app()
         .openapi(routes::docs::BaseDocument::openapi())
         .service(routes::health::health)

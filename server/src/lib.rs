@@ -5,6 +5,7 @@
 pub mod app;
 pub mod auth;
 pub mod banner;
+pub mod box_urls;
 pub mod commands;
 pub mod config;
 pub mod database;
