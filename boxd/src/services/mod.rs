@@ -6,7 +6,7 @@
 //! one JSON value ([`answer_json`], [`answer_with`]); `exec` answers with
 //! records, `sync` reads a request line and then a tar, `logs` answers with
 //! the log's bytes. `port:<n>` splices the stream to a port of the box's
-//! loopback.
+//! loopback, `pty` runs a shell on a terminal.
 
 mod clock;
 mod configure;
@@ -16,6 +16,7 @@ mod info;
 mod logs;
 mod port;
 mod processes;
+mod pty;
 mod signal;
 mod sync;
 
@@ -64,7 +65,7 @@ pub async fn handle(incoming: Incoming, state: Arc<Boxd>) {
         Service::Logs => logs::serve(incoming.accept(), &state).await,
         Service::Clock => clock::serve(incoming).await,
         Service::Port(port) => port::serve(incoming, port).await,
-        Service::Pty => incoming.refuse(code::NOT_FOUND, "this boxd does not serve it yet"),
+        Service::Pty => pty::serve(incoming.accept(), &state).await,
     }
 }
 
