@@ -64,6 +64,42 @@ fn exec(s: &BoxServer, id: &str, body: Value) -> Value {
     s.ok("POST", &format!("/v1/boxes/{id}/exec"), Some(body))
 }
 
+/// Copies the test web server into the box (`/work/tools/psbx-box-web`) and
+/// starts it on `port`.
+fn start_box_web(s: &BoxServer, id: &str, port: u16) {
+    let bin = std::fs::read(psbx_tests::binary("psbx-box-web")).unwrap();
+    let mut header = tar::Header::new_gnu();
+    header.set_size(bin.len() as u64);
+    header.set_mode(0o755);
+    header.set_path("psbx-box-web").unwrap();
+    header.set_cksum();
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.append(&header, &bin[..]).unwrap();
+    let res = reqwest::blocking::Client::new()
+        .post(format!("{}/v1/boxes/{id}/sync?dest=tools", s.url()))
+        .bearer_auth(&s.key)
+        .body(tar.into_inner().unwrap())
+        .timeout(Duration::from_secs(120))
+        .send()
+        .unwrap();
+    assert!(res.status().is_success(), "{:?}", res.text());
+    exec(
+        s,
+        id,
+        json!({"cmd": format!("/work/tools/psbx-box-web --port {port}"), "background": true}),
+    );
+}
+
+/// The resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
 #[test]
 fn box_urls_reach_the_box_wake_it_and_tell_nothing_to_strangers() {
     let s = BoxServer::start("idle_freeze = \"8s\"\npool_size = 0");
@@ -132,6 +168,59 @@ fn box_urls_reach_the_box_wake_it_and_tell_nothing_to_strangers() {
     let answer = raw(&server, &host, "/index.html");
     assert_eq!(body_of(&answer), "hello from the box\n", "{}", without_date(&answer));
     assert_eq!(s.db_box_state(&id).as_deref(), Some("running"));
+
+    // A real browser on a page served in the box: its WebSocket echoes, its
+    // event stream arrives as it is sent, and 128 MiB stream through without
+    // the server holding them.
+    psbx_tests::browser::require();
+    start_box_web(&s, &id, 4000);
+    let page_url = url.replace(".box.localhost", "-4000.box.localhost");
+    wait::until("psbx-box-web in the box", Duration::from_secs(30), || {
+        (status_of(&raw(&server, &host_of(&page_url), "/status/204")) == 204).then_some(())
+    });
+    let pid = s.server.as_ref().unwrap().pid();
+    let before = rss_kib(pid);
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let sampling = sampling.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(rss_kib(pid));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            peak
+        })
+    };
+    let every_ms = 400;
+    let seen = psbx_tests::browser::run_json(
+        "box_page.mjs",
+        &json!({"url": page_url, "sseCount": 6, "sseEveryMs": every_ms, "downloadBytes": 128 << 20}),
+    );
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampler.join().unwrap();
+    assert_eq!(seen["status"], 200, "{seen}");
+    assert_eq!(seen["title"], "psbx box web", "{seen}");
+    assert!(seen["echo"].as_str().unwrap().starts_with("hello-"), "{seen}");
+    let times: Vec<f64> = seen["sse"]["times"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_f64().unwrap())
+        .collect();
+    assert_eq!(seen["sse"]["data"], json!(["1", "2", "3", "4", "5", "6"]), "{seen}");
+    // Six events 400 ms apart span two seconds when they come as they are
+    // sent; held back and sent together, they would arrive at once.
+    let span = times[5] - times[0];
+    assert!(span > f64::from(every_ms) * 4.0, "events arrived within {span} ms: {seen}");
+    assert_eq!(seen["download"]["status"], 200, "{seen}");
+    assert_eq!(seen["download"]["total"], 128 << 20, "{seen}");
+    assert_eq!(seen["download"]["patternOk"], true, "{seen}");
+    let growth_mib = peak.saturating_sub(before) / 1024;
+    assert!(
+        growth_mib <= 8,
+        "the server's memory grew by {growth_mib} MiB during a 128 MiB download ({before} KiB before, {peak} KiB at most)"
+    );
 
     // Once stopped, its URL is the same 404 as a box that never was.
     s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
