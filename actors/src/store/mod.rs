@@ -6,6 +6,7 @@
 
 mod accounts;
 mod api_keys;
+mod box_access;
 mod boxes;
 mod credentials;
 mod egress;
