@@ -66,9 +66,9 @@ impl BoxAccessError {
             ),
             Self::HostBits { network, .. } => Some(format!("send {network}")),
             Self::Malformed { .. } => Some(ENTRY_FORM.to_owned()),
-            Self::TooMany { .. } => Some(
-                "merge addresses into ranges (203.0.113.0/24 covers 256 addresses)".to_owned(),
-            ),
+            Self::TooMany { .. } => {
+                Some("merge addresses into ranges (203.0.113.0/24 covers 256 addresses)".to_owned())
+            }
             Self::Store(_) => None,
         }
     }
@@ -240,7 +240,11 @@ impl BoxAccess {
 
     /// Whether a client at `client` may open the account's box URLs (an
     /// empty list: everyone; else IPv4 clients inside an entry).
-    pub async fn allows(&self, account: &AccountId, client: IpAddr) -> Result<bool, BoxAccessError> {
+    pub async fn allows(
+        &self,
+        account: &AccountId,
+        client: IpAddr,
+    ) -> Result<bool, BoxAccessError> {
         Ok(self.list(account).await?.allows(client))
     }
 
@@ -396,7 +400,10 @@ mod tests {
             "203.0.113.0/024",
         ] {
             let e = parse_entry(entry).unwrap_err();
-            assert!(matches!(e, BoxAccessError::Malformed { .. }), "{entry}: {e}");
+            assert!(
+                matches!(e, BoxAccessError::Malformed { .. }),
+                "{entry}: {e}"
+            );
             assert!(e.to_string().contains("203.0.113.0/24"), "{e}");
             assert!(e.to_string().contains(&format!("{entry:?}")), "{e}");
         }
@@ -406,10 +413,28 @@ mod tests {
     fn the_documented_pattern_takes_exactly_what_the_parser_takes() {
         let pattern = regex::Regex::new(&entry_pattern()).unwrap();
         let mut cases: Vec<String> = [
-            "203.0.113.7", "203.0.113.0/24", "203.0.113.5/24", "0.0.0.0/0", "1.0.0.0/0",
-            "255.255.255.255/32", "128.0.0.0/1", "192.0.0.0/1", "10.0.0.0/7", "11.0.0.0/7",
-            "010.0.0.1", "1.2.3.4/", "1.2.3.4/33", "1.2.3.4/08", " 1.2.3.4", "1.2.3.4 ",
-            "1.2.3", "2001:db8::/32", "::ffff:1.2.3.4", "256.1.1.1", "", "/8",
+            "203.0.113.7",
+            "203.0.113.0/24",
+            "203.0.113.5/24",
+            "0.0.0.0/0",
+            "1.0.0.0/0",
+            "255.255.255.255/32",
+            "128.0.0.0/1",
+            "192.0.0.0/1",
+            "10.0.0.0/7",
+            "11.0.0.0/7",
+            "010.0.0.1",
+            "1.2.3.4/",
+            "1.2.3.4/33",
+            "1.2.3.4/08",
+            " 1.2.3.4",
+            "1.2.3.4 ",
+            "1.2.3",
+            "2001:db8::/32",
+            "::ffff:1.2.3.4",
+            "256.1.1.1",
+            "",
+            "/8",
         ]
         .map(str::to_owned)
         .to_vec();

@@ -5,6 +5,7 @@
 pub mod app;
 pub mod auth;
 pub mod banner;
+pub mod client_addr;
 pub mod commands;
 pub mod config;
 pub mod database;
