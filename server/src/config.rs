@@ -349,8 +349,14 @@ pub enum LogFormat {
 pub struct TlsConfig {
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
-    /// Generate (once, kept under `data_dir/tls/`) a self-signed certificate.
+    /// Generate (once, kept under `data_dir/tls/`) a self-signed certificate;
+    /// it covers `*.<box_domain>` too.
     pub self_signed: bool,
+    /// A certificate (and its key) for `*.<box_domain>`, served to clients
+    /// asking for a name under `box_domain` (SNI); unset: the main pair
+    /// serves those names too.
+    pub box_cert: Option<PathBuf>,
+    pub box_key: Option<PathBuf>,
 }
 
 /// How psbx runs its own PostgreSQL cluster when no database URL is given.
@@ -480,6 +486,18 @@ impl Config {
         if self.tls.self_signed && self.tls.cert.is_some() {
             return Err(ConfigError::Invalid(
                 "tls.self_signed and tls.cert/tls.key exclude each other: choose one".to_owned(),
+            ));
+        }
+        if self.tls.box_cert.is_some() != self.tls.box_key.is_some() {
+            return Err(ConfigError::Invalid(
+                "tls.box_cert and tls.box_key go together: set both or neither".to_owned(),
+            ));
+        }
+        if self.tls.box_cert.is_some() && !self.tls_enabled() {
+            return Err(ConfigError::Invalid(
+                "tls.box_cert is for a server that serves HTTPS: set tls.cert/tls.key or \
+                 tls.self_signed too"
+                    .to_owned(),
             ));
         }
         self.boxes.settings(&self.data_dir)?;
