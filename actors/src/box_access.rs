@@ -298,7 +298,7 @@ impl BoxAccess {
     ) -> Result<(Vec<String>, Option<DateTime<Utc>>), StoreError> {
         let (store, account) = (self.store.clone(), account.clone());
         let row = blocking(move || store.box_access(&account)).await?;
-        Ok(row.map_or((Vec::new(), None), |(entries, at)| (entries, Some(at))))
+        Ok(row.map_or((Vec::new(), None), |r| (r.entries, Some(r.updated_at))))
     }
 
     /// The account's entries as stored, and when they were last set (`None`:

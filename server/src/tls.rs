@@ -71,11 +71,7 @@ pub fn server_config(config: &Config) -> Result<Option<ServerConfig>, TlsError> 
 }
 
 /// A certificate chain and its key from PEM files, checked to belong together.
-fn certified(
-    cert: &Path,
-    key: &Path,
-    provider: &CryptoProvider,
-) -> Result<CertifiedKey, TlsError> {
+fn certified(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<CertifiedKey, TlsError> {
     let read = |path: &Path| {
         fs::read(path).map_err(|e| TlsError::Read {
             path: path.to_owned(),
@@ -208,10 +204,11 @@ mod tests {
     fn sni(domain: &str) -> BoxSni {
         let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
         let provider = rustls::crypto::ring::default_provider();
-        let key = PrivateKeyDer::from_pem_slice(made.signing_key.serialize_pem().as_bytes())
-            .unwrap();
-        let pair =
-            Arc::new(CertifiedKey::from_der(vec![made.cert.der().clone()], key, &provider).unwrap());
+        let key =
+            PrivateKeyDer::from_pem_slice(made.signing_key.serialize_pem().as_bytes()).unwrap();
+        let pair = Arc::new(
+            CertifiedKey::from_der(vec![made.cert.der().clone()], key, &provider).unwrap(),
+        );
         BoxSni {
             main: pair.clone(),
             boxes: Some(pair),

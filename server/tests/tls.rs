@@ -134,10 +134,15 @@ async fn the_self_signed_certificate_covers_box_urls_and_http2_is_offered() {
 /// A self-signed pair for `names`, written as `<stem>.crt`/`<stem>.key`;
 /// returns the certificate's PEM.
 fn pair(dir: &Path, stem: &str, names: &[&str]) -> Vec<u8> {
-    let made =
-        rcgen::generate_simple_self_signed(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-            .unwrap();
-    std::fs::write(dir.join(format!("{stem}.key")), made.signing_key.serialize_pem()).unwrap();
+    let made = rcgen::generate_simple_self_signed(
+        names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join(format!("{stem}.key")),
+        made.signing_key.serialize_pem(),
+    )
+    .unwrap();
     std::fs::write(dir.join(format!("{stem}.crt")), made.cert.pem()).unwrap();
     made.cert.pem().into_bytes()
 }

@@ -9,13 +9,17 @@ use crate::ids::AccountId;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
+/// An account's stored list.
+#[derive(Debug, Clone, PartialEq, Eq, Queryable)]
+pub struct BoxAccessRow {
+    pub entries: Vec<String>,
+    pub updated_at: DateTime<Utc>,
+}
+
 impl Store {
     /// The account's entries and when they were last set; `None` when the
     /// account never set a list.
-    pub fn box_access(
-        &self,
-        account: &AccountId,
-    ) -> Result<Option<(Vec<String>, DateTime<Utc>)>, StoreError> {
+    pub fn box_access(&self, account: &AccountId) -> Result<Option<BoxAccessRow>, StoreError> {
         Ok(box_access::table
             .find(account.as_str())
             .select((box_access::entries, box_access::updated_at))
