@@ -4,6 +4,7 @@
 //! that touches diesel. The crate README maps the modules.
 
 pub mod blocking;
+pub mod box_access;
 pub mod box_actor;
 pub mod box_urls;
 pub mod boxes;

@@ -42,6 +42,10 @@ pub struct AppState {
     pub oauth: Arc<crate::oauth::OAuth>,
     /// Who may read `/metrics`.
     pub metrics_access: routes::metrics::MetricsAccess,
+    /// The accounts' box-URL allowlists (one cache per replica).
+    pub box_access: psbx_actors::box_access::BoxAccess,
+    /// Whose `X-Forwarded-For` names the client (`client_addr`).
+    pub trusted_proxies: crate::client_addr::TrustedProxies,
 }
 
 /// What the application is made of besides its configuration.
@@ -118,6 +122,8 @@ impl AppState {
                 &url,
                 config.oauth.loopback_client_metadata,
             )),
+            box_access: psbx_actors::box_access::BoxAccess::new(store.clone()),
+            trusted_proxies: crate::client_addr::TrustedProxies::parse(&config.trusted_proxies)?,
             store,
             boxes,
             secrets,
@@ -204,6 +210,8 @@ pub fn build(
     .app_data(web::Data::new(state.secrets))
     .app_data(web::Data::new(state.environments))
     .app_data(web::Data::new(state.info))
+    .app_data(web::Data::new(state.box_access))
+    .app_data(web::Data::new(state.trusted_proxies))
     // Every body has a limit; past it, 413 `payload_too_large`
     // (`limits::body`; the streamed uploads count their own).
     .app_data(crate::limits::body::json_config())

@@ -6,6 +6,7 @@ pub mod app;
 pub mod auth;
 pub mod banner;
 pub mod box_urls;
+pub mod client_addr;
 pub mod commands;
 pub mod config;
 pub mod database;
