@@ -169,6 +169,34 @@ fn box_urls_reach_the_box_wake_it_and_tell_nothing_to_strangers() {
     assert_eq!(body_of(&answer), "hello from the box\n", "{}", without_date(&answer));
     assert_eq!(s.db_box_state(&id).as_deref(), Some("running"));
 
+    // The account's allowlist: a client it does not list gets 403, and the
+    // box stays frozen; an empty list lets everyone in again.
+    let access = s.ok(
+        "PUT",
+        "/v1/box-access",
+        Some(json!({"entries": ["203.0.113.0/24", "198.51.100.7"]})),
+    );
+    assert_eq!(access["entries"], json!(["203.0.113.0/24", "198.51.100.7"]));
+    let answer = raw(&server, &host, "/index.html");
+    assert_eq!(status_of(&answer), 403, "{}", without_date(&answer));
+    assert!(body_of(&answer).contains("127.0.0.1"), "{}", body_of(&answer));
+    wait::until("the box to freeze again", LONG, || {
+        (s.db_box_state(&id).as_deref() == Some("frozen")).then_some(())
+    });
+    for _ in 0..3 {
+        assert_eq!(status_of(&raw(&server, &host, "/index.html")), 403);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s.db_box_state(&id).as_deref(), Some("frozen"));
+    // A wrong key is still the plain 404, allowlist or not.
+    assert_eq!(without_date(&raw(&server, &wrong_key, "/index.html")), reference);
+    s.ok("PUT", "/v1/box-access", Some(json!({"entries": []})));
+    assert_eq!(
+        body_of(&raw(&server, &host, "/index.html")),
+        "hello from the box\n"
+    );
+    assert_eq!(s.db_box_state(&id).as_deref(), Some("running"));
+
     // A real browser on a page served in the box: its WebSocket echoes, its
     // event stream arrives as it is sent, and 128 MiB stream through without
     // the server holding them.

@@ -5,8 +5,9 @@
 //! In order: the host is read as a box address and its key checked (the
 //! same constant [`pages::not_found`] for a host that is no box URL, a wrong
 //! key, an unknown or a stopped box: nothing is read before the key is
-//! right); the box's account's allowlist is checked against the client's
-//! address (403, and the box is not woken); the box is thawed if frozen
+//! right); the box's account's allowlist (`PUT /v1/box-access`) is checked
+//! against the client's address (the socket's, or `X-Forwarded-For` from a
+//! trusted proxy: [`client_ip`]): 403, and the box is not woken; the box is thawed if frozen
 //! (this counts as activity) and a `port:<n>` stream opened to the port in the
 //! box ([`pages::nothing_listens`] when nothing listens there); the request
 //! is forwarded on it ([`forward`]).
@@ -14,8 +15,10 @@
 mod forward;
 pub mod pages;
 
+use crate::client_addr::{TrustedProxies, client_ip};
 use actix_web::dev::RequestHead;
 use actix_web::{HttpRequest, HttpResponse, guard, web};
+use psbx_actors::box_access::BoxAccess;
 use psbx_actors::box_actor::link::LinkError;
 use psbx_actors::box_urls::{BoxUrls, port_in_box};
 use psbx_actors::boxes::Boxes;
@@ -42,7 +45,13 @@ fn host_of(head: &RequestHead) -> Option<&str> {
         .or_else(|| head.uri.authority().map(actix_web::http::uri::Authority::as_str))
 }
 
-async fn serve(req: HttpRequest, payload: web::Payload, boxes: web::Data<Boxes>) -> HttpResponse {
+async fn serve(
+    req: HttpRequest,
+    payload: web::Payload,
+    boxes: web::Data<Boxes>,
+    access: web::Data<BoxAccess>,
+    trusted: web::Data<TrustedProxies>,
+) -> HttpResponse {
     let Some(urls) = boxes.urls() else {
         return pages::not_found();
     };
@@ -60,6 +69,21 @@ async fn serve(req: HttpRequest, payload: web::Payload, boxes: web::Data<Boxes>)
     let Some(account) = record.account_id.clone() else {
         return pages::not_found();
     };
+    // Checked before anything wakes the box. An address psbx cannot tell
+    // (a trusted proxy that forwarded none it can read) is no listed one.
+    let client = client_ip(&req, &trusted);
+    let allowed = match client {
+        Some(ip) => access.allows(&account, ip).await,
+        None => access.allows(&account, std::net::Ipv4Addr::UNSPECIFIED.into()).await,
+    };
+    match allowed {
+        Ok(true) => {}
+        Ok(false) => return pages::forbidden(client),
+        Err(e) => {
+            tracing::warn!(error = %e, "reading a box URL's allowlist");
+            return pages::unavailable("psbx cannot check who may open this box right now");
+        }
+    }
     let peer = req.peer_addr().map(|a| a.ip());
     let port = port_in_box(&address, &record.spec.services);
     let box_id = record.id.as_str();
@@ -73,8 +97,8 @@ async fn serve(req: HttpRequest, payload: web::Payload, boxes: web::Data<Boxes>)
         Err(e) => return unavailable(&e),
     };
     let who = forward::Forwarding {
+        peer_is_proxy: peer.is_some_and(|p| trusted.contains(p)),
         peer,
-        peer_is_proxy: false,
         secure: req.app_config().secure(),
         host,
     };

@@ -15,9 +15,18 @@ const NOT_FOUND: &str = "<!doctype html>\n<html lang=\"en\"><head><meta charset=
 incomplete, or the box was stopped: a stopped box's URLs stop working, and a new box has \
 new URLs. Ask for the box's current URL.</p></body></html>\n";
 
+/// The 404's headers, made once: a header map's order of iteration (which
+/// is the order on the wire) follows its hasher's random seed, so a map made
+/// anew per answer would order the same headers differently. A clone keeps
+/// the order.
+static NOT_FOUND_HEADERS: std::sync::LazyLock<actix_web::http::header::HeaderMap> =
+    std::sync::LazyLock::new(|| page(StatusCode::NOT_FOUND, String::new()).headers().clone());
+
 /// The one answer for everything that is not a live box with this key.
 pub fn not_found() -> HttpResponse {
-    page(StatusCode::NOT_FOUND, NOT_FOUND.to_owned())
+    let mut res = HttpResponse::with_body(StatusCode::NOT_FOUND, NOT_FOUND.to_owned());
+    *res.headers_mut() = NOT_FOUND_HEADERS.clone();
+    res.map_into_boxed_body()
 }
 
 /// The client's address is not on the account's allowlist.
