@@ -90,7 +90,10 @@ impl BoxUrls {
 
     /// The URL of a box, or of one port in it.
     pub fn url(&self, id: &BoxId, port: Option<u16>) -> String {
-        let rest = id.as_str().strip_prefix(BoxId::PREFIX).unwrap_or(id.as_str());
+        let rest = id
+            .as_str()
+            .strip_prefix(BoxId::PREFIX)
+            .unwrap_or(id.as_str());
         let port_part = port.map(|p| format!("-{p}")).unwrap_or_default();
         let listener = self.port.map(|p| format!(":{p}")).unwrap_or_default();
         format!(
@@ -184,11 +187,7 @@ mod tests {
     use super::*;
 
     fn urls(public: &str) -> BoxUrls {
-        BoxUrls::new(
-            public,
-            "Box.Example.",
-            Arc::new(Vault::from_key(&[7; 32])),
-        )
+        BoxUrls::new(public, "Box.Example.", Arc::new(Vault::from_key(&[7; 32])))
     }
 
     fn host_of(url: &str) -> String {
@@ -214,7 +213,11 @@ mod tests {
         let address = u.parse(&host_of(&with_port)).unwrap();
         assert_eq!(address.port, Some(3000));
         assert!(u.admits(&address));
-        assert!(urls("https://api.example").url(&id, None).starts_with("https://"));
+        assert!(
+            urls("https://api.example")
+                .url(&id, None)
+                .starts_with("https://")
+        );
         assert!(!urls("https://api.example").url(&id, None).contains(":443"));
     }
 
@@ -225,7 +228,11 @@ mod tests {
         let b = BoxId::parse("box_b").unwrap();
         assert_ne!(u.key(&a), u.key(&b));
         assert_eq!(u.key(&a).len(), KEY_LEN);
-        let other = BoxUrls::new("http://x", "box.example", Arc::new(Vault::from_key(&[8; 32])));
+        let other = BoxUrls::new(
+            "http://x",
+            "box.example",
+            Arc::new(Vault::from_key(&[8; 32])),
+        );
         assert_ne!(u.key(&a), other.key(&a));
         // A wrong key, or another box's key, is not admitted.
         let mut address = u.parse(&host_of(&u.url(&a, None))).unwrap();
@@ -247,7 +254,7 @@ mod tests {
             &format!("box-abc-{key}-0.box.example"),
             &format!("box-abc-{key}-70000.box.example"),
             &format!("box-abc-{key}-80-1.box.example"),
-            &format!("box-abc-short.box.example"),
+            "box-abc-short.box.example",
             &format!("box--{key}.box.example"),
         ] {
             assert_eq!(u.parse(host), None, "{host}");

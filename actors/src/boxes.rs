@@ -327,7 +327,9 @@ impl Boxes {
     ) -> Result<BoxSnapshot, BoxError> {
         match self.actor(account, id).await? {
             Err(record) => Ok(self.snapshot_of_row(record)),
-            Ok(addr) => send(addr.send(Status { thaw, touch: true }).await)?.map(|s| self.dressed(s)),
+            Ok(addr) => {
+                send(addr.send(Status { thaw, touch: true }).await)?.map(|s| self.dressed(s))
+            }
         }
     }
 

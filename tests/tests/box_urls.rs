@@ -28,7 +28,8 @@ fn host_of(url: &str) -> String {
 fn raw(server: &str, host: &str, path: &str) -> Vec<u8> {
     let addr = server.trim_start_matches("http://");
     let mut conn = TcpStream::connect(addr).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
     let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     conn.write_all(request.as_bytes()).unwrap();
     let mut out = Vec::new();
@@ -67,6 +68,22 @@ fn exec(s: &BoxServer, id: &str, body: Value) -> Value {
 /// Copies the test web server into the box (`/work/tools/psbx-box-web`) and
 /// starts it on `port`.
 fn start_box_web(s: &BoxServer, id: &str, port: u16) {
+    start_box_web_with(
+        &reqwest::blocking::Client::new(),
+        &s.url(),
+        &s.key,
+        id,
+        port,
+    );
+}
+
+fn start_box_web_with(
+    client: &reqwest::blocking::Client,
+    base: &str,
+    key: &str,
+    id: &str,
+    port: u16,
+) {
     let bin = std::fs::read(psbx_tests::binary("psbx-box-web")).unwrap();
     let mut header = tar::Header::new_gnu();
     header.set_size(bin.len() as u64);
@@ -75,19 +92,23 @@ fn start_box_web(s: &BoxServer, id: &str, port: u16) {
     header.set_cksum();
     let mut tar = tar::Builder::new(Vec::new());
     tar.append(&header, &bin[..]).unwrap();
-    let res = reqwest::blocking::Client::new()
-        .post(format!("{}/v1/boxes/{id}/sync?dest=tools", s.url()))
-        .bearer_auth(&s.key)
+    let res = client
+        .post(format!("{base}/v1/boxes/{id}/sync?dest=tools"))
+        .bearer_auth(key)
         .body(tar.into_inner().unwrap())
         .timeout(Duration::from_secs(120))
         .send()
         .unwrap();
     assert!(res.status().is_success(), "{:?}", res.text());
-    exec(
-        s,
-        id,
-        json!({"cmd": format!("/work/tools/psbx-box-web --port {port}"), "background": true}),
-    );
+    let res = client
+        .post(format!("{base}/v1/boxes/{id}/exec"))
+        .bearer_auth(key)
+        .json(
+            &json!({"cmd": format!("/work/tools/psbx-box-web --port {port}"), "background": true}),
+        )
+        .send()
+        .unwrap();
+    assert!(res.status().is_success(), "{:?}", res.text());
 }
 
 /// The resident memory of a process, in KiB.
@@ -139,10 +160,14 @@ fn box_urls_reach_the_box_wake_it_and_tell_nothing_to_strangers() {
         &id,
         json!({"cmd": "mkdir -p /work/www && echo hello from the box > /work/www/index.html && busybox httpd -f -p 3000 -h /work/www", "background": true}),
     );
-    let answer = wait::until("the box's page through its URL", Duration::from_secs(30), || {
-        let answer = raw(&server, &host, "/index.html");
-        (status_of(&answer) == 200).then_some(answer)
-    });
+    let answer = wait::until(
+        "the box's page through its URL",
+        Duration::from_secs(30),
+        || {
+            let answer = raw(&server, &host, "/index.html");
+            (status_of(&answer) == 200).then_some(answer)
+        },
+    );
     assert_eq!(body_of(&answer), "hello from the box\n");
     // The port form reaches the same service through its declared port.
     assert_eq!(
@@ -166,7 +191,12 @@ fn box_urls_reach_the_box_wake_it_and_tell_nothing_to_strangers() {
         (s.db_box_state(&id).as_deref() == Some("frozen")).then_some(())
     });
     let answer = raw(&server, &host, "/index.html");
-    assert_eq!(body_of(&answer), "hello from the box\n", "{}", without_date(&answer));
+    assert_eq!(
+        body_of(&answer),
+        "hello from the box\n",
+        "{}",
+        without_date(&answer)
+    );
     assert_eq!(s.db_box_state(&id).as_deref(), Some("running"));
 
     // The account's allowlist: a client it does not list gets 403, and the
@@ -179,7 +209,11 @@ fn box_urls_reach_the_box_wake_it_and_tell_nothing_to_strangers() {
     assert_eq!(access["entries"], json!(["203.0.113.0/24", "198.51.100.7"]));
     let answer = raw(&server, &host, "/index.html");
     assert_eq!(status_of(&answer), 403, "{}", without_date(&answer));
-    assert!(body_of(&answer).contains("127.0.0.1"), "{}", body_of(&answer));
+    assert!(
+        body_of(&answer).contains("127.0.0.1"),
+        "{}",
+        body_of(&answer)
+    );
     wait::until("the box to freeze again", LONG, || {
         (s.db_box_state(&id).as_deref() == Some("frozen")).then_some(())
     });
@@ -189,7 +223,10 @@ fn box_urls_reach_the_box_wake_it_and_tell_nothing_to_strangers() {
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(s.db_box_state(&id).as_deref(), Some("frozen"));
     // A wrong key is still the plain 404, allowlist or not.
-    assert_eq!(without_date(&raw(&server, &wrong_key, "/index.html")), reference);
+    assert_eq!(
+        without_date(&raw(&server, &wrong_key, "/index.html")),
+        reference
+    );
     s.ok("PUT", "/v1/box-access", Some(json!({"entries": []})));
     assert_eq!(
         body_of(&raw(&server, &host, "/index.html")),
@@ -229,18 +266,28 @@ fn box_urls_reach_the_box_wake_it_and_tell_nothing_to_strangers() {
     let peak = sampler.join().unwrap();
     assert_eq!(seen["status"], 200, "{seen}");
     assert_eq!(seen["title"], "psbx box web", "{seen}");
-    assert!(seen["echo"].as_str().unwrap().starts_with("hello-"), "{seen}");
+    assert!(
+        seen["echo"].as_str().unwrap().starts_with("hello-"),
+        "{seen}"
+    );
     let times: Vec<f64> = seen["sse"]["times"]
         .as_array()
         .unwrap()
         .iter()
         .map(|t| t.as_f64().unwrap())
         .collect();
-    assert_eq!(seen["sse"]["data"], json!(["1", "2", "3", "4", "5", "6"]), "{seen}");
+    assert_eq!(
+        seen["sse"]["data"],
+        json!(["1", "2", "3", "4", "5", "6"]),
+        "{seen}"
+    );
     // Six events 400 ms apart span two seconds when they come as they are
     // sent; held back and sent together, they would arrive at once.
     let span = times[5] - times[0];
-    assert!(span > f64::from(every_ms) * 4.0, "events arrived within {span} ms: {seen}");
+    assert!(
+        span > f64::from(every_ms) * 4.0,
+        "events arrived within {span} ms: {seen}"
+    );
     assert_eq!(seen["download"]["status"], 200, "{seen}");
     assert_eq!(seen["download"]["total"], 128 << 20, "{seen}");
     assert_eq!(seen["download"]["patternOk"], true, "{seen}");
@@ -250,9 +297,108 @@ fn box_urls_reach_the_box_wake_it_and_tell_nothing_to_strangers() {
         "the server's memory grew by {growth_mib} MiB during a 128 MiB download ({before} KiB before, {peak} KiB at most)"
     );
 
+    // A chunked upload (no length given) through the box URL arrives whole.
+    let page_host = host_of(&page_url);
+    let page_name = page_host.split(':').next().unwrap().to_owned();
+    let h1 = reqwest::blocking::Client::builder()
+        .resolve(&page_name, host_of(&server).parse().unwrap())
+        .http1_only()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let body: Vec<u8> = (0..8u32 << 20).map(|i| (i % 241) as u8).collect();
+    let digest = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&body))
+    };
+    let done: Value = h1
+        .post(format!("{page_url}upload"))
+        .body(reqwest::blocking::Body::new(std::io::Cursor::new(body)))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(done["bytes"], 8 << 20, "{done}");
+    assert_eq!(done["sha256"], digest, "{done}");
+
     // Once stopped, its URL is the same 404 as a box that never was.
     s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
     assert_eq!(without_date(&raw(&server, &host, "/index.html")), reference);
     // psbx's own routes are not served on box hosts.
     assert_eq!(without_date(&raw(&server, &host, "/v1/health")), reference);
+}
+
+#[test]
+fn box_urls_over_tls_speak_http2_under_the_wildcard_certificate() {
+    let s = BoxServer::start_with("[tls]\nself_signed = true\n", "pool_size = 0");
+    let base = s.url();
+    assert!(base.starts_with("https://"), "{base}");
+    let pem = std::fs::read(s.dir.path().join("data/tls/self-signed.crt")).unwrap();
+    let client = |resolve: Option<(&str, std::net::SocketAddr)>| {
+        let mut builder = reqwest::blocking::Client::builder()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+            .timeout(Duration::from_secs(120));
+        if let Some((name, addr)) = resolve {
+            builder = builder.resolve(name, addr);
+        }
+        builder.build().unwrap()
+    };
+    let api = client(None);
+    let started: Value = api
+        .post(format!("{base}/v1/boxes"))
+        .bearer_auth(&s.key)
+        .json(&json!({"name": "tls"}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let id = started["id"].as_str().unwrap().to_owned();
+    let url = started["url"].as_str().unwrap().to_owned();
+    assert!(url.starts_with("https://box-"), "{started}");
+    // The bare URL of a box without declared services is its port 80.
+    start_box_web_with(&api, &base, &s.key, &id, 80);
+    let name = host_of(&url).split(':').next().unwrap().to_owned();
+    let addr: std::net::SocketAddr = host_of(&base).parse().unwrap();
+    let browser = client(Some((&name, addr)));
+    let res = wait::until("psbx-box-web over TLS", Duration::from_secs(30), || {
+        browser
+            .get(format!("{url}headers"))
+            .header("x-test", "kept")
+            .header("x-forwarded-for", "203.0.113.66")
+            .send()
+            .ok()
+            .filter(|r| r.status() == 200)
+    });
+    assert_eq!(res.version(), reqwest::Version::HTTP_2);
+    let seen: Value = res.json().unwrap();
+    let headers = &seen["headers"];
+    // HTTP/2's :authority arrives as Host; the client's own headers pass;
+    // a client that is no trusted proxy does not choose X-Forwarded-For.
+    assert_eq!(headers["host"], host_of(&url), "{seen}");
+    assert_eq!(headers["x-test"], "kept", "{seen}");
+    assert_eq!(headers["x-forwarded-for"], "127.0.0.1", "{seen}");
+    assert_eq!(headers["x-forwarded-proto"], "https", "{seen}");
+    assert_eq!(headers["x-forwarded-host"], host_of(&url), "{seen}");
+    // A 16 MiB upload over HTTP/2 arrives whole.
+    let body: Vec<u8> = (0..16u32 << 20).map(|i| (i % 253) as u8).collect();
+    let digest = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&body))
+    };
+    let res = browser
+        .post(format!("{url}upload"))
+        .body(body)
+        .send()
+        .unwrap();
+    assert_eq!(res.version(), reqwest::Version::HTTP_2);
+    let done: Value = res.json().unwrap();
+    assert_eq!(done["bytes"], 16 << 20, "{done}");
+    assert_eq!(done["sha256"], digest, "{done}");
+    let res = api
+        .delete(format!("{base}/v1/boxes/{id}"))
+        .bearer_auth(&s.key)
+        .send()
+        .unwrap();
+    assert_eq!(res.status(), 200);
 }

@@ -142,13 +142,10 @@ pub async fn forward(
     {
         return builder.body(actix_web::body::None::new());
     }
-    let body = response
-        .into_body()
-        .into_data_stream()
-        .map(move |chunk| {
-            let _awake = &awake;
-            chunk.map_err(|e| std::io::Error::other(e.to_string()))
-        });
+    let body = response.into_body().into_data_stream().map(move |chunk| {
+        let _awake = &awake;
+        chunk.map_err(|e| std::io::Error::other(e.to_string()))
+    });
     if let Some(length) = length {
         builder.no_chunking(length);
     }
@@ -217,7 +214,10 @@ fn request_of(
     }
     let scheme: &[u8] = if who.secure { b"https" } else { b"http" };
     builder = builder
-        .header("x-forwarded-proto", proto.unwrap_or_else(|| scheme.to_vec()))
+        .header(
+            "x-forwarded-proto",
+            proto.unwrap_or_else(|| scheme.to_vec()),
+        )
         .header(
             "x-forwarded-host",
             fwd_host.unwrap_or_else(|| who.host.as_bytes().to_vec()),
@@ -268,7 +268,9 @@ fn body_of(payload: web::Payload) -> LocalBody {
 /// The protocol a request asks to switch to (`Connection: upgrade` and
 /// `Upgrade: <protocol>`), as over HTTP/1.1.
 fn upgrade_of(headers: &ActixHeaders) -> Option<String> {
-    let asks = connection_names_actix(headers).iter().any(|n| n == "upgrade");
+    let asks = connection_names_actix(headers)
+        .iter()
+        .any(|n| n == "upgrade");
     let protocol = headers.get(actix_header::UPGRADE)?.to_str().ok()?;
     asks.then(|| protocol.to_owned())
 }
@@ -301,7 +303,12 @@ fn connection_names_actix(headers: &ActixHeaders) -> Vec<String> {
 
 fn names_in<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
     values
-        .flat_map(|v| String::from_utf8_lossy(v).into_owned().split(',').map(|n| n.trim().to_ascii_lowercase()).collect::<Vec<_>>())
+        .flat_map(|v| {
+            String::from_utf8_lossy(v)
+                .split(',')
+                .map(|n| n.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
         .filter(|n| !n.is_empty())
         .collect()
 }

@@ -42,7 +42,11 @@ fn host_of(head: &RequestHead) -> Option<&str> {
     head.headers
         .get(actix_web::http::header::HOST)
         .and_then(|v| v.to_str().ok())
-        .or_else(|| head.uri.authority().map(actix_web::http::uri::Authority::as_str))
+        .or_else(|| {
+            head.uri
+                .authority()
+                .map(actix_web::http::uri::Authority::as_str)
+        })
 }
 
 async fn serve(
@@ -74,7 +78,11 @@ async fn serve(
     let client = client_ip(&req, &trusted);
     let allowed = match client {
         Some(ip) => access.allows(&account, ip).await,
-        None => access.allows(&account, std::net::Ipv4Addr::UNSPECIFIED.into()).await,
+        None => {
+            access
+                .allows(&account, std::net::Ipv4Addr::UNSPECIFIED.into())
+                .await
+        }
     };
     match allowed {
         Ok(true) => {}

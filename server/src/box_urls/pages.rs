@@ -84,7 +84,10 @@ pub fn unavailable(why: &str) -> HttpResponse {
         StatusCode::SERVICE_UNAVAILABLE,
         html(
             "The box cannot answer right now",
-            &format!("{}. Try again in a few seconds.", escape(why.trim_end_matches('.'))),
+            &format!(
+                "{}. Try again in a few seconds.",
+                escape(why.trim_end_matches('.'))
+            ),
         ),
     );
     res.headers_mut().insert(
