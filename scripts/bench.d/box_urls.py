@@ -47,7 +47,7 @@ def upload_tools(server, box_id):
 
 
 def in_box(server, box_id, cmd):
-    _, done = server.call("POST", f"/v1/boxes/{box_id}/exec", {"cmd": cmd, "timeout": 600})
+    _, done = server.call("POST", f"/v1/boxes/{box_id}/exec", {"cmd": cmd, "timeout": "600s"})
     assert done.get("exitCode") == 0, done
     return json.loads(done["stdout"]["text"])
 
