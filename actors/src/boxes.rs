@@ -27,7 +27,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 mod sync;
+mod takeover;
 pub use sync::Synced;
+pub use takeover::{DEFAULT_LINK_TTL, TakeoverError, TakeoverLink, Terminal};
 
 /// What a caller asks for when starting a box.
 #[derive(Debug, Clone, Default)]
@@ -57,6 +59,8 @@ pub struct Boxes {
     host: Result<HostStart, String>,
     secrets: Secrets,
     environments: Environments,
+    /// How long a takeover link works.
+    takeover_ttl: Duration,
 }
 
 impl Boxes {
@@ -75,6 +79,7 @@ impl Boxes {
             host,
             secrets,
             environments,
+            takeover_ttl: DEFAULT_LINK_TTL,
         }
     }
 
