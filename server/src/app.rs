@@ -85,13 +85,16 @@ impl AppState {
             server_id,
         } = parts;
         let environments = Environments::new(store.clone(), secrets.vault(), hub, &url);
-        let boxes = Arc::new(Boxes::new(
-            store.clone(),
-            config.boxes.settings(&config.data_dir)?,
-            host,
-            secrets.clone(),
-            environments.clone(),
-        ));
+        let boxes = Arc::new(
+            Boxes::new(
+                store.clone(),
+                config.boxes.settings(&config.data_dir)?,
+                host,
+                secrets.clone(),
+                environments.clone(),
+            )
+            .with_takeover_ttl(config.takeover.link_ttl()?),
+        );
         let info = ServerInfo {
             public_url: url.clone(),
             server_id,
@@ -186,6 +189,7 @@ pub fn build(
             .wrap(from_fn(require_mcp_credential)),
     )
     .configure(crate::oauth::routes)
+    .configure(routes::takeover::routes)
     .app_data(web::Data::new(ApiDocument::new(
         &document,
         state.boxes.settings().max_keep,
