@@ -14,7 +14,6 @@ mod dial;
 mod proxy;
 mod reserved;
 mod slots;
-mod splice;
 mod streams;
 mod target;
 mod tls;

@@ -16,8 +16,8 @@ use tracing::{debug, warn};
 
 use crate::allow::AllowList;
 use crate::dial::Dialer;
-use crate::splice::splice;
 use crate::target::Target;
+use psbx_wire::splice::splice;
 
 /// What every stream handler shares.
 pub struct Streams {
@@ -45,7 +45,7 @@ impl Streams {
         };
         let stream = incoming.accept();
         let id = stream.id();
-        match splice(stream, tcp).await {
+        match splice(stream, tcp, "connector").await {
             Ok(moved) => debug!(
                 session = slot,
                 stream = id,

@@ -13,6 +13,8 @@
 //!   ([`boxd::Outbound`]);
 //! * [`dns`]: the box's DNS queries through the channel, and asking the
 //!   platform's resolvers;
+//! * [`splice`]: copying both ways between a wire stream and a TCP
+//!   connection, with half-close and resets passed on;
 //! * `testing` (feature `test-util`): sessions connected in memory, for tests.
 //!
 //! Shared by the server, boxd and the connector, so it never depends on
@@ -24,6 +26,7 @@ pub mod dns;
 pub mod frame;
 pub mod hello;
 pub mod mux;
+pub mod splice;
 #[cfg(feature = "test-util")]
 pub mod testing;
 

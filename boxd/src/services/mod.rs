@@ -5,7 +5,8 @@
 //! The request services read one JSON request to the stream's end and answer
 //! one JSON value ([`answer_json`], [`answer_with`]); `exec` answers with
 //! records, `sync` reads a request line and then a tar, `logs` answers with
-//! the log's bytes.
+//! the log's bytes. `port:<n>` splices the stream to a port of the box's
+//! loopback, `pty` runs a shell on a terminal.
 
 mod clock;
 mod configure;
@@ -13,7 +14,9 @@ mod exec;
 pub mod health;
 mod info;
 mod logs;
+mod port;
 mod processes;
+mod pty;
 mod signal;
 mod sync;
 
@@ -61,9 +64,8 @@ pub async fn handle(incoming: Incoming, state: Arc<Boxd>) {
         Service::Signal => signal::serve(incoming, &state).await,
         Service::Logs => logs::serve(incoming.accept(), &state).await,
         Service::Clock => clock::serve(incoming).await,
-        Service::Port(_) | Service::Pty => {
-            incoming.refuse(code::NOT_FOUND, "this boxd does not serve it yet")
-        }
+        Service::Port(port) => port::serve(incoming, port).await,
+        Service::Pty => pty::serve(incoming.accept(), &state).await,
     }
 }
 
@@ -106,4 +108,48 @@ async fn answer_with<T: serde::de::DeserializeOwned>(
         Err(e) => Done::failed(e),
     };
     answer_json(stream, &done).await;
+}
+
+/// Test aids for the services' tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::Boxd;
+    use crate::exec::Processes;
+    use crate::privnet::PrivateNet;
+    use crate::uplink::Uplink;
+    use psbx_wire::boxd::BoxInfo;
+    use psbx_wire::{Config, Session};
+    use std::sync::{Arc, RwLock};
+
+    /// A boxd state with one secret in its commands' environment.
+    pub fn state() -> Arc<Boxd> {
+        Arc::new(Boxd {
+            info: BoxInfo {
+                protocol: 1,
+                version: "test".into(),
+                boot_id: "b".into(),
+                features: vec![],
+            },
+            env: RwLock::new(vec![("SECRET".into(), "s3cr3t-value".into())]),
+            processes: Processes::default(),
+            work: std::env::temp_dir(),
+            uplink: Uplink::default(),
+            private: PrivateNet::new(&Uplink::default()),
+        })
+    }
+
+    /// The server's end of a session whose streams boxd's services serve.
+    pub async fn session() -> Session {
+        let (client, boxd) =
+            psbx_wire::testing::session_pair(Config::default(), Config::default(), 1 << 16)
+                .await
+                .unwrap();
+        let state = state();
+        tokio::spawn(async move {
+            while let Some(incoming) = boxd.accept().await {
+                tokio::spawn(super::handle(incoming, state.clone()));
+            }
+        });
+        client
+    }
 }

@@ -1,16 +1,17 @@
-//! Copying bytes both ways between an accepted wire stream and the TCP
-//! connection to its target, with half-close: when one side ends its
-//! writes, the other side's write half is shut down, and the splice ends
-//! when both directions are done. An error in either direction resets
-//! both: the wire stream with `RST` and the TCP connection with a TCP RST
-//! (zero linger), so neither end mistakes a broken stream for a finished
-//! one.
+//! Copying bytes both ways between an accepted wire stream and a TCP
+//! connection (the connector's to its target, boxd's `port:<n>` to a program
+//! in the box), with half-close: when one side ends its writes, the other
+//! side's write half is shut down, and the splice ends when both directions
+//! are done. An error in either direction resets both: the wire stream with
+//! `RST` and the TCP connection with a TCP RST (zero linger), so neither end
+//! mistakes a broken stream for a finished one. Memory stays bounded: one
+//! chunk in flight each way, the wire's credit holding back the sender.
 
 use std::io;
 
+use crate::Stream;
+use crate::mux::{ReadHalf, WriteHalf};
 use bytes::BytesMut;
-use psbx_wire::Stream;
-use psbx_wire::mux::{ReadHalf, WriteHalf};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -23,15 +24,15 @@ const READ_CHUNK: usize = 16 * 1024;
 /// What a splice moved.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Moved {
-    /// From the server (the box) to the target.
+    /// From the wire stream to the TCP connection (its target).
     pub to_target: u64,
-    /// From the target back to the server.
+    /// From the TCP connection back to the wire stream.
     pub from_target: u64,
 }
 
 /// Copies until both directions are done; on an error, resets both sides
-/// and returns it.
-pub async fn splice(stream: Stream, tcp: TcpStream) -> io::Result<Moved> {
+/// and returns it. The wire stream's reset reason is `<who>: <the error>`.
+pub async fn splice(stream: Stream, tcp: TcpStream, who: &str) -> io::Result<Moved> {
     let (mut wire_read, mut wire_write) = stream.into_split();
     let (mut tcp_read, mut tcp_write) = tcp.into_split();
     let result = tokio::try_join!(
@@ -44,7 +45,7 @@ pub async fn splice(stream: Stream, tcp: TcpStream) -> io::Result<Moved> {
             from_target,
         }),
         Err(e) => {
-            wire_write.reset(&format!("connector: {e}"));
+            wire_write.reset(&format!("{who}: {e}"));
             if let Ok(tcp) = tcp_read.reunite(tcp_write) {
                 // Closed with zero linger: the target sees a TCP RST.
                 let _ = tcp.set_zero_linger();
