@@ -14,6 +14,8 @@
   term.loadAddon(fit);
   term.open(element);
   fit.fit();
+  // For the browser tests (and the curious): the terminal's size.
+  window.psbxTerminal = term;
 
   const path = window.location.pathname.replace(/\/+$/, "");
   const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";

@@ -106,7 +106,9 @@ impl Terminal {
 fn plausible(token: &str) -> bool {
     token.starts_with(TAKEOVER_TOKEN_PREFIX)
         && token.len() <= MAX_TOKEN_LEN
-        && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 impl Boxes {
@@ -170,10 +172,13 @@ impl Boxes {
             Err(LinkState::Unknown) => return Err(TakeoverError::Unknown),
         };
         let (addr, link, _) = self.channel(&account, box_id.as_str()).await?;
-        let mut stream = link.open(Service::Pty, SERVICE).await.map_err(|e| match e {
-            LinkError::Refused { reason, .. } => TakeoverError::NoTerminal(reason),
-            other => TakeoverError::Box(other.into()),
-        })?;
+        let mut stream = link
+            .open(Service::Pty, SERVICE)
+            .await
+            .map_err(|e| match e {
+                LinkError::Refused { reason, .. } => TakeoverError::NoTerminal(reason),
+                other => TakeoverError::Box(other.into()),
+            })?;
         let mut line = serde_json::to_vec(&PtyRequest { cols, rows }).map_err(BoxError::from)?;
         line.push(b'\n');
         stream

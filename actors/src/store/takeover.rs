@@ -161,7 +161,10 @@ mod tests {
     fn tokens_are_stored_as_sha256_hex() {
         let hash = token_hash("tko_x");
         assert_eq!(hash.len(), 64);
-        assert!(hash.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert!(
+            hash.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
         assert_ne!(hash, token_hash("tko_y"));
     }
 }
