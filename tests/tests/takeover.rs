@@ -38,6 +38,17 @@ fn the_takeover_page_runs_a_shell_once_and_keeps_the_box_awake() {
         ["1"]
     );
 
+    // MCP's sandbox_status makes one too when asked, in the same shape.
+    let status = mcp_status(&s, &id);
+    let made = &status["result"]["structuredContent"]["takeover"];
+    assert_eq!(made["boxId"], id.as_str(), "{status}");
+    assert!(made["expiresAt"].is_string(), "{status}");
+    let other = made["url"].as_str().unwrap();
+    assert!(
+        other.starts_with(&format!("{}/takeover/tko_", s.url())) && other != url,
+        "{status}"
+    );
+
     let seen = psbx_tests::browser::run_json("takeover.mjs", &json!({"url": url, "holdMs": 15000}));
     assert_eq!(seen["status"], 200, "{seen}");
     assert!(
@@ -57,4 +68,31 @@ fn the_takeover_page_runs_a_shell_once_and_keeps_the_box_awake() {
     // Never frozen while the terminal was open.
     assert_eq!(s.db_box_state(&id).as_deref(), Some("running"));
     assert!(!psbx_tests::vm::has_saved_memory(&id));
+}
+
+/// `sandbox_status {id, takeover: true}` over `/mcp` (2026-07-28, session-free).
+fn mcp_status(s: &BoxServer, id: &str) -> serde_json::Value {
+    let version = "2026-07-28";
+    let text = reqwest::blocking::Client::new()
+        .post(format!("{}/mcp", s.url()))
+        .bearer_auth(&s.key)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", version)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "sandbox_status")
+        .json(&json!({
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "sandbox_status", "arguments": {"id": id, "takeover": true},
+                       "_meta": {"io.modelcontextprotocol/protocolVersion": version}}
+        }))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    // A JSON answer, or one server-sent event carrying it.
+    let body = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data:"))
+        .map_or(text.as_str(), str::trim);
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
