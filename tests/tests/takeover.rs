@@ -83,7 +83,11 @@ fn mcp_status(s: &BoxServer, id: &str) -> serde_json::Value {
         .json(&json!({
             "jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "sandbox_status", "arguments": {"id": id, "takeover": true},
-                       "_meta": {"io.modelcontextprotocol/protocolVersion": version}}
+                       "_meta": {
+                           "io.modelcontextprotocol/protocolVersion": version,
+                           "io.modelcontextprotocol/clientInfo": {"name": "takeover test", "version": "1"},
+                           "io.modelcontextprotocol/clientCapabilities": {}
+                       }}
         }))
         .send()
         .unwrap()
