@@ -6,6 +6,7 @@ use crate::blocking::blocking;
 use crate::box_actor::link::LinkHandle;
 use crate::box_actor::state::BoxState;
 use crate::box_actor::{BoxSnapshot, Channel, Forget, Keep, Status, Stop, Touch};
+use crate::box_urls::{BoxAddress, BoxUrls};
 use crate::duration;
 use crate::environments::Environments;
 use crate::environments::claim::{EnvironmentClaim, seal_mask};
@@ -61,6 +62,14 @@ pub struct Boxes {
     environments: Environments,
     /// How long a takeover link works.
     takeover_ttl: Duration,
+    /// How the boxes' URLs are made, when they have any.
+    urls: Option<BoxUrls>,
+}
+
+/// While held, the box counts as active (a box URL's open request or
+/// WebSocket, a terminal): the box does not freeze under it.
+pub struct Awake {
+    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 impl Boxes {
@@ -80,7 +89,68 @@ impl Boxes {
             secrets,
             environments,
             takeover_ttl: DEFAULT_LINK_TTL,
+            urls: None,
         }
+    }
+
+    /// Gives the boxes URLs (`url` in their snapshots, and the box URL proxy).
+    pub fn with_urls(mut self, urls: BoxUrls) -> Self {
+        self.urls = Some(urls);
+        self
+    }
+
+    pub fn urls(&self) -> Option<&BoxUrls> {
+        self.urls.as_ref()
+    }
+
+    /// The snapshot with the box's URLs, while the box lives.
+    fn dressed(&self, mut snapshot: BoxSnapshot) -> BoxSnapshot {
+        if let Some(urls) = &self.urls
+            && !snapshot.record.state.is_terminal()
+        {
+            snapshot.urls = Some(urls.of(&snapshot.record.id, &snapshot.record.spec.services));
+        }
+        snapshot
+    }
+
+    /// The live box a box URL names, if its key is right (checked first,
+    /// without reading anything) and the box is neither over nor pooled.
+    pub async fn for_url(&self, address: &BoxAddress) -> Result<Option<BoxRecord>, BoxError> {
+        if !self.urls.as_ref().is_some_and(|u| u.admits(address)) {
+            return Ok(None);
+        }
+        let (store, id) = (self.store.clone(), address.id.clone());
+        let record = blocking(move || store.box_by_id(&id)).await?;
+        Ok(record.filter(|r| r.account_id.is_some() && !r.state.is_terminal()))
+    }
+
+    /// A byte pipe to `port` on the loopback of an account's box, thawing it
+    /// first (this counts as activity), and a guard that keeps the box awake
+    /// while it is held. boxd refuses with 502 when nothing listens there.
+    pub async fn open_port(
+        &self,
+        account: &AccountId,
+        id: &str,
+        port: u16,
+    ) -> Result<(Stream, Awake), BoxError> {
+        let (addr, link, _) = self.channel(account, id).await?;
+        let stream = link.open(Service::Port(port), SERVICE).await?;
+        Ok((stream, self.awake(addr)))
+    }
+
+    /// Touches the box every keepalive period until the guard is dropped.
+    pub fn awake(&self, addr: actix::Addr<crate::box_actor::BoxActor>) -> Awake {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut keepalive = self.keepalive();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = keepalive.tick() => addr.do_send(Touch),
+                    _ = &mut stopped => return,
+                }
+            }
+        });
+        Awake { _stop: stop }
     }
 
     /// What a box started in environment `name` takes with it; the summary
@@ -204,8 +274,9 @@ impl Boxes {
                     touch: false,
                 })
                 .await,
-            )?,
-            None => Ok(made),
+            )?
+            .map(|s| self.dressed(s)),
+            None => Ok(self.dressed(made)),
         }
     }
 
@@ -219,7 +290,12 @@ impl Boxes {
     }
 
     fn snapshot_of_row(&self, record: BoxRecord) -> BoxSnapshot {
-        BoxSnapshot::of(record, None, None, self.settings.idle_freeze)
+        self.dressed(BoxSnapshot::of(
+            record,
+            None,
+            None,
+            self.settings.idle_freeze,
+        ))
     }
 
     /// The actor of a live box, or the stored record when the box is over.
@@ -256,7 +332,9 @@ impl Boxes {
     ) -> Result<BoxSnapshot, BoxError> {
         match self.actor(account, id).await? {
             Err(record) => Ok(self.snapshot_of_row(record)),
-            Ok(addr) => send(addr.send(Status { thaw, touch: true }).await)?,
+            Ok(addr) => {
+                send(addr.send(Status { thaw, touch: true }).await)?.map(|s| self.dressed(s))
+            }
         }
     }
 
@@ -269,7 +347,7 @@ impl Boxes {
         let keep_secs = self.keep_secs(keep)?;
         match self.actor(account, id).await? {
             Err(record) => Err(over(&record)),
-            Ok(addr) => send(addr.send(Keep { keep_secs }).await)?,
+            Ok(addr) => send(addr.send(Keep { keep_secs }).await)?.map(|s| self.dressed(s)),
         }
     }
 

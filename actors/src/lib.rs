@@ -4,7 +4,9 @@
 //! that touches diesel. The crate README maps the modules.
 
 pub mod blocking;
+pub mod box_access;
 pub mod box_actor;
+pub mod box_urls;
 pub mod boxes;
 pub mod boxnet;
 pub mod connectors;

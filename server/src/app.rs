@@ -42,6 +42,10 @@ pub struct AppState {
     pub oauth: Arc<crate::oauth::OAuth>,
     /// Who may read `/metrics`.
     pub metrics_access: routes::metrics::MetricsAccess,
+    /// The accounts' box-URL allowlists (one cache per replica).
+    pub box_access: psbx_actors::box_access::BoxAccess,
+    /// Whose `X-Forwarded-For` names the client (`client_addr`).
+    pub trusted_proxies: crate::client_addr::TrustedProxies,
 }
 
 /// What the application is made of besides its configuration.
@@ -85,6 +89,7 @@ impl AppState {
             server_id,
         } = parts;
         let environments = Environments::new(store.clone(), secrets.vault(), hub, &url);
+        let urls = psbx_actors::box_urls::BoxUrls::new(&url, &config.box_domain, secrets.vault());
         let boxes = Arc::new(
             Boxes::new(
                 store.clone(),
@@ -93,7 +98,8 @@ impl AppState {
                 secrets.clone(),
                 environments.clone(),
             )
-            .with_takeover_ttl(config.takeover.link_ttl()?),
+            .with_takeover_ttl(config.takeover.link_ttl()?)
+            .with_urls(urls),
         );
         let info = ServerInfo {
             public_url: url.clone(),
@@ -117,6 +123,8 @@ impl AppState {
                 &url,
                 config.oauth.loopback_client_metadata,
             )),
+            box_access: psbx_actors::box_access::BoxAccess::new(store.clone()),
+            trusted_proxies: crate::client_addr::TrustedProxies::parse(&config.trusted_proxies)?,
             store,
             boxes,
             secrets,
@@ -167,7 +175,9 @@ pub fn build(
         InitError = (),
     >,
 > {
+    // Box hosts first: no request for a box URL reaches psbx's own routes.
     let (app, document) = App::new()
+        .service(crate::box_urls::scope(state.boxes.urls().cloned()))
         .into_utoipa_app()
         .openapi(routes::docs::BaseDocument::openapi())
         .service(routes::health::health)
@@ -202,6 +212,8 @@ pub fn build(
     .app_data(web::Data::new(state.secrets))
     .app_data(web::Data::new(state.environments))
     .app_data(web::Data::new(state.info))
+    .app_data(web::Data::new(state.box_access))
+    .app_data(web::Data::new(state.trusted_proxies))
     // Every body has a limit; past it, 413 `payload_too_large`
     // (`limits::body`; the streamed uploads count their own).
     .app_data(crate::limits::body::json_config())

@@ -27,6 +27,10 @@ pub struct Config {
     pub public_url: Option<String>,
     /// Box URLs are `<name>.<box_domain>`.
     pub box_domain: String,
+    /// Reverse proxies (addresses or CIDR networks) whose `X-Forwarded-For`
+    /// names the client: for the box-URL allowlist and the per-address
+    /// rate limits. Empty: the TCP peer is the client.
+    pub trusted_proxies: Vec<String>,
     /// The connector's container image, as a connection's `runCommand` names it
     /// (build it from `connector/Dockerfile` and publish it where your
     /// networks can pull it).
@@ -380,8 +384,14 @@ pub enum LogFormat {
 pub struct TlsConfig {
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
-    /// Generate (once, kept under `data_dir/tls/`) a self-signed certificate.
+    /// Generate (once, kept under `data_dir/tls/`) a self-signed certificate;
+    /// it covers `*.<box_domain>` too.
     pub self_signed: bool,
+    /// A certificate (and its key) for `*.<box_domain>`, served to clients
+    /// asking for a name under `box_domain` (SNI); unset: the main pair
+    /// serves those names too.
+    pub box_cert: Option<PathBuf>,
+    pub box_key: Option<PathBuf>,
 }
 
 /// How psbx runs its own PostgreSQL cluster when no database URL is given.
@@ -411,6 +421,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             public_url: None,
             box_domain: "box.localhost".to_owned(),
+            trusted_proxies: Vec::new(),
             connector_image: "psbx-connector:latest".to_owned(),
             aws_box_role_template_url: None,
             data_dir: PathBuf::from(".psbx"),
@@ -513,8 +524,22 @@ impl Config {
                 "tls.self_signed and tls.cert/tls.key exclude each other: choose one".to_owned(),
             ));
         }
+        if self.tls.box_cert.is_some() != self.tls.box_key.is_some() {
+            return Err(ConfigError::Invalid(
+                "tls.box_cert and tls.box_key go together: set both or neither".to_owned(),
+            ));
+        }
+        if self.tls.box_cert.is_some() && !self.tls_enabled() {
+            return Err(ConfigError::Invalid(
+                "tls.box_cert is for a server that serves HTTPS: set tls.cert/tls.key or \
+                 tls.self_signed too"
+                    .to_owned(),
+            ));
+        }
         self.boxes.settings(&self.data_dir)?;
         self.takeover.link_ttl()?;
+        crate::client_addr::TrustedProxies::parse(&self.trusted_proxies)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if self.database_pool_size == 0 {
             return Err(ConfigError::Invalid(
                 "database_pool_size must be at least 1".to_owned(),
@@ -690,6 +715,28 @@ mod tests {
                 quotas.max_units,
                 psbx_actors::quota::Quotas::default().max_units
             );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn trusted_proxies_are_read_and_checked() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "psbx.toml",
+                "trusted_proxies = [\"10.0.0.5\", \"10.1.0.0/16\"]\n",
+            )?;
+            let c = Config::load(None, &Overrides::default()).unwrap();
+            assert_eq!(c.trusted_proxies, ["10.0.0.5", "10.1.0.0/16"]);
+            jail.create_file("psbx.toml", "trusted_proxies = [\"10.1.2.3/16\"]\n")?;
+            let err = Config::load(None, &Overrides::default()).unwrap_err();
+            assert!(
+                err.to_string().contains("did you mean 10.1.0.0/16?"),
+                "{err}"
+            );
+            jail.create_file("psbx.toml", "trusted_proxies = [\"lb.internal\"]\n")?;
+            let err = Config::load(None, &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains("trusted_proxies"), "{err}");
             Ok(())
         });
     }

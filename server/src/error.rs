@@ -484,6 +484,7 @@ mod tests {
         let refused = ApiError::from(BoxError::from(LinkError::Refused {
             target: "exec".into(),
             reason: "no".into(),
+            code: Some(404),
         }));
         assert_eq!(
             (refused.status(), refused.code()),

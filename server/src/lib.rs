@@ -5,6 +5,8 @@
 pub mod app;
 pub mod auth;
 pub mod banner;
+pub mod box_urls;
+pub mod client_addr;
 pub mod commands;
 pub mod config;
 pub mod database;

@@ -32,7 +32,12 @@ pub enum LinkError {
     #[error("the link to boxd is closed")]
     Closed,
     #[error("boxd refused {target}: {reason}")]
-    Refused { target: String, reason: String },
+    Refused {
+        target: String,
+        reason: String,
+        /// boxd's refusal code (`psbx_wire::frame::code`), when it refused.
+        code: Option<u16>,
+    },
     #[error("boxd's answer to {target} was not understood: {reason}")]
     BadAnswer { target: String, reason: String },
 }
@@ -278,7 +283,11 @@ async fn fetch<R: DeserializeOwned>(
 async fn open(session: &Session, service: Service) -> Result<Stream, LinkError> {
     let target = service.target();
     session.open(&target).await.map_err(|e| LinkError::Refused {
-        target: target.into_owned(),
+        target: target.to_string(),
+        code: match &e {
+            psbx_wire::OpenError::Refused { code, .. } => Some(*code),
+            _ => None,
+        },
         reason: e.to_string(),
     })
 }

@@ -32,6 +32,8 @@ pub struct BoxSnapshot {
     pub health: Option<Health>,
     pub freezes_at: Option<DateTime<Utc>>,
     pub expires_at: DateTime<Utc>,
+    /// The box's URLs while it lives (set by [`crate::boxes::Boxes`]).
+    pub urls: Option<crate::box_urls::Urls>,
 }
 
 impl BoxSnapshot {
@@ -55,6 +57,7 @@ impl BoxSnapshot {
             health,
             freezes_at,
             expires_at,
+            urls: None,
         }
     }
 }

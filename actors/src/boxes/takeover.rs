@@ -7,16 +7,15 @@
 //!
 //! The link does not rely on the box's key: the token is the credential,
 //! stored as its hash (`store::takeover`), spent by the terminal that opens
-//! with it. An open terminal keeps the box awake (a `Touch` every half idle
-//! period, as a waiting `exec` does) until it is dropped.
+//! with it. An open terminal keeps the box awake ([`Boxes::awake`]: a
+//! `Touch` every half idle period) until it is dropped.
 //!
 //! Terminal output is not masked: the terminal is the account's own person
 //! at the box's shell, not output returned to an agent, and masking would
 //! cut through escape sequences.
 
-use super::{Boxes, SERVICE, over};
+use super::{Awake, Boxes, SERVICE, over};
 use crate::blocking::blocking;
-use crate::box_actor::Touch;
 use crate::box_actor::link::{LinkError, LinkHandle};
 use crate::error::BoxError;
 use crate::ids::{AccountId, BoxId};
@@ -26,7 +25,6 @@ use psbx_wire::boxd::{PtyInput, PtyRequest, Service};
 use psbx_wire::mux::Stream;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::oneshot;
 
 /// How long a takeover link works when the configuration does not say.
 pub const DEFAULT_LINK_TTL: Duration = Duration::from_secs(15 * 60);
@@ -75,8 +73,8 @@ impl From<crate::blocking::TaskFailed> for TakeoverError {
 pub struct Terminal {
     stream: Stream,
     box_id: BoxId,
-    /// Dropped with the terminal: ends the keep-awake task.
-    _awake: oneshot::Sender<()>,
+    /// Keeps the box awake until the terminal is dropped.
+    _awake: Awake,
     /// Holds the box's channel open while the terminal is.
     _link: LinkHandle,
 }
@@ -188,18 +186,8 @@ impl Boxes {
                 what: format!("opening a terminal in box {box_id}"),
                 source,
             })?;
-        let (awake, asleep) = oneshot::channel::<()>();
-        // Taking the channel counted as activity; so does every tick.
-        let mut keepalive = self.keepalive();
-        tokio::spawn(async move {
-            tokio::pin!(asleep);
-            loop {
-                tokio::select! {
-                    _ = keepalive.tick() => addr.do_send(Touch),
-                    _ = &mut asleep => return,
-                }
-            }
-        });
+        // Taking the channel counted as activity; the guard goes on touching.
+        let awake = self.awake(addr);
         Ok(Terminal {
             stream,
             box_id,

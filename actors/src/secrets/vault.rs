@@ -4,6 +4,8 @@
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Key, Nonce};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -21,6 +23,8 @@ pub enum VaultError {
 /// The server's master key. `Debug` never shows it.
 pub struct Vault {
     cipher: Aes256Gcm,
+    /// HMAC-SHA256 under the master key, for values derived from it.
+    mac: Hmac<Sha256>,
 }
 
 impl std::fmt::Debug for Vault {
@@ -39,7 +43,25 @@ impl Vault {
     pub fn from_key(key: &[u8; 32]) -> Self {
         Self {
             cipher: Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(key)),
+            // HMAC pads a short key with zeros to its block size (64 bytes):
+            // the padded key is the same key, and takes no fallible path.
+            mac: {
+                let mut block = [0u8; 64];
+                block[..32].copy_from_slice(key);
+                <Hmac<Sha256> as hmac::digest::KeyInit>::new(&block.into())
+            },
         }
+    }
+
+    /// A value derived from the master key for `purpose` and `data`
+    /// (HMAC-SHA256 of both, the purpose NUL-terminated): the same on every
+    /// replica, and unlike for every other purpose or datum.
+    pub fn derive(&self, purpose: &str, data: &[u8]) -> [u8; 32] {
+        let mut mac = self.mac.clone();
+        mac.update(purpose.as_bytes());
+        mac.update(&[0]);
+        mac.update(data);
+        mac.finalize().into_bytes().into()
     }
 
     /// Reads the 32-byte key file, creating it (mode 0600, random) when absent.

@@ -6,6 +6,7 @@
 
 mod accounts;
 mod api_keys;
+mod box_access;
 mod boxes;
 mod credentials;
 mod egress;
@@ -22,6 +23,7 @@ mod uploads;
 
 pub use accounts::{Account, Bootstrap};
 pub use api_keys::{ApiKey, Credential, KeyPage, NewApiKey, Principal};
+pub use box_access::BoxAccessRow;
 pub use boxes::{BoxCursor, BoxRecord, NewBox, PoolClaim, Transition};
 pub use environments::{
     ConnectionRecord, EnvironmentChange, EnvironmentRecord, SealedService, ServiceRecord,

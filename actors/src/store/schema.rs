@@ -229,7 +229,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     environment_services,
     uploads,
     connector_sessions,
-    box_egress
+    box_egress,
+    box_access
 );
 
 diesel::table! {
@@ -269,3 +270,13 @@ diesel::table! {
 }
 
 diesel::joinable!(takeover_links -> accounts (account_id));
+
+diesel::table! {
+    box_access (account_id) {
+        account_id -> Text,
+        entries -> Array<Text>,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::joinable!(box_access -> accounts (account_id));

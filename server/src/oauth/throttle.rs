@@ -10,15 +10,19 @@
 //! * client metadata documents fetched (not from the cache): 30 a minute per
 //!   client address.
 //!
-//! The client address is the TCP peer's (behind a reverse proxy, the proxy's:
-//! then the per-address limits apply to everyone behind it).
+//! The client address is [`crate::client_addr::client_ip`]'s: the TCP peer's,
+//! or behind one of the configured `trusted_proxies` the address it forwarded
+//! (a reverse proxy not listed there is the client: then the per-address
+//! limits apply to everyone behind it).
 
 use super::page;
+use crate::client_addr::{TrustedProxies, client_ip};
 use crate::limits::rate::{Exceeded, Limit, RateLimiter, client_key};
 use actix_web::HttpRequest;
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{HeaderValue, RETRY_AFTER};
+use actix_web::web;
 use std::time::Duration;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -72,10 +76,12 @@ impl Default for Throttles {
 }
 
 /// The key of the request's client address (`unknown` when there is no peer,
-/// as in in-process tests).
+/// as in in-process tests, or a trusted proxy forwarded nothing readable).
 pub fn address(req: &HttpRequest) -> String {
-    req.peer_addr()
-        .map_or_else(|| "unknown".to_owned(), |a| client_key(a.ip()))
+    let trusted = req.app_data::<web::Data<TrustedProxies>>();
+    let none = TrustedProxies::default();
+    let trusted = trusted.map_or(&none, |t| t.get_ref());
+    client_ip(req, trusted).map_or_else(|| "unknown".to_owned(), client_key)
 }
 
 /// Adds `Retry-After` to an answer.

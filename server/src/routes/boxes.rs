@@ -137,6 +137,16 @@ pub struct BoxView {
     pub expires_at: Option<DateTime<Utc>>,
     pub stopped_at: Option<DateTime<Utc>>,
     pub health: BoxHealth,
+    /// The box's URL, `<scheme>://box-<id>-<key>.<box_domain>/` (the `_` of
+    /// the id written `-`): it serves the first declared service's port (its
+    /// `targetPort`), or port 80 when none is declared; `...-<key>-<port>.`
+    /// serves another port. Anyone with the URL can open it (unless the
+    /// account's allowlist, `PUT /v1/box-access`, says otherwise); null once
+    /// the box is stopped.
+    #[schema(nullable)]
+    pub url: Option<String>,
+    /// The services declared at start, each with its URL.
+    pub services: Vec<ServiceView>,
     /// The environment the box was started in, as it took it at claim.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub environment: Option<BoxEnvironmentView>,
@@ -145,6 +155,24 @@ pub struct BoxView {
     /// replica stored, plus what the one that answered counted since its last flush.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub egress_bytes: Option<u64>,
+}
+
+/// A service declared at start.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceView {
+    pub name: String,
+    /// The port callers dial.
+    pub port: Option<u16>,
+    /// The port the process in the box listens on, when not `port`.
+    pub target_port: Option<u16>,
+    /// A published version run instead of a process of the caller's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// `<box url with -<port>>`: the service's port from outside (null
+    /// without a port, or once the box is stopped).
+    #[schema(nullable)]
+    pub url: Option<String>,
 }
 
 /// A box's environment: what it can reach through which connection, and its
@@ -286,12 +314,30 @@ impl From<BoxSnapshot> for BoxView {
     fn from(s: BoxSnapshot) -> Self {
         let r = s.record;
         let over = r.state.is_terminal();
+        let (url, service_urls) = s
+            .urls
+            .map_or((None, Vec::new()), |u| (Some(u.url), u.services));
+        let services = r
+            .spec
+            .services
+            .iter()
+            .enumerate()
+            .map(|(i, svc)| ServiceView {
+                name: svc.name.clone(),
+                port: svc.port,
+                target_port: svc.target_port,
+                version: svc.version.clone(),
+                url: service_urls.get(i).cloned().flatten(),
+            })
+            .collect();
         let environment = r
             .spec
             .claimed
             .clone()
             .map(|c| BoxEnvironmentView::new(c, &HashMap::new()));
         Self {
+            url,
+            services,
             environment,
             egress_bytes: None,
             id: r.id.to_string(),

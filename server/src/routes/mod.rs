@@ -4,6 +4,7 @@
 //! sits behind the API key middleware.
 
 pub mod api_keys;
+pub mod box_access;
 pub mod boxes;
 pub mod connect;
 pub mod docs;
@@ -49,5 +50,7 @@ pub fn v1(cfg: &mut ServiceConfig) {
         .service(environments::suggested_endpoints)
         .service(secrets::list)
         .service(secrets::put)
-        .service(secrets::remove);
+        .service(secrets::remove)
+        .service(box_access::get)
+        .service(box_access::put);
 }

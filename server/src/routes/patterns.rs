@@ -106,6 +106,11 @@ pub fn constraints() -> Vec<(&'static str, &'static str, Value)> {
             "/properties/dotenv",
             json!({"pattern": NO_NUL, "maxLength": 512 * 1024}),
         ),
+        (
+            "PutBoxAccess",
+            "/properties/entries/items",
+            json!({"pattern": psbx_actors::box_access::entry_pattern()}),
+        ),
     ]
 }
 

@@ -1,0 +1,292 @@
+//! Box URLs: `<scheme>://box-<rest of the id>-<key>[-<port>].<box_domain>[:<port>]`.
+//!
+//! * The label is the box id with its `_` written `-` (host names have no
+//!   underscore), then the box's key, then optionally a port in the box.
+//! * The key is 25 base-36 characters: 128 bits of HMAC-SHA256 of the box id
+//!   under the master key ([`Vault::derive`]). Every replica derives the same
+//!   key without storing it, and checking a key costs the same whether the box
+//!   exists or not: no database read comes before the key is right, so a wrong
+//!   key and an unknown box cannot be told apart, by answer or by time.
+//! * The bare URL serves the first declared service (its `targetPort`, else
+//!   its `port`), or port [`DEFAULT_PORT`] when none is declared;
+//!   `-<port>` serves that port: a declared service's `port` leads to its
+//!   `targetPort`, any other port is dialed as it is.
+//! * Scheme and listener port are the public URL's (`http://127.0.0.1:8080`
+//!   gives `http://box-….box.localhost:8080`).
+
+use crate::ids::BoxId;
+use crate::secrets::vault::Vault;
+use crate::spec::ServiceSpec;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// The port the bare URL of a box without declared services serves.
+pub const DEFAULT_PORT: u16 = 80;
+/// Characters of a box key: 36^25 > 2^128.
+const KEY_LEN: usize = 25;
+const ALPHABET: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+/// What the master key derives box keys for.
+const PURPOSE: &str = "psbx box url key v1";
+/// The label prefix standing for `box_`.
+const LABEL_PREFIX: &str = "box-";
+
+/// How box URLs are made and read.
+#[derive(Clone)]
+pub struct BoxUrls {
+    scheme: String,
+    /// Lower-case, without a leading dot.
+    domain: String,
+    /// The listener's port when it is not the scheme's default.
+    port: Option<u16>,
+    vault: Arc<Vault>,
+}
+
+/// A box's URLs: the bare one, and one per declared service with a port
+/// (`None` for a service without one), in the order of the services.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Urls {
+    pub url: String,
+    pub services: Vec<Option<String>>,
+}
+
+/// What a box URL's host names: a box, a key to check, maybe a port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoxAddress {
+    pub id: BoxId,
+    key: String,
+    pub port: Option<u16>,
+}
+
+impl std::fmt::Debug for BoxUrls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BoxUrls({}://*.{})", self.scheme, self.domain)
+    }
+}
+
+impl BoxUrls {
+    /// Box URLs under `box_domain`, with the scheme and port of `public_url`.
+    pub fn new(public_url: &str, box_domain: &str, vault: Arc<Vault>) -> Self {
+        let parsed = url::Url::parse(public_url).ok();
+        let scheme = parsed.as_ref().map_or("http", |u| u.scheme()).to_owned();
+        Self {
+            port: parsed.as_ref().and_then(url::Url::port),
+            scheme,
+            domain: box_domain.trim_matches('.').to_ascii_lowercase(),
+            vault,
+        }
+    }
+
+    /// The box's key.
+    fn key(&self, id: &BoxId) -> String {
+        let mac = self.vault.derive(PURPOSE, id.as_str().as_bytes());
+        let mut n = u128::from_be_bytes(mac[..16].try_into().unwrap_or([0; 16]));
+        let mut key = [b'0'; KEY_LEN];
+        for c in key.iter_mut().rev() {
+            *c = ALPHABET[(n % 36) as usize];
+            n /= 36;
+        }
+        String::from_utf8_lossy(&key).into_owned()
+    }
+
+    /// The URL of a box, or of one port in it.
+    pub fn url(&self, id: &BoxId, port: Option<u16>) -> String {
+        let rest = id
+            .as_str()
+            .strip_prefix(BoxId::PREFIX)
+            .unwrap_or(id.as_str());
+        let port_part = port.map(|p| format!("-{p}")).unwrap_or_default();
+        let listener = self.port.map(|p| format!(":{p}")).unwrap_or_default();
+        format!(
+            "{}://{LABEL_PREFIX}{rest}-{}{port_part}.{}{listener}/",
+            self.scheme,
+            self.key(id),
+            self.domain
+        )
+    }
+
+    /// The URLs of a box with these declared services.
+    pub fn of(&self, id: &BoxId, services: &[ServiceSpec]) -> Urls {
+        Urls {
+            url: self.url(id, None),
+            services: services
+                .iter()
+                .map(|s| s.port.map(|p| self.url(id, Some(p))))
+                .collect(),
+        }
+    }
+
+    /// Whether `host` (a Host header, port and all) is under the box domain.
+    pub fn is_box_host(&self, host: &str) -> bool {
+        self.label_of(host).is_some()
+    }
+
+    /// The first label of a host under the box domain, lower-cased.
+    fn label_of(&self, host: &str) -> Option<String> {
+        let name = strip_port(host).trim_end_matches('.').to_ascii_lowercase();
+        let label = name.strip_suffix(&self.domain)?.strip_suffix('.')?;
+        (!label.is_empty() && !label.contains('.')).then(|| label.to_owned())
+    }
+
+    /// What a host under the box domain names, if it has the shape of a box
+    /// URL. The key is not checked yet: [`BoxUrls::admits`] does.
+    pub fn parse(&self, host: &str) -> Option<BoxAddress> {
+        let label = self.label_of(host)?;
+        let rest = label.strip_prefix(LABEL_PREFIX)?;
+        let mut parts = rest.split('-');
+        let (id, key) = (parts.next()?, parts.next()?);
+        let port = match parts.next() {
+            None => None,
+            Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => {
+                Some(p.parse::<u16>().ok().filter(|p| *p != 0)?)
+            }
+            Some(_) => return None,
+        };
+        if parts.next().is_some() || key.len() != KEY_LEN {
+            return None;
+        }
+        let id = BoxId::parse(&format!("{}{id}", BoxId::PREFIX)).ok()?;
+        Some(BoxAddress {
+            id,
+            key: key.to_owned(),
+            port,
+        })
+    }
+
+    /// Whether the address carries its box's key, compared in constant time.
+    pub fn admits(&self, address: &BoxAddress) -> bool {
+        self.key(&address.id)
+            .as_bytes()
+            .ct_eq(address.key.as_bytes())
+            .into()
+    }
+}
+
+/// The port in the box a request to `address` goes to, given the box's
+/// declared services.
+pub fn port_in_box(address: &BoxAddress, services: &[ServiceSpec]) -> u16 {
+    let in_box = |s: &ServiceSpec| s.target_port.or(s.port);
+    match address.port {
+        Some(port) => services
+            .iter()
+            .find(|s| s.port == Some(port))
+            .and_then(in_box)
+            .unwrap_or(port),
+        None => services.iter().find_map(in_box).unwrap_or(DEFAULT_PORT),
+    }
+}
+
+/// `host` without a `:port` (an IPv6 literal keeps its brackets).
+fn strip_port(host: &str) -> &str {
+    host.rsplit_once(':')
+        .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(host, |(name, _)| name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn urls(public: &str) -> BoxUrls {
+        BoxUrls::new(public, "Box.Example.", Arc::new(Vault::from_key(&[7; 32])))
+    }
+
+    fn host_of(url: &str) -> String {
+        url::Url::parse(url).unwrap().host_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn a_url_reads_back_as_its_box_and_admits_its_key() {
+        let u = urls("http://127.0.0.1:8080");
+        let id = BoxId::parse("box_abc123").unwrap();
+        let url = u.url(&id, None);
+        assert!(url.starts_with("http://box-abc123-"), "{url}");
+        assert!(url.ends_with(".box.example:8080/"), "{url}");
+        let address = u.parse(&format!("{}:8080", host_of(&url))).unwrap();
+        assert_eq!(address.id, id);
+        assert_eq!(address.port, None);
+        assert!(u.admits(&address));
+        // Upper case, a trailing dot: still the same box.
+        let shouted = u.parse(&host_of(&url).to_uppercase()).unwrap();
+        assert!(u.admits(&shouted));
+
+        let with_port = u.url(&id, Some(3000));
+        let address = u.parse(&host_of(&with_port)).unwrap();
+        assert_eq!(address.port, Some(3000));
+        assert!(u.admits(&address));
+        assert!(
+            urls("https://api.example")
+                .url(&id, None)
+                .starts_with("https://")
+        );
+        assert!(!urls("https://api.example").url(&id, None).contains(":443"));
+    }
+
+    #[test]
+    fn keys_are_128_bits_apart_per_box_and_per_master_key() {
+        let u = urls("http://x");
+        let a = BoxId::parse("box_a").unwrap();
+        let b = BoxId::parse("box_b").unwrap();
+        assert_ne!(u.key(&a), u.key(&b));
+        assert_eq!(u.key(&a).len(), KEY_LEN);
+        let other = BoxUrls::new(
+            "http://x",
+            "box.example",
+            Arc::new(Vault::from_key(&[8; 32])),
+        );
+        assert_ne!(u.key(&a), other.key(&a));
+        // A wrong key, or another box's key, is not admitted.
+        let mut address = u.parse(&host_of(&u.url(&a, None))).unwrap();
+        address.key = u.key(&b);
+        assert!(!u.admits(&address));
+    }
+
+    #[test]
+    fn hosts_that_are_not_box_urls() {
+        let u = urls("http://x");
+        let key = "0".repeat(KEY_LEN);
+        for host in [
+            "box.example",
+            "api.example",
+            "evil-box.example",
+            "a.b.box.example",
+            &format!("box-abc-{key}.box.example.evil"),
+            &format!("abc-{key}.box.example"),
+            &format!("box-abc-{key}-0.box.example"),
+            &format!("box-abc-{key}-70000.box.example"),
+            &format!("box-abc-{key}-80-1.box.example"),
+            "box-abc-short.box.example",
+            &format!("box--{key}.box.example"),
+        ] {
+            assert_eq!(u.parse(host), None, "{host}");
+        }
+        assert!(u.is_box_host("anything.box.example:8080"));
+        assert!(!u.is_box_host("box.example"));
+        assert!(!u.is_box_host("[::1]:8080"));
+    }
+
+    #[test]
+    fn ports_in_the_box() {
+        let u = urls("http://x");
+        let id = BoxId::parse("box_a").unwrap();
+        let at = |port| u.parse(&host_of(&u.url(&id, port))).unwrap();
+        let services = [
+            ServiceSpec {
+                name: "web".into(),
+                port: Some(80),
+                target_port: Some(3000),
+                version: None,
+            },
+            ServiceSpec {
+                name: "api".into(),
+                port: Some(8080),
+                target_port: None,
+                version: None,
+            },
+        ];
+        assert_eq!(port_in_box(&at(None), &services), 3000);
+        assert_eq!(port_in_box(&at(Some(80)), &services), 3000);
+        assert_eq!(port_in_box(&at(Some(8080)), &services), 8080);
+        assert_eq!(port_in_box(&at(Some(5173)), &services), 5173);
+        assert_eq!(port_in_box(&at(None), &[]), DEFAULT_PORT);
+    }
+}

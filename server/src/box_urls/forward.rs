@@ -1,0 +1,343 @@
+//! One request of a box URL, forwarded over a `port:<n>` stream of the box's
+//! channel as HTTP/1.1 (hyper's client connection on the stream), and its
+//! answer streamed back: bodies are never held whole (flow control of the
+//! wire stream and of the client's connection sets the pace), `101 Switching
+//! Protocols` turns both into a byte pipe (WebSocket and other upgrades).
+//!
+//! Headers pass as they are except the hop-by-hop ones (RFC 9110 §7.6.1:
+//! `Connection` and what it names, `Keep-Alive`, `TE`, `Trailer`,
+//! `Transfer-Encoding`, `Upgrade` outside an upgrade, `Proxy-*`) and the
+//! forwarding headers psbx sets: `X-Forwarded-For` (the client's address,
+//! appended to the list a trusted proxy sent), `X-Forwarded-Proto` and
+//! `X-Forwarded-Host`. A request over HTTP/2 gets the `Host` its
+//! `:authority` names.
+
+use super::pages;
+use actix_web::http::header::{self as actix_header, HeaderMap as ActixHeaders};
+use actix_web::{HttpRequest, HttpResponse, web};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, Either, Empty, StreamBody};
+use hyper::body::Frame;
+use hyper_util::rt::TokioIo;
+use psbx_actors::boxes::Awake;
+use psbx_wire::mux::Stream;
+use std::net::IpAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Headers that end at each hop.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+/// Bytes read at a time from an upgraded connection.
+const UPGRADED_READ: usize = 16 * 1024;
+
+/// Who asked, as the forwarding headers tell it.
+pub struct Forwarding {
+    /// The address that connected to psbx.
+    pub peer: Option<IpAddr>,
+    /// Whether the peer is a trusted proxy (its forwarding headers are kept).
+    pub peer_is_proxy: bool,
+    /// Whether the client reached psbx over TLS.
+    pub secure: bool,
+    /// The Host the client asked for.
+    pub host: String,
+}
+
+/// What the request is after: the box it goes to, for the error pages.
+pub struct Target<'a> {
+    pub box_id: &'a str,
+    pub port: u16,
+}
+
+type LocalBody =
+    futures_util::stream::LocalBoxStream<'static, Result<Frame<Bytes>, std::io::Error>>;
+type RequestBody = Either<Empty<Bytes>, StreamBody<LocalBody>>;
+
+/// Forwards the request on `stream`; `awake` is held until the answer ends.
+pub async fn forward(
+    req: &HttpRequest,
+    payload: web::Payload,
+    stream: Stream,
+    awake: Awake,
+    who: &Forwarding,
+    target: &Target<'_>,
+) -> HttpResponse {
+    let upgrade = upgrade_of(req.headers());
+    let (body, payload): (RequestBody, Option<web::Payload>) =
+        if upgrade.is_some() || !has_body(req) {
+            (Either::Left(Empty::new()), Some(payload))
+        } else {
+            (Either::Right(StreamBody::new(body_of(payload))), None)
+        };
+    let request = match request_of(req, body, upgrade.as_deref(), who) {
+        Ok(request) => request,
+        Err(e) => {
+            tracing::debug!(error = %e, "a box URL request that cannot be forwarded");
+            return pages::bad_answer(target.box_id, target.port);
+        }
+    };
+    let (mut sender, connection) = match hyper::client::conn::http1::Builder::new()
+        .handshake::<_, RequestBody>(TokioIo::new(stream))
+        .await
+    {
+        Ok(pair) => pair,
+        Err(_) => return pages::bad_answer(target.box_id, target.port),
+    };
+    actix_web::rt::spawn(async move {
+        let _ = connection.with_upgrades().await;
+    });
+    let mut response = match sender.send_request(request).await {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::debug!(error = %e, box_id = target.box_id, port = target.port,
+                "the box's program gave no HTTP answer");
+            return pages::bad_answer(target.box_id, target.port);
+        }
+    };
+    let status = actix_web::http::StatusCode::from_u16(response.status().as_u16())
+        .unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
+    let mut builder = HttpResponse::build(status);
+    let switching = status == actix_web::http::StatusCode::SWITCHING_PROTOCOLS;
+    let named = connection_names(response.headers());
+    for (name, value) in response.headers() {
+        let lower = name.as_str();
+        if HOP_BY_HOP.contains(&lower) || named.iter().any(|n| n == lower) {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            actix_header::HeaderName::from_bytes(name.as_ref()),
+            actix_header::HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            builder.append_header((name, value));
+        }
+    }
+    if switching {
+        let (Some(protocol), Some(payload)) = (upgrade_value(response.headers()), payload) else {
+            return pages::bad_answer(target.box_id, target.port);
+        };
+        let upgraded = match hyper::upgrade::on(&mut response).await {
+            Ok(upgraded) => upgraded,
+            Err(_) => return pages::bad_answer(target.box_id, target.port),
+        };
+        builder.upgrade(protocol);
+        return builder.streaming(pipe(TokioIo::new(upgraded), payload, awake));
+    }
+    let length = response
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if status == actix_web::http::StatusCode::NO_CONTENT
+        || status == actix_web::http::StatusCode::NOT_MODIFIED
+        || status.is_informational()
+    {
+        return builder.body(actix_web::body::None::new());
+    }
+    let body = response.into_body().into_data_stream().map(move |chunk| {
+        let _awake = &awake;
+        chunk.map_err(|e| std::io::Error::other(e.to_string()))
+    });
+    if let Some(length) = length {
+        builder.no_chunking(length);
+    }
+    builder.streaming(body)
+}
+
+/// The request as it goes to the box.
+fn request_of(
+    req: &HttpRequest,
+    body: RequestBody,
+    upgrade: Option<&str>,
+    who: &Forwarding,
+) -> Result<hyper::Request<RequestBody>, hyper::http::Error> {
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", actix_web::http::uri::PathAndQuery::as_str);
+    let mut builder = hyper::Request::builder()
+        .method(req.method().as_str())
+        .uri(path);
+    let named = connection_names_actix(req.headers());
+    let mut has_host = false;
+    let mut forwarded_for: Option<String> = None;
+    let (mut proto, mut fwd_host) = (None, None);
+    for (name, value) in req.headers() {
+        let lower = name.as_str();
+        if HOP_BY_HOP.contains(&lower) || named.iter().any(|n| n == lower) {
+            continue;
+        }
+        match lower {
+            "x-forwarded-for" => {
+                if who.peer_is_proxy {
+                    let v = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                    forwarded_for = Some(match forwarded_for {
+                        Some(before) => format!("{before}, {v}"),
+                        None => v,
+                    });
+                }
+                continue;
+            }
+            "x-forwarded-proto" | "x-forwarded-host" => {
+                if who.peer_is_proxy {
+                    let v = value.as_bytes().to_vec();
+                    if lower == "x-forwarded-proto" {
+                        proto = Some(v);
+                    } else {
+                        fwd_host = Some(v);
+                    }
+                }
+                continue;
+            }
+            "host" => has_host = true,
+            _ => {}
+        }
+        builder = builder.header(name.as_str(), value.as_bytes());
+    }
+    if !has_host {
+        builder = builder.header("host", who.host.as_str());
+    }
+    if let Some(peer) = who.peer {
+        let list = match forwarded_for {
+            Some(before) => format!("{before}, {peer}"),
+            None => peer.to_string(),
+        };
+        builder = builder.header("x-forwarded-for", list);
+    }
+    let scheme: &[u8] = if who.secure { b"https" } else { b"http" };
+    builder = builder
+        .header(
+            "x-forwarded-proto",
+            proto.unwrap_or_else(|| scheme.to_vec()),
+        )
+        .header(
+            "x-forwarded-host",
+            fwd_host.unwrap_or_else(|| who.host.as_bytes().to_vec()),
+        );
+    if let Some(protocol) = upgrade {
+        builder = builder
+            .header("connection", "upgrade")
+            .header("upgrade", protocol);
+    }
+    builder.body(body)
+}
+
+/// Whether the request carries a body to forward: a length above zero, a
+/// chunked body, or (over HTTP/2, where neither need be said) a method that
+/// usually has one.
+fn has_body(req: &HttpRequest) -> bool {
+    let headers = req.headers();
+    if let Some(length) = headers
+        .get(actix_header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        return length > 0;
+    }
+    if headers.contains_key(actix_header::TRANSFER_ENCODING) {
+        return true;
+    }
+    req.version() == actix_web::http::Version::HTTP_2
+        && !matches!(
+            req.method().as_str(),
+            "GET" | "HEAD" | "DELETE" | "OPTIONS" | "TRACE"
+        )
+}
+
+/// The request's body as hyper reads it. The payload is not `Send`: the
+/// stream is polled on this worker's thread only, where hyper's connection
+/// task is spawned.
+fn body_of(payload: web::Payload) -> LocalBody {
+    payload
+        .map(|chunk| {
+            chunk
+                .map(Frame::data)
+                .map_err(|e| std::io::Error::other(e.to_string()))
+        })
+        .boxed_local()
+}
+
+/// The protocol a request asks to switch to (`Connection: upgrade` and
+/// `Upgrade: <protocol>`), as over HTTP/1.1.
+fn upgrade_of(headers: &ActixHeaders) -> Option<String> {
+    let asks = connection_names_actix(headers)
+        .iter()
+        .any(|n| n == "upgrade");
+    let protocol = headers.get(actix_header::UPGRADE)?.to_str().ok()?;
+    asks.then(|| protocol.to_owned())
+}
+
+fn upgrade_value(headers: &hyper::HeaderMap) -> Option<String> {
+    headers
+        .get(hyper::header::UPGRADE)?
+        .to_str()
+        .ok()
+        .map(str::to_owned)
+}
+
+/// The header names a `Connection` header lists, lower-cased.
+fn connection_names(headers: &hyper::HeaderMap) -> Vec<String> {
+    names_in(
+        headers
+            .get_all(hyper::header::CONNECTION)
+            .iter()
+            .map(hyper::header::HeaderValue::as_bytes),
+    )
+}
+
+fn connection_names_actix(headers: &ActixHeaders) -> Vec<String> {
+    names_in(
+        headers
+            .get_all(actix_header::CONNECTION)
+            .map(actix_header::HeaderValue::as_bytes),
+    )
+}
+
+fn names_in<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
+    values
+        .flat_map(|v| {
+            String::from_utf8_lossy(v)
+                .split(',')
+                .map(|n| n.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// An upgraded connection: the client's bytes (the request payload, which
+/// after an upgrade is the raw connection) go to the box, the box's bytes
+/// come back as the answer's body; the box stays awake while it lasts.
+fn pipe(
+    upgraded: TokioIo<hyper::upgrade::Upgraded>,
+    mut payload: web::Payload,
+    awake: Awake,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + 'static {
+    let (from_box, mut to_box) = tokio::io::split(upgraded);
+    actix_web::rt::spawn(async move {
+        while let Some(Ok(chunk)) = payload.next().await {
+            if to_box.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+        let _ = to_box.shutdown().await;
+    });
+    futures_util::stream::unfold((from_box, awake), |(mut from_box, awake)| async move {
+        let mut buf = vec![0u8; UPGRADED_READ];
+        match from_box.read(&mut buf).await {
+            Ok(0) | Err(_) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(Bytes::from(buf)), (from_box, awake)))
+            }
+        }
+    })
+}

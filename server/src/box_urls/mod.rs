@@ -1,0 +1,122 @@
+//! Box URLs (`actors::box_urls` makes and reads them): requests whose Host is
+//! under `box_domain` never reach psbx's own routes; they are answered here,
+//! on the main listener.
+//!
+//! In order: the host is read as a box address and its key checked (the
+//! same constant [`pages::not_found`] for a host that is no box URL, a wrong
+//! key, an unknown or a stopped box: nothing is read before the key is
+//! right); the box's account's allowlist (`PUT /v1/box-access`) is checked
+//! against the client's address (the socket's, or `X-Forwarded-For` from a
+//! trusted proxy: [`client_ip`]): 403, and the box is not woken; the box is thawed if frozen
+//! (this counts as activity) and a `port:<n>` stream opened to the port in the
+//! box ([`pages::nothing_listens`] when nothing listens there); the request
+//! is forwarded on it ([`forward`]).
+
+mod forward;
+pub mod pages;
+
+use crate::client_addr::{TrustedProxies, client_ip};
+use actix_web::dev::RequestHead;
+use actix_web::{HttpRequest, HttpResponse, guard, web};
+use psbx_actors::box_access::BoxAccess;
+use psbx_actors::box_actor::link::LinkError;
+use psbx_actors::box_urls::{BoxUrls, port_in_box};
+use psbx_actors::boxes::Boxes;
+use psbx_actors::error::BoxError;
+use psbx_wire::frame::code;
+
+/// The scope that takes every request for a box host; registered before
+/// psbx's own routes.
+pub fn scope(urls: Option<BoxUrls>) -> actix_web::Scope {
+    web::scope("")
+        .guard(guard::fn_guard(move |ctx| {
+            urls.as_ref()
+                .is_some_and(|u| host_of(ctx.head()).is_some_and(|h| u.is_box_host(h)))
+        }))
+        .default_service(web::to(serve))
+}
+
+/// The host a request names: its `Host` header, or over HTTP/2 its
+/// `:authority`. Never `Forwarded`/`X-Forwarded-Host`, which a client sets.
+fn host_of(head: &RequestHead) -> Option<&str> {
+    head.headers
+        .get(actix_web::http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| {
+            head.uri
+                .authority()
+                .map(actix_web::http::uri::Authority::as_str)
+        })
+}
+
+async fn serve(
+    req: HttpRequest,
+    payload: web::Payload,
+    boxes: web::Data<Boxes>,
+    access: web::Data<BoxAccess>,
+    trusted: web::Data<TrustedProxies>,
+) -> HttpResponse {
+    let Some(urls) = boxes.urls() else {
+        return pages::not_found();
+    };
+    let Some(host) = host_of(req.head()).map(str::to_owned) else {
+        return pages::not_found();
+    };
+    let Some(address) = urls.parse(&host) else {
+        return pages::not_found();
+    };
+    let record = match boxes.for_url(&address).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return pages::not_found(),
+        Err(e) => return unavailable(&e),
+    };
+    let Some(account) = record.account_id.clone() else {
+        return pages::not_found();
+    };
+    // Checked before anything wakes the box. An address psbx cannot tell
+    // (a trusted proxy that forwarded none it can read) is no listed one.
+    let client = client_ip(&req, &trusted);
+    let allowed = match client {
+        Some(ip) => access.allows(&account, ip).await,
+        None => {
+            access
+                .allows(&account, std::net::Ipv4Addr::UNSPECIFIED.into())
+                .await
+        }
+    };
+    match allowed {
+        Ok(true) => {}
+        Ok(false) => return pages::forbidden(client),
+        Err(e) => {
+            tracing::warn!(error = %e, "reading a box URL's allowlist");
+            return pages::unavailable("psbx cannot check who may open this box right now");
+        }
+    }
+    let peer = req.peer_addr().map(|a| a.ip());
+    let port = port_in_box(&address, &record.spec.services);
+    let box_id = record.id.as_str();
+    let (stream, awake) = match boxes.open_port(&account, box_id, port).await {
+        Ok(opened) => opened,
+        Err(BoxError::Boxd(LinkError::Refused {
+            code: Some(code::BAD_GATEWAY),
+            ..
+        })) => return pages::nothing_listens(box_id, port),
+        Err(BoxError::Over { .. } | BoxError::NotFound(_)) => return pages::not_found(),
+        Err(e) => return unavailable(&e),
+    };
+    let who = forward::Forwarding {
+        peer_is_proxy: peer.is_some_and(|p| trusted.contains(p)),
+        peer,
+        secure: req.app_config().secure(),
+        host,
+    };
+    let target = forward::Target { box_id, port };
+    forward::forward(&req, payload, stream, awake, &who, &target).await
+}
+
+/// A failure on psbx's side, logged with its cause; the page says only what
+/// helps the visitor.
+fn unavailable(e: &BoxError) -> HttpResponse {
+    tracing::warn!(error = %e, "a box URL request failed");
+    pages::unavailable("psbx cannot reach this box right now")
+}
