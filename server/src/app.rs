@@ -175,9 +175,7 @@ pub fn build(
         InitError = (),
     >,
 > {
-    // Box hosts first: no request for a box URL reaches psbx's own routes.
     let (app, document) = App::new()
-        .service(crate::box_urls::scope(state.boxes.urls().cloned()))
         .into_utoipa_app()
         .openapi(routes::docs::BaseDocument::openapi())
         .service(routes::health::health)
@@ -231,6 +229,8 @@ pub fn build(
     }))
     .route("/metrics", web::get().to(routes::metrics::scrape))
     .default_service(web::to(not_found))
+    // Box hosts first: no request for a box URL reaches psbx's own routes.
+    .wrap(from_fn(crate::box_urls::route))
     .wrap(from_fn(metrics::track))
     .wrap(TracingLogger::<crate::request_span::RedactedSpan>::new())
 }

@@ -9,15 +9,16 @@
 //! terminal (the `pty-process` crate does the `setsid` and `TIOCSCTTY`), so
 //! a 0x03 typed interrupts its foreground job. The server's half-close
 //! hangs the terminal up: every process of the shell's session gets SIGHUP
-//! (and SIGCONT, as the kernel's hang-up does), then SIGKILL a second later
-//! if it is still there. When the shell exits, the output still in the
+//! (and SIGCONT, as the kernel's hang-up does), and a second later the
+//! shell's process group and the foreground job get SIGKILL if they are
+//! still there ([`hang_up`]). When the shell exits, the output still in the
 //! terminal is sent and the stream finished (FIN). A malformed request or
 //! input resets the stream with the reason.
 
 use super::Boxd;
 use bytes::{Bytes, BytesMut};
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::{Pid, getsid};
+use nix::unistd::Pid;
 use psbx_wire::boxd::{PtyInput, PtyRequest};
 use psbx_wire::mux::{ReadHalf, Stream};
 use std::path::Path;
@@ -230,32 +231,55 @@ async fn take_input(
     }
 }
 
-/// Hangs the terminal up: SIGHUP and SIGCONT to every process of the shell's
-/// session, SIGKILL a second later to those still there.
+/// Hangs the terminal up as closing a terminal window does: SIGHUP and
+/// SIGCONT to every process of the shell's session (the kernel's hang-up
+/// reaches the foreground job only, and not every shell passes it on to its
+/// jobs), then, a second later, SIGKILL to what is left of the shell's own
+/// process group and of the terminal's foreground job. A background job
+/// that ignores SIGHUP (`nohup`) keeps running, as after a real hang-up.
 fn hang_up(sid: Option<Pid>) {
     let Some(sid) = sid else { return };
-    for pid in session(sid) {
-        let _ = kill(pid, Signal::SIGHUP);
-        let _ = kill(pid, Signal::SIGCONT);
+    for member in session(sid) {
+        let _ = kill(member.pid, Signal::SIGHUP);
+        let _ = kill(member.pid, Signal::SIGCONT);
     }
     tokio::spawn(async move {
         tokio::time::sleep(KILL_AFTER_HANGUP).await;
-        for pid in session(sid) {
-            let _ = kill(pid, Signal::SIGKILL);
+        for member in session(sid) {
+            if member.pgrp == sid.as_raw() || member.pgrp == member.foreground {
+                let _ = kill(member.pid, Signal::SIGKILL);
+            }
         }
     });
 }
 
+/// A process of the shell's session, from `/proc/<pid>/stat`.
+struct Member {
+    pid: Pid,
+    pgrp: i32,
+    /// The foreground process group of its terminal (`tpgid`).
+    foreground: i32,
+}
+
 /// The processes of session `sid`.
-fn session(sid: Pid) -> Vec<Pid> {
+fn session(sid: Pid) -> Vec<Member> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .map(Pid::from_raw)
-        .filter(|pid| getsid(Some(*pid)) == Ok(sid))
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // After the command's `(name)`: state ppid pgrp session tty tpgid.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            let number = |i: usize| fields.get(i)?.parse::<i32>().ok();
+            (number(3)? == sid.as_raw()).then_some(Member {
+                pid: Pid::from_raw(pid),
+                pgrp: number(2)?,
+                foreground: number(5)?,
+            })
+        })
         .collect()
 }
 
@@ -379,17 +403,14 @@ mod tests {
     async fn the_servers_half_close_hangs_up_the_shell_and_its_jobs() {
         let session = session().await;
         let mut t = terminal(&session).await;
-        type_line(&mut t, "sleep 300 & echo job=$! shell=$$").await;
-        // Typed as shell=$$, so "shell=" and a digit is the output.
-        let mut out = read_until(&mut t, b"job=").await;
-        while !String::from_utf8_lossy(&out)
-            .split("shell=")
-            .skip(1)
-            .any(|s| s.starts_with(|c: char| c.is_ascii_digit()) && s.contains(['\r', '\n']))
-        {
-            out.extend(read_until(&mut t, b"\n").await);
-        }
-        let (job, shell) = (number_after(&out, "job"), number_after(&out, "shell"));
+        let got = numbers(
+            &mut t,
+            "sleep 300 & echo job=$! shell=$$",
+            &["job", "shell"],
+        )
+        .await;
+        let (job, shell) = (got[0], got[1]);
+        let (_job, _shell) = (Reap::new(job), Reap::new(shell));
         assert!(!gone(job) && !gone(shell));
         t.shutdown().await.unwrap();
         let mut rest = Vec::new();
@@ -405,6 +426,95 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Kills a process when dropped (a test's leftover, also on failure),
+    /// if it is still the same process (its start time unchanged: a pid is
+    /// reused).
+    struct Reap(i32, Option<String>);
+
+    fn started(pid: i32) -> Option<String> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Field 22, the 20th after the command's `(name)`.
+        Some(
+            stat.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(19)?
+                .to_owned(),
+        )
+    }
+
+    impl Reap {
+        fn new(pid: i32) -> Self {
+            Self(pid, started(pid))
+        }
+    }
+
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if self.1.is_some() && started(self.0) == self.1 {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(self.0),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+
+    /// Types `line` and reads until `name=<n>` and its line's end came, for
+    /// each name; returns the numbers.
+    async fn numbers(t: &mut Stream, line: &str, names: &[&str]) -> Vec<i32> {
+        type_line(t, line).await;
+        let mut out = Vec::new();
+        let printed = |out: &[u8], name: &str| {
+            String::from_utf8_lossy(out)
+                .split(&format!("{name}="))
+                .skip(1)
+                .any(|s| s.starts_with(|c: char| c.is_ascii_digit()) && s.contains(['\r', '\n']))
+        };
+        while !names.iter().all(|n| printed(&out, n)) {
+            out.extend(read_until(t, b"\n").await);
+        }
+        names.iter().map(|n| number_after(&out, n)).collect()
+    }
+
+    #[tokio::test]
+    async fn the_hang_up_kills_a_foreground_job_that_ignores_it_and_spares_nohup() {
+        let session = session().await;
+        let mut t = terminal(&session).await;
+        let shell = numbers(&mut t, "echo shell=$$", &["shell"]).await[0];
+        let _shell = Reap::new(shell);
+        let bg = numbers(
+            &mut t,
+            "nohup sleep 302 >/dev/null 2>&1 & echo bg=$!",
+            &["bg"],
+        )
+        .await[0];
+        let _bg = Reap::new(bg);
+        // A foreground job that ignores SIGHUP (inherited through exec).
+        let fg = numbers(
+            &mut t,
+            "trap '' HUP; sh -c 'echo fg=$$; exec sleep 301'",
+            &["fg"],
+        )
+        .await[0];
+        let _fg = Reap::new(fg);
+        t.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), t.read_to_end(&mut rest))
+            .await
+            .expect("the stream ends after the half-close")
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !(gone(fg) && gone(shell)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the shell ({shell}) or its foreground job ({fg}) outlived the hang-up"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(!gone(bg), "the nohup job ({bg}) was killed");
     }
 
     #[tokio::test]

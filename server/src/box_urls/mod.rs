@@ -1,6 +1,9 @@
 //! Box URLs (`actors::box_urls` makes and reads them): requests whose Host is
 //! under `box_domain` never reach psbx's own routes; they are answered here,
-//! on the main listener.
+//! on the main listener, by a middleware ([`route`]) that takes them before
+//! the router does (a scope registered for them would also stand in the
+//! route map, where it hides the patterns of requests answered before
+//! routing, such as 401s).
 //!
 //! In order: the host is read as a box address and its key checked (the
 //! same constant [`pages::not_found`] for a host that is no box URL, a wrong
@@ -16,24 +19,45 @@ mod forward;
 pub mod pages;
 
 use crate::client_addr::{TrustedProxies, client_ip};
-use actix_web::dev::RequestHead;
-use actix_web::{HttpRequest, HttpResponse, guard, web};
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{RequestHead, ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{FromRequest, HttpRequest, HttpResponse, web};
 use psbx_actors::box_access::BoxAccess;
 use psbx_actors::box_actor::link::LinkError;
-use psbx_actors::box_urls::{BoxUrls, port_in_box};
+use psbx_actors::box_urls::port_in_box;
 use psbx_actors::boxes::Boxes;
 use psbx_actors::error::BoxError;
 use psbx_wire::frame::code;
 
-/// The scope that takes every request for a box host; registered before
-/// psbx's own routes.
-pub fn scope(urls: Option<BoxUrls>) -> actix_web::Scope {
-    web::scope("")
-        .guard(guard::fn_guard(move |ctx| {
-            urls.as_ref()
-                .is_some_and(|u| host_of(ctx.head()).is_some_and(|h| u.is_box_host(h)))
-        }))
-        .default_service(web::to(serve))
+/// Answers every request for a box host; passes the others on.
+pub async fn route<B: MessageBody>(
+    req: ServiceRequest,
+    next: Next<B>,
+) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
+    let for_a_box = req
+        .app_data::<web::Data<Boxes>>()
+        .and_then(|boxes| boxes.urls())
+        .is_some_and(|urls| host_of(req.head()).is_some_and(|h| urls.is_box_host(h)));
+    if !for_a_box {
+        return next
+            .call(req)
+            .await
+            .map(ServiceResponse::map_into_left_body);
+    }
+    let (req, mut payload) = req.into_parts();
+    let payload = web::Payload::from_request(&req, &mut payload).await?;
+    let res = match (
+        req.app_data::<web::Data<Boxes>>(),
+        req.app_data::<web::Data<BoxAccess>>(),
+        req.app_data::<web::Data<TrustedProxies>>(),
+    ) {
+        (Some(boxes), Some(access), Some(trusted)) => {
+            serve(&req, payload, boxes, access, trusted).await
+        }
+        _ => pages::not_found(),
+    };
+    Ok(ServiceResponse::new(req, res).map_into_right_body())
 }
 
 /// The host a request names: its `Host` header, or over HTTP/2 its
@@ -50,11 +74,11 @@ fn host_of(head: &RequestHead) -> Option<&str> {
 }
 
 async fn serve(
-    req: HttpRequest,
+    req: &HttpRequest,
     payload: web::Payload,
-    boxes: web::Data<Boxes>,
-    access: web::Data<BoxAccess>,
-    trusted: web::Data<TrustedProxies>,
+    boxes: &Boxes,
+    access: &BoxAccess,
+    trusted: &TrustedProxies,
 ) -> HttpResponse {
     let Some(urls) = boxes.urls() else {
         return pages::not_found();
@@ -75,7 +99,7 @@ async fn serve(
     };
     // Checked before anything wakes the box. An address psbx cannot tell
     // (a trusted proxy that forwarded none it can read) is no listed one.
-    let client = client_ip(&req, &trusted);
+    let client = client_ip(req, trusted);
     let allowed = match client {
         Some(ip) => access.allows(&account, ip).await,
         None => {
@@ -111,7 +135,7 @@ async fn serve(
         host,
     };
     let target = forward::Target { box_id, port };
-    forward::forward(&req, payload, stream, awake, &who, &target).await
+    forward::forward(req, payload, stream, awake, &who, &target).await
 }
 
 /// A failure on psbx's side, logged with its cause; the page says only what

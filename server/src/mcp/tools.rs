@@ -143,7 +143,12 @@ async fn box_result(result: Result<BoxSnapshot, BoxError>, envs: &Environments) 
     match result {
         Ok(snapshot) => {
             let view = BoxView::live(snapshot, envs).await;
-            structured(format!("box {} is {}", view.id, view.state), &view)
+            let url = view
+                .url
+                .as_ref()
+                .map(|u| format!("; its URL is {u}"))
+                .unwrap_or_default();
+            structured(format!("box {} is {}{url}", view.id, view.state), &view)
         }
         Err(e) => box_failed(e),
     }
