@@ -28,7 +28,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 mod sync;
+mod takeover;
 pub use sync::Synced;
+pub use takeover::{DEFAULT_LINK_TTL, TakeoverError, TakeoverLink, Terminal};
 
 /// What a caller asks for when starting a box.
 #[derive(Debug, Clone, Default)]
@@ -58,6 +60,8 @@ pub struct Boxes {
     host: Result<HostStart, String>,
     secrets: Secrets,
     environments: Environments,
+    /// How long a takeover link works.
+    takeover_ttl: Duration,
     /// How the boxes' URLs are made, when they have any.
     urls: Option<BoxUrls>,
 }
@@ -84,6 +88,7 @@ impl Boxes {
             host,
             secrets,
             environments,
+            takeover_ttl: DEFAULT_LINK_TTL,
             urls: None,
         }
     }

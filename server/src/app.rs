@@ -98,6 +98,7 @@ impl AppState {
                 secrets.clone(),
                 environments.clone(),
             )
+            .with_takeover_ttl(config.takeover.link_ttl()?)
             .with_urls(urls),
         );
         let info = ServerInfo {
@@ -196,6 +197,7 @@ pub fn build(
             .wrap(from_fn(require_mcp_credential)),
     )
     .configure(crate::oauth::routes)
+    .configure(routes::takeover::routes)
     .app_data(web::Data::new(ApiDocument::new(
         &document,
         state.boxes.settings().max_keep,

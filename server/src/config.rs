@@ -65,6 +65,41 @@ pub struct Config {
     pub oauth: OAuthConfig,
     pub metrics: MetricsConfig,
     pub connectors: ConnectorsConfig,
+    pub takeover: TakeoverConfig,
+}
+
+/// Takeover links (`POST /v1/boxes/{id}/takeover`): one-time links to a web
+/// terminal in a box.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TakeoverConfig {
+    /// How long a link works if unused (`"15m"`; 10s to 24h).
+    pub link_ttl: String,
+}
+
+impl Default for TakeoverConfig {
+    fn default() -> Self {
+        Self {
+            link_ttl: "15m".to_owned(),
+        }
+    }
+}
+
+impl TakeoverConfig {
+    /// The links' lifetime, checked.
+    pub fn link_ttl(&self) -> Result<std::time::Duration, ConfigError> {
+        let ttl = psbx_actors::duration::parse(&self.link_ttl)
+            .map_err(|e| ConfigError::Invalid(format!("takeover.link_ttl: {e}")))?;
+        if !(std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(24 * 3600))
+            .contains(&ttl)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "takeover.link_ttl {:?} must be between 1s and 24h",
+                self.link_ttl
+            )));
+        }
+        Ok(ttl)
+    }
 }
 
 /// Who may read `GET /metrics`.
@@ -404,6 +439,7 @@ impl Default for Config {
             oauth: OAuthConfig::default(),
             metrics: MetricsConfig::default(),
             connectors: ConnectorsConfig::default(),
+            takeover: TakeoverConfig::default(),
         }
     }
 }
@@ -501,6 +537,7 @@ impl Config {
             ));
         }
         self.boxes.settings(&self.data_dir)?;
+        self.takeover.link_ttl()?;
         crate::client_addr::TrustedProxies::parse(&self.trusted_proxies)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if self.database_pool_size == 0 {
@@ -716,6 +753,9 @@ mod tests {
             jail.create_file("psbx.toml", "[tls]\ncert = \"/c.pem\"\n")?;
             let err = Config::load(None, &Overrides::default()).unwrap_err();
             assert!(err.to_string().contains("tls.key"), "{err}");
+            jail.create_file("psbx.toml", "[takeover]\nlink_ttl = \"0s\"\n")?;
+            let err = Config::load(None, &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains("takeover.link_ttl"), "{err}");
             jail.create_file("psbx.toml", "[boxes.egress]\nallow = [\"fd00::/8\"]\n")?;
             let err = Config::load(None, &Overrides::default()).unwrap_err();
             assert!(err.to_string().contains("boxes.egress.allow"), "{err}");

@@ -1,6 +1,7 @@
 //! The root span of every request, as tracing-actix-web's default one but with
 //! credentials kept out of it: the token of a one-time upload URL
-//! (`/v1/uploads/<token>`) or sign-in link (`/oauth/login/<token>`) is the
+//! (`/v1/uploads/<token>`), sign-in link (`/oauth/login/<token>`) or
+//! takeover link (`/takeover/<token>`, `/takeover/<token>/ws`) is the
 //! whole credential of that URL, so the logged path (here and in the request
 //! log line, [`loggable_path`]) carries `[redacted]` in its place.
 
@@ -15,8 +16,18 @@ use tracing_actix_web::{DefaultRootSpanBuilder, RequestId, RootSpanBuilder};
 /// Paths whose last segment is a credential.
 const SECRET_SEGMENT_UNDER: &[&str] = &["/v1/uploads/", "/oauth/login/"];
 
+/// Takeover pages and their WebSockets (`<token>`, `<token>/ws`); not their assets.
+const TAKEOVER: &str = "/takeover/";
+
 /// The path as it may be logged.
 pub fn loggable_path(path: &str) -> Cow<'_, str> {
+    if let Some(rest) = path.strip_prefix(TAKEOVER)
+        && !rest.is_empty()
+        && !rest.starts_with("assets/")
+    {
+        let ws = if rest.ends_with("/ws") { "/ws" } else { "" };
+        return Cow::Owned(format!("{TAKEOVER}[redacted]{ws}"));
+    }
     for prefix in SECRET_SEGMENT_UNDER {
         if path.starts_with(prefix) && path.len() > prefix.len() {
             return Cow::Owned(format!("{prefix}[redacted]"));
@@ -64,6 +75,15 @@ mod tests {
         assert_eq!(
             loggable_path("/oauth/login/abc123"),
             "/oauth/login/[redacted]"
+        );
+        assert_eq!(loggable_path("/takeover/tko_a"), "/takeover/[redacted]");
+        assert_eq!(
+            loggable_path("/takeover/tko_a/ws"),
+            "/takeover/[redacted]/ws"
+        );
+        assert_eq!(
+            loggable_path("/takeover/assets/xterm.js"),
+            "/takeover/assets/xterm.js"
         );
     }
 }

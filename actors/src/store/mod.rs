@@ -18,6 +18,7 @@ mod schema;
 mod secrets;
 mod servers;
 mod sign_in;
+mod takeover;
 mod uploads;
 
 pub use accounts::{Account, Bootstrap};
@@ -36,6 +37,7 @@ pub use oauth::{
 pub use secrets::SealedRow;
 pub use servers::Server;
 pub use sign_in::{ARGON2_SLOTS, Argon2Slots, LOGIN_LINK_TTL, MIN_PASSWORD_LEN, SESSION_TTL};
+pub use takeover::{LinkState, NewTakeoverLink, TAKEOVER_TOKEN_PREFIX};
 pub use uploads::{UploadClaim, UploadTarget, UploadToken};
 
 use diesel::pg::PgConnection;

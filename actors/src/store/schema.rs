@@ -259,6 +259,19 @@ diesel::table! {
 diesel::joinable!(box_egress -> boxes (box_id));
 
 diesel::table! {
+    takeover_links (token_hash) {
+        token_hash -> Text,
+        account_id -> Text,
+        box_id -> Text,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        used_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::joinable!(takeover_links -> accounts (account_id));
+
+diesel::table! {
     box_access (account_id) {
         account_id -> Text,
         entries -> Array<Text>,

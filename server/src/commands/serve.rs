@@ -135,7 +135,7 @@ fn stop_on_signal(
 }
 
 /// Every `HEARTBEAT`: this replica's row, the connector sessions of gone
-/// replicas, and the egress counted since the last one.
+/// replicas, old takeover links, and the egress counted since the last one.
 async fn heartbeat(store: Store, id: psbx_actors::ids::ServerId, egress: Egress) {
     let mut tick = actix_web::rt::time::interval(HEARTBEAT);
     loop {
@@ -147,6 +147,8 @@ async fn heartbeat(store: Store, id: psbx_actors::ids::ServerId, egress: Egress)
         // The connector sessions of replicas that are gone are forgotten.
         match actix_web::web::block(move || {
             store.heartbeat_server(&id)?;
+            // Takeover links used or expired a day ago are deleted.
+            store.prune_takeover_links()?;
             store.prune_connector_sessions().map(|_| ())
         })
         .await

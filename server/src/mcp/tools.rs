@@ -59,6 +59,15 @@ pub struct BoxArgs {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+pub struct StatusArgs {
+    /// The box id, box_...
+    pub id: String,
+    /// Also make a one-time link to a web terminal in the box for a person
+    /// (it expires in minutes; give it to them as is). Default false.
+    pub takeover: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct NoArgs {}
 
 /// `sandbox_status`: the box, and the commands run in it through MCP or in the background.
@@ -67,6 +76,9 @@ struct StatusView {
     #[serde(flatten)]
     view: BoxView,
     processes: Vec<ProcessView>,
+    /// A takeover link, when asked for (the shape `POST /v1/boxes/{id}/takeover` answers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    takeover: Option<crate::routes::takeover::TakeoverView>,
 }
 
 #[derive(Debug, Serialize)]
@@ -249,11 +261,13 @@ impl PsbxMcp {
 
     #[tool(
         description = "Read a box again (state, times, health, and its commands started in the \
-                       background or still running, with their exit codes); wakes a frozen box."
+                       background or still running, with their exit codes); wakes a frozen box. \
+                       With takeover: true, also a one-time link (takeover.url, valid for minutes) \
+                       to a web terminal in the box, for a person to take over."
     )]
     async fn sandbox_status(
         &self,
-        Parameters(a): Parameters<BoxArgs>,
+        Parameters(a): Parameters<StatusArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let Some(who) = account(&ctx) else {
@@ -273,13 +287,36 @@ impl PsbxMcp {
         } else {
             Vec::new()
         };
-        let summary = format!(
+        let takeover = if a.takeover.unwrap_or(false) {
+            match self.boxes.takeover_link(&who.account_id, &a.id).await {
+                Ok(link) => Some(crate::routes::takeover::TakeoverView::new(link, &self.info)),
+                Err(e) => return Ok(box_failed(e)),
+            }
+        } else {
+            None
+        };
+        let mut summary = format!(
             "box {} is {}; {} of its commands running",
             view.id,
             view.state,
             processes.iter().filter(|p| p.running).count()
         );
-        Ok(structured(summary, &StatusView { view, processes }))
+        if let Some(link) = &takeover {
+            summary.push_str(&format!(
+                "; takeover link (one use, until {}): {}",
+                link.expires_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                link.url
+            ));
+        }
+        Ok(structured(
+            summary,
+            &StatusView {
+                view,
+                processes,
+                takeover,
+            },
+        ))
     }
 
     #[tool(description = "Stop a box for good: its disk is deleted.")]

@@ -1,5 +1,5 @@
 //! The route table. Open routes (health, the OpenAPI document, metrics, the
-//! one-time upload URLs whose token is their credential) are registered by
+//! one-time upload URLs and takeover pages whose token is their credential) are registered by
 //! `app.rs` ahead of the `/v1` scope; every route listed in [`v1`]
 //! sits behind the API key middleware.
 
@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod paging;
 pub mod patterns;
 pub mod secrets;
+pub mod takeover;
 pub mod uploads;
 
 use utoipa_actix_web::service_config::ServiceConfig;
@@ -29,6 +30,7 @@ pub fn v1(cfg: &mut ServiceConfig) {
         .service(boxes::get)
         .service(boxes::keep)
         .service(boxes::stop)
+        .service(takeover::create)
         .service(exec::exec)
         .service(exec::processes)
         .service(exec::logs)

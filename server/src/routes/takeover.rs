@@ -1,0 +1,168 @@
+//! Takeover: `POST /v1/boxes/{id}/takeover` answers a one-time, expiring
+//! link to a web terminal in the box; the link's page and its WebSocket are
+//! open routes (the token in the path is the credential, never the box key):
+//!
+//! * `GET /takeover/{token}`: the terminal page (404 for an unknown link,
+//!   410 for a used or expired one). A GET does not spend the link: chat
+//!   apps fetch links ahead of the person.
+//! * `GET /takeover/{token}/ws`: spends the link and bridges the WebSocket
+//!   to boxd's `pty` service ([`terminal`]).
+//! * `GET /takeover/assets/{file}`: xterm.js, its fit addon and the page's
+//!   own script and style, bundled at build time ([`assets`]).
+//!
+//! Every answer under `/takeover/` carries [`page_headers`]: a strict
+//! Content-Security-Policy (no inline script), no referrer (the token is in
+//! the path), no sniffing; the page is not cached.
+
+mod assets;
+mod terminal;
+
+use crate::auth::Auth;
+use crate::error::ApiError;
+use crate::server_info::ServerInfo;
+use actix_web::http::{StatusCode, header};
+use actix_web::{HttpResponse, HttpResponseBuilder, post, web};
+use chrono::{DateTime, Utc};
+use psbx_actors::boxes::{Boxes, TakeoverError, TakeoverLink};
+use psbx_actors::store::LinkState;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+pub use terminal::terminal;
+
+/// The Content-Security-Policy of the page and its assets.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+                       img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
+/// What to do with a link that does not work.
+const ASK_AGAIN: &str = "ask the agent for a new takeover link (each link opens one terminal, \
+                         within minutes of being made)";
+
+/// A takeover link, as REST and MCP answer it.
+#[derive(Debug, Clone, Serialize, ToSchema, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TakeoverView {
+    /// The terminal page: open it in a browser, once, before `expiresAt`.
+    pub url: String,
+    pub expires_at: DateTime<Utc>,
+    /// `box_...`
+    pub box_id: String,
+}
+
+impl TakeoverView {
+    pub fn new(link: TakeoverLink, info: &ServerInfo) -> Self {
+        Self {
+            url: format!("{}/takeover/{}", info.public_url, link.token),
+            expires_at: link.expires_at,
+            box_id: link.box_id.to_string(),
+        }
+    }
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "takeoverBox",
+    params(("id" = String, Path, description = "`box_...`")),
+    security(("api_key" = [])),
+    responses(
+        (status = 201, description = "A one-time link to a web terminal in the box, valid until `expiresAt` \
+            (`takeover.link_ttl`, default 15 minutes); it does not rely on the box key. Opening the terminal \
+            spends it and wakes a frozen box; an open terminal keeps the box awake", body = TakeoverView),
+        crate::error::BoxCallErrors,
+    )
+)]
+#[post("/boxes/{id}/takeover")]
+pub async fn create(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    info: web::Data<ServerInfo>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let link = boxes.takeover_link(&who.account_id, &id).await?;
+    Ok(HttpResponse::Created().json(TakeoverView::new(link, &info)))
+}
+
+/// The open routes: the page, its WebSocket and its assets.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/takeover/assets/{file}", web::get().to(assets::asset))
+        .route("/takeover/{token}/ws", web::get().to(terminal))
+        .route("/takeover/{token}", web::get().to(page));
+}
+
+/// The headers every answer under `/takeover/` has.
+pub fn page_headers(response: &mut HttpResponseBuilder) -> &mut HttpResponseBuilder {
+    response
+        .insert_header((header::CONTENT_SECURITY_POLICY, CSP))
+        .insert_header((header::REFERRER_POLICY, "no-referrer"))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+}
+
+/// An HTML page: a title and a paragraph (already escaped where needed).
+fn html(status: StatusCode, title: &str, body: &str) -> HttpResponse {
+    page_headers(&mut HttpResponse::build(status))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .content_type("text/html; charset=utf-8")
+        .body(format!(
+            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+             <title>{title}</title>\
+             <link rel=\"stylesheet\" href=\"/takeover/assets/xterm.css\">\
+             <link rel=\"stylesheet\" href=\"/takeover/assets/takeover.css\"></head>\n\
+             <body>{body}</body></html>\n"
+        ))
+}
+
+/// The page of a link that does not open a terminal.
+fn unusable(status: StatusCode, why: &str) -> HttpResponse {
+    html(
+        status,
+        "psbx takeover",
+        &format!("<main class=\"notice\"><h1>{why}</h1><p>{ASK_AGAIN}.</p></main>"),
+    )
+}
+
+/// `GET /takeover/{token}`: the terminal page, without spending the link.
+async fn page(boxes: web::Data<Boxes>, token: web::Path<String>) -> HttpResponse {
+    match boxes.look_takeover(&token).await {
+        Ok(LinkState::Valid { box_id, .. }) => html(
+            StatusCode::OK,
+            &format!("{box_id} — psbx takeover"),
+            &format!(
+                "<div id=\"status\" class=\"status\" role=\"status\">connecting…</div>\
+                 <div id=\"terminal\" class=\"terminal\" data-box=\"{box_id}\"></div>\
+                 <script src=\"/takeover/assets/xterm.js\"></script>\
+                 <script src=\"/takeover/assets/addon-fit.js\"></script>\
+                 <script src=\"/takeover/assets/takeover.js\"></script>"
+            ),
+        ),
+        Ok(LinkState::Used) => unusable(StatusCode::GONE, "This takeover link was already used"),
+        Ok(LinkState::Expired) => unusable(StatusCode::GONE, "This takeover link has expired"),
+        Ok(LinkState::Unknown) => unusable(StatusCode::NOT_FOUND, "No such takeover link"),
+        Err(e) => {
+            let api = ApiError::from(e);
+            unusable(api.status(), "The terminal cannot be opened right now")
+        }
+    }
+}
+
+impl From<TakeoverError> for ApiError {
+    fn from(e: TakeoverError) -> Self {
+        match e {
+            TakeoverError::Used => {
+                Self::new(StatusCode::GONE, "takeover_used", e.to_string()).hint(ASK_AGAIN)
+            }
+            TakeoverError::Expired => {
+                Self::new(StatusCode::GONE, "takeover_expired", e.to_string()).hint(ASK_AGAIN)
+            }
+            TakeoverError::Unknown => {
+                Self::not_found("takeover_not_found", e.to_string()).hint(ASK_AGAIN)
+            }
+            TakeoverError::NoTerminal(_) => {
+                Self::new(StatusCode::CONFLICT, "no_terminal", e.to_string()).hint(
+                    "the box's image has a boxd without terminals: start a box from a newer image",
+                )
+            }
+            TakeoverError::Box(inner) => inner.into(),
+        }
+    }
+}
