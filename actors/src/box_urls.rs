@@ -17,8 +17,16 @@
 use crate::ids::BoxId;
 use crate::secrets::vault::Vault;
 use crate::spec::ServiceSpec;
-use std::sync::Arc;
+use crate::store::BoxRecord;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
+
+/// How long a box found for a box URL is remembered.
+pub const URL_BOXES_FOR: Duration = Duration::from_secs(2);
+/// The most boxes remembered (past it, all are forgotten).
+const MAX_REMEMBERED: usize = 10_000;
 
 /// The port the bare URL of a box without declared services serves.
 pub const DEFAULT_PORT: u16 = 80;
@@ -158,6 +166,36 @@ impl BoxUrls {
             .as_bytes()
             .ct_eq(address.key.as_bytes())
             .into()
+    }
+}
+
+/// The boxes box URLs found lately, so that a page's many requests read the
+/// database once every [`URL_BOXES_FOR`] (shared behind a mutex: a lookup
+/// is a map read, nothing waits on anything slow under the lock).
+#[derive(Default)]
+pub struct Recent {
+    boxes: Mutex<HashMap<BoxId, (Instant, BoxRecord)>>,
+}
+
+impl Recent {
+    /// The box, if it was found within [`URL_BOXES_FOR`].
+    pub fn get(&self, id: &BoxId) -> Option<BoxRecord> {
+        let boxes = self.boxes.lock().unwrap_or_else(PoisonError::into_inner);
+        boxes
+            .get(id)
+            .filter(|(at, _)| at.elapsed() < URL_BOXES_FOR)
+            .map(|(_, record)| record.clone())
+    }
+
+    pub fn put(&self, record: BoxRecord) {
+        let mut boxes = self.boxes.lock().unwrap_or_else(PoisonError::into_inner);
+        if boxes.len() >= MAX_REMEMBERED {
+            boxes.retain(|_, (at, _)| at.elapsed() < URL_BOXES_FOR);
+            if boxes.len() >= MAX_REMEMBERED {
+                boxes.clear();
+            }
+        }
+        boxes.insert(record.id.clone(), (Instant::now(), record));
     }
 }
 

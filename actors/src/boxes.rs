@@ -64,6 +64,8 @@ pub struct Boxes {
     takeover_ttl: Duration,
     /// How the boxes' URLs are made, when they have any.
     urls: Option<BoxUrls>,
+    /// The boxes box URLs found lately.
+    url_boxes: crate::box_urls::Recent,
 }
 
 /// While held, the box counts as active (a box URL's open request or
@@ -90,6 +92,7 @@ impl Boxes {
             environments,
             takeover_ttl: DEFAULT_LINK_TTL,
             urls: None,
+            url_boxes: crate::box_urls::Recent::default(),
         }
     }
 
@@ -115,25 +118,43 @@ impl Boxes {
 
     /// The live box a box URL names, if its key is right (checked first,
     /// without reading anything) and the box is neither over nor pooled.
+    /// A box found is remembered for [`URL_BOXES_FOR`]: a box stopped
+    /// meanwhile is refused by its actor ([`Boxes::open_port`]).
     pub async fn for_url(&self, address: &BoxAddress) -> Result<Option<BoxRecord>, BoxError> {
         if !self.urls.as_ref().is_some_and(|u| u.admits(address)) {
             return Ok(None);
         }
+        if let Some(record) = self.url_boxes.get(&address.id) {
+            return Ok(Some(record));
+        }
         let (store, id) = (self.store.clone(), address.id.clone());
-        let record = blocking(move || store.box_by_id(&id)).await?;
-        Ok(record.filter(|r| r.account_id.is_some() && !r.state.is_terminal()))
+        let record = blocking(move || store.box_by_id(&id))
+            .await?
+            .filter(|r| r.account_id.is_some() && !r.state.is_terminal());
+        if let Some(record) = &record {
+            self.url_boxes.put(record.clone());
+        }
+        Ok(record)
     }
 
-    /// A byte pipe to `port` on the loopback of an account's box, thawing it
-    /// first (this counts as activity), and a guard that keeps the box awake
-    /// while it is held. boxd refuses with 502 when nothing listens there.
+    /// A byte pipe to `port` on the loopback of a box [`Boxes::for_url`]
+    /// found, thawing it first (this counts as activity), and a guard that
+    /// keeps the box awake while it is held. boxd refuses with 502 when
+    /// nothing listens there. The box's actor says whether it is still live.
     pub async fn open_port(
         &self,
-        account: &AccountId,
-        id: &str,
+        record: &BoxRecord,
         port: u16,
     ) -> Result<(Stream, Awake), BoxError> {
-        let (addr, link, _) = self.channel(account, id).await?;
+        let gone = || BoxError::NotFound(record.id.to_string());
+        let addr = self.host()?.shared.actor(&record.id).ok_or_else(gone)?;
+        let (link, _) = send(
+            addr.send(Channel {
+                thaw: true,
+                touch: true,
+            })
+            .await,
+        )??;
         let stream = link.open(Service::Port(port), SERVICE).await?;
         Ok((stream, self.awake(addr)))
     }

@@ -119,7 +119,7 @@ async fn serve(
     let peer = req.peer_addr().map(|a| a.ip());
     let port = port_in_box(&address, &record.spec.services);
     let box_id = record.id.as_str();
-    let (stream, awake) = match boxes.open_port(&account, box_id, port).await {
+    let (stream, awake) = match boxes.open_port(&record, port).await {
         Ok(opened) => opened,
         Err(BoxError::Boxd(LinkError::Refused {
             code: Some(code::BAD_GATEWAY),
