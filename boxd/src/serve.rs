@@ -100,24 +100,9 @@ async fn serve_session(session: &Session, state: &Arc<Boxd>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::services::testing::state;
     use psbx_wire::boxd::{self as proto, Record, SyncDone};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    fn state() -> Arc<Boxd> {
-        Arc::new(Boxd {
-            info: BoxInfo {
-                protocol: 1,
-                version: "test".into(),
-                boot_id: "b".into(),
-                features: vec![],
-            },
-            env: RwLock::new(vec![("SECRET".into(), "s3cr3t-value".into())]),
-            processes: Processes::default(),
-            work: std::env::temp_dir(),
-            uplink: Uplink::default(),
-            private: PrivateNet::new(&Uplink::default()),
-        })
-    }
 
     async fn pair() -> Session {
         let (client, boxd) =

@@ -3,62 +3,15 @@
 //! another account's list apart, and the document.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use actix_web::http::{StatusCode, header};
+mod common;
+
+use common::{Fixture, bearer, fixture, state, state_with};
+
+use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
-use psbx_actors::secrets::Secrets;
-use psbx_actors::secrets::vault::Vault;
-use psbx_actors::store::{PoolOptions, Store};
-use psbx_server::app::{self, AppState};
+use psbx_server::app::{self};
 use psbx_server::config::Config;
-use psbx_tests::TestDatabase;
 use serde_json::{Value, json};
-
-struct Fixture {
-    db: TestDatabase,
-    store: Store,
-    key: String,
-}
-
-fn fixture() -> Fixture {
-    let db = TestDatabase::new();
-    let store = Store::open(
-        db.url(),
-        PoolOptions {
-            max_size: 4,
-            min_idle: 0,
-            ..PoolOptions::default()
-        },
-    )
-    .unwrap();
-    let first = store.bootstrap().unwrap().unwrap();
-    Fixture {
-        key: first.key.secret.expose().to_owned(),
-        db,
-        store,
-    }
-}
-
-fn state(f: &Fixture) -> AppState {
-    state_with(f, &Config::default())
-}
-
-fn state_with(f: &Fixture, config: &Config) -> AppState {
-    let secrets = Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
-    let id = psbx_actors::ids::ServerId::parse("srv_test").unwrap();
-    let parts = app::Parts::new(
-        f.store.clone(),
-        secrets,
-        Default::default(),
-        "http://localhost:8080",
-        id,
-    );
-    AppState::assemble(
-        config,
-        parts,
-        Err("no libvirt host in the HTTP tests".into()),
-    )
-    .unwrap()
-}
 
 /// A second account with a key of its own.
 fn other_account(f: &Fixture) -> String {
@@ -70,10 +23,6 @@ fn other_account(f: &Fixture) -> String {
         .secret
         .expose()
         .to_owned()
-}
-
-fn bearer(key: &str) -> (header::HeaderName, String) {
-    (header::AUTHORIZATION, format!("Bearer {key}"))
 }
 
 macro_rules! call {
@@ -102,14 +51,14 @@ fn get(key: &str) -> TestRequest {
 async fn a_list_round_trips_and_an_empty_one_turns_it_off() {
     let f = fixture();
     let app = test::init_service(app::build(state(&f))).await;
-    let (status, body) = call!(app, get(&f.key));
+    let (status, body) = call!(app, get(&f.key()));
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, json!({"entries": [], "updatedAt": null}));
 
     let (status, body) = call!(
         app,
         put(
-            &f.key,
+            &f.key(),
             json!({"entries": ["203.0.113.0/24", "198.51.100.7", "198.51.100.7/32"]})
         )
     );
@@ -117,7 +66,7 @@ async fn a_list_round_trips_and_an_empty_one_turns_it_off() {
     assert_eq!(body["entries"], json!(["203.0.113.0/24", "198.51.100.7"]));
     let at = body["updatedAt"].as_str().unwrap().to_owned();
     chrono::DateTime::parse_from_rfc3339(&at).unwrap();
-    let (status, read) = call!(app, get(&f.key));
+    let (status, read) = call!(app, get(&f.key()));
     assert_eq!(status, StatusCode::OK);
     assert_eq!(read, body);
 
@@ -127,15 +76,15 @@ async fn a_list_round_trips_and_an_empty_one_turns_it_off() {
     assert_eq!(theirs, json!({"entries": [], "updatedAt": null}));
     let (status, _) = call!(app, put(&other, json!({"entries": ["10.0.0.0/8"]})));
     assert_eq!(status, StatusCode::OK);
-    let (_, mine) = call!(app, get(&f.key));
+    let (_, mine) = call!(app, get(&f.key()));
     assert_eq!(mine["entries"], json!(["203.0.113.0/24", "198.51.100.7"]));
 
     // An empty list turns it off and says when.
-    let (status, off) = call!(app, put(&f.key, json!({"entries": []})));
+    let (status, off) = call!(app, put(&f.key(), json!({"entries": []})));
     assert_eq!(status, StatusCode::OK);
     assert_eq!(off["entries"], json!([]));
     assert!(off["updatedAt"].is_string());
-    let (_, read) = call!(app, get(&f.key));
+    let (_, read) = call!(app, get(&f.key()));
     assert_eq!(read, off);
 }
 
@@ -143,13 +92,13 @@ async fn a_list_round_trips_and_an_empty_one_turns_it_off() {
 async fn refused_lists_name_the_entry_and_change_nothing() {
     let f = fixture();
     let app = test::init_service(app::build(state(&f))).await;
-    let (status, _) = call!(app, put(&f.key, json!({"entries": ["203.0.113.0/24"]})));
+    let (status, _) = call!(app, put(&f.key(), json!({"entries": ["203.0.113.0/24"]})));
     assert_eq!(status, StatusCode::OK);
 
     let (status, body) = call!(
         app,
         put(
-            &f.key,
+            &f.key(),
             json!({"entries": ["203.0.113.0/24", "2001:db8::/32"]})
         )
     );
@@ -160,7 +109,7 @@ async fn refused_lists_name_the_entry_and_change_nothing() {
         "2001:db8::/32 is IPv6: only IPv4 addresses and ranges are matched for now"
     );
 
-    let (status, body) = call!(app, put(&f.key, json!({"entries": ["203.0.113.5/24"]})));
+    let (status, body) = call!(app, put(&f.key(), json!({"entries": ["203.0.113.5/24"]})));
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
         body["error"]["message"]
@@ -170,14 +119,14 @@ async fn refused_lists_name_the_entry_and_change_nothing() {
         "{body}"
     );
 
-    let (status, body) = call!(app, put(&f.key, json!({"entries": ["the office"]})));
+    let (status, body) = call!(app, put(&f.key(), json!({"entries": ["the office"]})));
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("\"the office\""), "{message}");
     assert!(message.contains("203.0.113.0/24"), "{message}");
 
     let fifty_one: Vec<String> = (0..51).map(|i| format!("10.0.{i}.0/24")).collect();
-    let (status, body) = call!(app, put(&f.key, json!({ "entries": fifty_one })));
+    let (status, body) = call!(app, put(&f.key(), json!({ "entries": fifty_one })));
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["error"]["code"], "invalid_box_access");
     assert!(
@@ -188,18 +137,18 @@ async fn refused_lists_name_the_entry_and_change_nothing() {
         "{body}"
     );
     let fifty: Vec<String> = (0..50).map(|i| format!("10.0.{i}.0/24")).collect();
-    let (status, body) = call!(app, put(&f.key, json!({ "entries": fifty })));
+    let (status, body) = call!(app, put(&f.key(), json!({ "entries": fifty })));
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["entries"].as_array().unwrap().len(), 50);
 
     // Unknown fields and a missing list are the body's 400.
-    let (status, body) = call!(app, put(&f.key, json!({"entries": [], "mode": "deny"})));
+    let (status, body) = call!(app, put(&f.key(), json!({"entries": [], "mode": "deny"})));
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["error"]["code"], "invalid_body");
-    let (status, _) = call!(app, put(&f.key, json!({})));
+    let (status, _) = call!(app, put(&f.key(), json!({})));
     assert_eq!(status, StatusCode::BAD_REQUEST);
 
-    let (_, read) = call!(app, get(&f.key));
+    let (_, read) = call!(app, get(&f.key()));
     assert_eq!(read["entries"].as_array().unwrap().len(), 50);
     // Without a key: 401.
     let res = test::call_service(&app, TestRequest::get().uri("/v1/box-access").to_request()).await;

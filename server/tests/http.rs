@@ -2,65 +2,24 @@
 //! PostgreSQL database of their own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{Fixture, URL, bearer, fixture, state};
+
 use actix_web::http::{StatusCode, header};
 use actix_web::test::{self, TestRequest};
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
-use psbx_actors::store::{Bootstrap, PoolOptions, Store};
+use psbx_actors::store::{PoolOptions, Store};
 use psbx_server::app::{self, AppState};
 use psbx_server::config::Config;
-
-/// The public URL the test app believes it has.
-const URL: &str = "http://localhost:8080";
 use psbx_tests::TestDatabase;
 use serde_json::{Value, json};
-
-struct Fixture {
-    _db: TestDatabase,
-    store: Store,
-    first: Bootstrap,
-}
-
-fn fixture() -> Fixture {
-    let db = TestDatabase::new();
-    let store = Store::open(
-        db.url(),
-        PoolOptions {
-            max_size: 4,
-            ..PoolOptions::default()
-        },
-    )
-    .unwrap();
-    let first = store.bootstrap().unwrap().unwrap();
-    Fixture {
-        _db: db,
-        store,
-        first,
-    }
-}
-
-/// The app's state on the fixture's database, without a libvirt host: the
-/// one `psbx serve` assembles, with a test vault.
-fn state(f: &Fixture) -> AppState {
-    let secrets = Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
-    let id = psbx_actors::ids::ServerId::parse("srv_test").unwrap();
-    let parts = app::Parts::new(f.store.clone(), secrets, Default::default(), URL, id);
-    AppState::assemble(
-        &Config::default(),
-        parts,
-        Err("no libvirt host in the HTTP tests".into()),
-    )
-    .unwrap()
-}
 
 macro_rules! service {
     ($f:expr) => {
         test::init_service(app::build(state(&$f))).await
     };
-}
-
-fn bearer(key: &str) -> (header::HeaderName, String) {
-    (header::AUTHORIZATION, format!("Bearer {key}"))
 }
 
 /// Checks the error body of DESIGN.md §10 and returns its code.
@@ -297,7 +256,7 @@ async fn keys_are_created_listed_without_secrets_and_revoked() {
 async fn another_accounts_key_is_a_404_not_a_403() {
     let f = fixture();
     let app = service!(f);
-    let other = psbx_actors::ids::AccountId::parse(&f._db.add_account("acct_other")).unwrap();
+    let other = psbx_actors::ids::AccountId::parse(&f.db.add_account("acct_other")).unwrap();
     let theirs = f.store.create_api_key(&other, "theirs").unwrap();
     let res = test::call_service(
         &app,
@@ -495,8 +454,7 @@ async fn secrets_are_stored_sealed_and_never_read_back() {
             #[diesel(sql_type = diesel::sql_types::Text)]
             row: String,
         }
-        let mut conn =
-            <diesel::PgConnection as diesel::Connection>::establish(f._db.url()).unwrap();
+        let mut conn = <diesel::PgConnection as diesel::Connection>::establish(f.db.url()).unwrap();
         let rows: Vec<Row> = diesel::sql_query("SELECT secrets::text AS row FROM secrets")
             .load(&mut conn)
             .unwrap();
@@ -537,7 +495,7 @@ async fn secrets_are_stored_sealed_and_never_read_back() {
     assert_eq!(error_code(&body), "secret_not_found");
 
     // Another account sees none of them.
-    let other = psbx_actors::ids::AccountId::parse(&f._db.add_account("acct_other")).unwrap();
+    let other = psbx_actors::ids::AccountId::parse(&f.db.add_account("acct_other")).unwrap();
     let theirs = f.store.create_api_key(&other, "theirs").unwrap();
     let res = test::call_service(
         &app,
@@ -864,7 +822,7 @@ async fn clients_nobody_authorized_within_a_day_are_deleted_at_the_next_registra
         .store
         .register_oauth_client(Some("old"), &[REDIRECT.to_owned()])
         .unwrap();
-    let mut conn = <diesel::PgConnection as diesel::Connection>::establish(f._db.url()).unwrap();
+    let mut conn = <diesel::PgConnection as diesel::Connection>::establish(f.db.url()).unwrap();
     diesel::RunQueryDsl::execute(
         diesel::sql_query("UPDATE oauth_clients SET created_at = now() - interval '25 hours'"),
         &mut conn,
@@ -1077,7 +1035,7 @@ async fn document_fetches_name_no_cause_and_are_throttled_per_address() {
 fn other_account(f: &Fixture) -> String {
     use diesel::{Connection, RunQueryDsl};
     let id = psbx_actors::ids::AccountId::generate().unwrap();
-    let mut conn = diesel::PgConnection::establish(f._db.url()).unwrap();
+    let mut conn = diesel::PgConnection::establish(f.db.url()).unwrap();
     diesel::sql_query(format!(
         "INSERT INTO accounts (id, name) VALUES ('{id}', 'other')"
     ))

@@ -4,52 +4,18 @@
 //! The terminal itself is tested end to end in tests/tests/takeover.rs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{Fixture, URL, fixture, state_with};
+
 use actix_web::http::{StatusCode, header};
 use actix_web::test::{self, TestRequest};
 use psbx_actors::box_actor::state::BoxState;
 use psbx_actors::ids::{AccountId, BoxId};
-use psbx_actors::secrets::Secrets;
-use psbx_actors::secrets::vault::Vault;
-use psbx_actors::store::{Bootstrap, NewBox, PoolOptions, Store};
-use psbx_server::app::{self, AppState};
+use psbx_actors::store::NewBox;
+use psbx_server::app::{self};
 use psbx_server::config::{Config, TakeoverConfig};
-use psbx_tests::TestDatabase;
 use serde_json::Value;
-
-const URL: &str = "http://localhost:8080";
-
-struct Fixture {
-    db: TestDatabase,
-    store: Store,
-    first: Bootstrap,
-}
-
-fn fixture() -> Fixture {
-    let db = TestDatabase::new();
-    let store = Store::open(
-        db.url(),
-        PoolOptions {
-            max_size: 4,
-            min_idle: 0,
-            ..PoolOptions::default()
-        },
-    )
-    .unwrap();
-    let first = store.bootstrap().unwrap().unwrap();
-    Fixture { db, store, first }
-}
-
-fn state(f: &Fixture, config: &Config) -> AppState {
-    let secrets = Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
-    let id = psbx_actors::ids::ServerId::parse("srv_test").unwrap();
-    let parts = app::Parts::new(f.store.clone(), secrets, Default::default(), URL, id);
-    AppState::assemble(
-        config,
-        parts,
-        Err("no libvirt host in the HTTP tests".into()),
-    )
-    .unwrap()
-}
 
 /// A box of `account` in `state`, as a row (no VM).
 fn a_box(f: &Fixture, account: &AccountId, state: BoxState) -> String {
@@ -114,7 +80,7 @@ async fn a_link_is_stored_hashed_its_page_is_safe_and_its_terminal_opens_once() 
     let f = fixture();
     let key = f.first.key.secret.expose().to_owned();
     let id = a_box(&f, &f.first.account.id, BoxState::Running);
-    let app = test::init_service(app::build(state(&f, &Config::default()))).await;
+    let app = test::init_service(app::build(state_with(&f, &Config::default()))).await;
 
     let res = test::call_service(&app, takeover(&key, &id).to_request()).await;
     assert_eq!(res.status(), StatusCode::CREATED);
@@ -227,7 +193,7 @@ async fn expired_unknown_and_other_accounts_links_do_not_work() {
         },
         ..Config::default()
     };
-    let app = test::init_service(app::build(state(&f, &config))).await;
+    let app = test::init_service(app::build(state_with(&f, &config))).await;
 
     let res = test::call_service(&app, takeover(&key, &id).to_request()).await;
     assert_eq!(res.status(), StatusCode::CREATED);
@@ -287,7 +253,7 @@ async fn expired_unknown_and_other_accounts_links_do_not_work() {
 #[actix_web::test]
 async fn the_takeover_route_is_in_the_api_document() {
     let f = fixture();
-    let app = test::init_service(app::build(state(&f, &Config::default()))).await;
+    let app = test::init_service(app::build(state_with(&f, &Config::default()))).await;
     let req = TestRequest::get().uri("/v1/openapi.json").to_request();
     let doc: Value = test::call_and_read_body_json(&app, req).await;
     let op = &doc["paths"]["/v1/boxes/{id}/takeover"]["post"];

@@ -24,6 +24,7 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         ),
         ("POST", "/v1/boxes/{id}/keep", Some(json!({"keep": "1d"}))),
         ("POST", "/v1/boxes/{id}/sync", None),
+        ("POST", "/v1/boxes/{id}/takeover", None),
         ("GET", "/v1/boxes/{id}/processes", None),
         ("DELETE", "/v1/boxes/{id}/processes/{pid}", None),
         ("GET", "/v1/boxes/{id}/processes/{pid}/logs", None),
@@ -80,6 +81,7 @@ fn state_of(s: &BoxServer, key: &str, id: &str, conn: &str) -> Value {
         "secrets": get("/v1/secrets"),
         "environment": get("/v1/environments/dev"),
         "keys": get("/v1/api-keys"),
+        "boxAccess": get("/v1/box-access"),
         "token": s.db_query(&format!(
             "SELECT encode(token_sha256, 'hex') AS v FROM connections WHERE id = '{conn}'"
         )),
@@ -225,8 +227,18 @@ fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
         "sandbox_start made a box anyway: {list}"
     );
 
+    // The box-URL allowlist is one per account: B's is its own.
+    psbx_tests::api::ok(
+        &url,
+        &other,
+        "PUT",
+        "/v1/box-access",
+        Some(json!({"entries": ["203.0.113.0/24"]})),
+    );
+
     // Nothing of A changed: the box runs on with its command, nothing was
-    // written into it, its environment, secret, keys and token are as they were.
+    // written into it, its environment, secret, keys, token and allowlist are
+    // as they were.
     let after = state_of(&s, &s.key, &id, &conn);
     assert_eq!(after, before, "another account changed account A's things");
     let check = s.ok(

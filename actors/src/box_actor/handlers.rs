@@ -18,9 +18,9 @@ use std::sync::Arc;
 type Reply<T> = AtomicResponse<BoxActor, Result<T, BoxError>>;
 type Flow<T> = ResponseActFuture<BoxActor, Result<T, BoxError>>;
 
-/// How often activity is written at most: a touch within this long of the
-/// last recorded activity changes nothing.
-const TOUCH_EVERY: chrono::Duration = chrono::Duration::seconds(1);
+/// How often a box's actor writes its activity at most: a touch within this
+/// long of the last one it wrote changes nothing.
+const TOUCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// Read the box (and ask boxd how it is). `thaw`: wake a frozen box first;
 /// `touch`: count this as activity.
 #[derive(Message)]
@@ -137,9 +137,15 @@ impl BoxActor {
         // A box answering requests (its URL's small GETs) would write its
         // activity once per request, each write holding the mailbox: within
         // [`TOUCH_EVERY`] of the last write the stored time is close enough.
-        if chrono::Utc::now() - self.record.last_activity_at < TOUCH_EVERY {
+        // Timed on tokio's clock, as the idle timer is.
+        let now = tokio::time::Instant::now();
+        if self
+            .touched_at
+            .is_some_and(|at| now.duration_since(at) < TOUCH_EVERY)
+        {
             return Box::pin(ready(Ok(())));
         }
+        self.touched_at = Some(now);
         let (store, id) = (self.shared.store.clone(), self.record.id.clone());
         Box::pin(
             async move { blocking(move || store.touch_box(&id)).await }

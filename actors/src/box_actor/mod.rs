@@ -74,6 +74,9 @@ pub struct BoxActor {
     expiry_timer: Option<SpawnHandle>,
     /// The box's secret values, masked in output returned to callers.
     masker: Arc<Masker>,
+    /// When this actor last wrote the box's activity (tokio's clock, which
+    /// the timers run on).
+    touched_at: Option<tokio::time::Instant>,
 }
 
 impl BoxActor {
@@ -97,6 +100,7 @@ impl BoxActor {
             idle_timer: None,
             expiry_timer: None,
             masker,
+            touched_at: None,
         }
     }
 

@@ -1,0 +1,64 @@
+//! What the server's HTTP tests share: a fresh, migrated database with its
+//! first account and key, and the app's state on it (the one `psbx serve`
+//! assembles, with a test vault and without a libvirt host).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use actix_web::http::header;
+use psbx_actors::secrets::Secrets;
+use psbx_actors::secrets::vault::Vault;
+use psbx_actors::store::{Bootstrap, PoolOptions, Store};
+use psbx_server::app::{self, AppState};
+use psbx_server::config::Config;
+use psbx_tests::TestDatabase;
+
+/// The public URL the test app believes it has.
+pub const URL: &str = "http://localhost:8080";
+
+pub struct Fixture {
+    pub db: TestDatabase,
+    pub store: Store,
+    pub first: Bootstrap,
+}
+
+pub fn fixture() -> Fixture {
+    let db = TestDatabase::new();
+    let store = Store::open(
+        db.url(),
+        PoolOptions {
+            max_size: 4,
+            min_idle: 0,
+            ..PoolOptions::default()
+        },
+    )
+    .unwrap();
+    let first = store.bootstrap().unwrap().unwrap();
+    Fixture { db, store, first }
+}
+
+impl Fixture {
+    /// The first account's API key.
+    pub fn key(&self) -> String {
+        self.first.key.secret.expose().to_owned()
+    }
+}
+
+/// The app's state on the fixture's database, with the default configuration.
+pub fn state(f: &Fixture) -> AppState {
+    state_with(f, &Config::default())
+}
+
+pub fn state_with(f: &Fixture, config: &Config) -> AppState {
+    let secrets = Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
+    let id = psbx_actors::ids::ServerId::parse("srv_test").unwrap();
+    let parts = app::Parts::new(f.store.clone(), secrets, Default::default(), URL, id);
+    AppState::assemble(
+        config,
+        parts,
+        Err("no libvirt host in the HTTP tests".into()),
+    )
+    .unwrap()
+}
+
+pub fn bearer(key: &str) -> (header::HeaderName, String) {
+    (header::AUTHORIZATION, format!("Bearer {key}"))
+}
