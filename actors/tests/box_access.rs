@@ -11,15 +11,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 fn store(db: &TestDatabase) -> Store {
-    Store::open(
-        db.url(),
-        PoolOptions {
-            max_size: 3,
-            min_idle: 0,
-            ..PoolOptions::default()
-        },
-    )
-    .unwrap()
+    Store::open(db.url(), PoolOptions::short_lived(3)).unwrap()
 }
 
 fn account(db: &TestDatabase, name: &str) -> AccountId {

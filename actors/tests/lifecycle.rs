@@ -62,17 +62,7 @@ const UNIT: Unit = Unit {
 /// A world whose pool keeps `pool_size` boxes of size 1.
 fn world(pool_size: usize) -> World {
     let db = TestDatabase::new();
-    let store = Store::open(
-        db.url(),
-        PoolOptions {
-            max_size: 4,
-            // No idle connections reopened in background threads: one inside
-            // libpq when the test process exits crashes it.
-            min_idle: 0,
-            ..PoolOptions::default()
-        },
-    )
-    .unwrap();
+    let store = Store::open(db.url(), PoolOptions::short_lived(4)).unwrap();
     let account = store.bootstrap().unwrap().unwrap().account.id;
     let server_id = store.register_server("test", "0").unwrap().id.to_string();
     let installation = store.installation_id().unwrap();

@@ -90,15 +90,7 @@ async fn refused_opens(store: Store, account: AccountId, env: &str) -> (Router, 
 }
 
 fn store(db: &TestDatabase) -> Store {
-    Store::open(
-        db.url(),
-        PoolOptions {
-            max_size: 2,
-            min_idle: 0,
-            ..PoolOptions::default()
-        },
-    )
-    .unwrap()
+    Store::open(db.url(), PoolOptions::short_lived(2)).unwrap()
 }
 
 fn check_log(log: &str) {

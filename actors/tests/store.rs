@@ -9,15 +9,7 @@ use psbx_tests::TestDatabase;
 /// reopened in background threads, which crash the process when it exits
 /// inside libpq (seen as SIGSEGV at the end of a passing test).
 fn store(db: &TestDatabase) -> Store {
-    Store::open(
-        db.url(),
-        PoolOptions {
-            max_size: 3,
-            min_idle: 0,
-            ..PoolOptions::default()
-        },
-    )
-    .unwrap()
+    Store::open(db.url(), PoolOptions::short_lived(3)).unwrap()
 }
 
 #[test]

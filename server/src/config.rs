@@ -25,7 +25,7 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The URL clients use to reach this server; derived from `listen` when unset.
     pub public_url: Option<String>,
-    /// Box URLs are `<name>.<box_domain>`.
+    /// Box URLs are `box-<id>-<key>[-<port>].<box_domain>` (`actors::box_urls`).
     pub box_domain: String,
     /// Reverse proxies (addresses or CIDR networks) whose `X-Forwarded-For`
     /// names the client: for the box-URL allowlist and the per-address

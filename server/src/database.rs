@@ -41,11 +41,7 @@ impl Database {
                 max_size: config.database_pool_size,
                 ..PoolOptions::default()
             },
-            Opener::Command => PoolOptions {
-                max_size: 2,
-                min_idle: 0,
-                ..PoolOptions::default()
-            },
+            Opener::Command => PoolOptions::short_lived(2),
         };
         if let Some(url) = &config.database_url {
             return Ok(Self {

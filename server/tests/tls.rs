@@ -25,15 +25,7 @@ struct Running {
 impl Running {
     async fn start(config: &Config) -> Self {
         let db = TestDatabase::new();
-        let store = Store::open(
-            db.url(),
-            PoolOptions {
-                max_size: 2,
-                min_idle: 0,
-                ..PoolOptions::default()
-            },
-        )
-        .unwrap();
+        let store = Store::open(db.url(), PoolOptions::short_lived(2)).unwrap();
         store.bootstrap().unwrap();
         let secrets = Secrets::new(store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();

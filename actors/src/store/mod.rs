@@ -124,6 +124,18 @@ pub struct PoolOptions {
     pub connect_timeout: Duration,
 }
 
+impl PoolOptions {
+    /// The options of a short-lived process (a command, a test): at most
+    /// `max_size` connections, none kept idle.
+    pub fn short_lived(max_size: u32) -> Self {
+        Self {
+            max_size,
+            min_idle: 0,
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for PoolOptions {
     fn default() -> Self {
         Self {

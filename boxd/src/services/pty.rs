@@ -412,6 +412,12 @@ mod tests {
         let (job, shell) = (got[0], got[1]);
         let (_job, _shell) = (Reap::new(job), Reap::new(shell));
         assert!(!gone(job) && !gone(shell));
+        hang_up_and_see_gone(&mut t, &[(job, "job"), (shell, "shell")]).await;
+    }
+
+    /// Half-closes the terminal's stream, waits for its end, then for each
+    /// of `pids` to be gone within 5 s.
+    async fn hang_up_and_see_gone(t: &mut Stream, pids: &[(i32, &str)]) {
         t.shutdown().await.unwrap();
         let mut rest = Vec::new();
         tokio::time::timeout(Duration::from_secs(10), t.read_to_end(&mut rest))
@@ -419,12 +425,14 @@ mod tests {
             .expect("the stream ends after the half-close")
             .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while !(gone(job) && gone(shell)) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the shell ({shell}) or its job ({job}) outlived the hang-up"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        for (pid, what) in pids {
+            while !gone(*pid) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the {what} ({pid}) outlived the hang-up"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     }
 
@@ -500,20 +508,7 @@ mod tests {
         )
         .await[0];
         let _fg = Reap::new(fg);
-        t.shutdown().await.unwrap();
-        let mut rest = Vec::new();
-        tokio::time::timeout(Duration::from_secs(10), t.read_to_end(&mut rest))
-            .await
-            .expect("the stream ends after the half-close")
-            .unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while !(gone(fg) && gone(shell)) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the shell ({shell}) or its foreground job ({fg}) outlived the hang-up"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        hang_up_and_see_gone(&mut t, &[(fg, "foreground job"), (shell, "shell")]).await;
         assert!(!gone(bg), "the nohup job ({bg}) was killed");
     }
 

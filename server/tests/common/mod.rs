@@ -22,15 +22,7 @@ pub struct Fixture {
 
 pub fn fixture() -> Fixture {
     let db = TestDatabase::new();
-    let store = Store::open(
-        db.url(),
-        PoolOptions {
-            max_size: 4,
-            min_idle: 0,
-            ..PoolOptions::default()
-        },
-    )
-    .unwrap();
+    let store = Store::open(db.url(), PoolOptions::short_lived(4)).unwrap();
     let first = store.bootstrap().unwrap().unwrap();
     Fixture { db, store, first }
 }
