@@ -5,25 +5,13 @@
 
 mod common;
 
-use common::{Fixture, bearer, fixture, state, state_with};
+use common::{bearer, fixture, other_account, state, state_with};
 
 use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
 use psbx_server::app::{self};
 use psbx_server::config::Config;
 use serde_json::{Value, json};
-
-/// A second account with a key of its own.
-fn other_account(f: &Fixture) -> String {
-    let id = psbx_actors::ids::AccountId::generate().unwrap();
-    f.db.add_account(id.as_str());
-    f.store
-        .create_api_key(&id, "other")
-        .unwrap()
-        .secret
-        .expose()
-        .to_owned()
-}
 
 macro_rules! call {
     ($app:expr, $req:expr) => {{

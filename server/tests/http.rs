@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Fixture, URL, bearer, fixture, state};
+use common::{URL, bearer, fixture, other_account, state};
 
 use actix_web::http::{StatusCode, header};
 use actix_web::test::{self, TestRequest};
@@ -1029,24 +1029,6 @@ async fn document_fetches_name_no_cause_and_are_throttled_per_address() {
     assert!(res.headers().contains_key(header::RETRY_AFTER));
     let res = test::call_service(&app, open("198.51.100.7:1")).await;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
-}
-
-/// A second account of the fixture's database, with an API key.
-fn other_account(f: &Fixture) -> String {
-    use diesel::{Connection, RunQueryDsl};
-    let id = psbx_actors::ids::AccountId::generate().unwrap();
-    let mut conn = diesel::PgConnection::establish(f.db.url()).unwrap();
-    diesel::sql_query(format!(
-        "INSERT INTO accounts (id, name) VALUES ('{id}', 'other')"
-    ))
-    .execute(&mut conn)
-    .unwrap();
-    f.store
-        .create_api_key(&id, "other")
-        .unwrap()
-        .secret
-        .expose()
-        .to_owned()
 }
 
 // Review M2 at the API: with max_boxes = 1 and one live box, the account's

@@ -34,6 +34,18 @@ impl Fixture {
     }
 }
 
+/// A second account of the fixture's database, with an API key.
+pub fn other_account(f: &Fixture) -> String {
+    let id = psbx_actors::ids::AccountId::generate().unwrap();
+    f.db.add_account(id.as_str());
+    f.store
+        .create_api_key(&id, "other")
+        .unwrap()
+        .secret
+        .expose()
+        .to_owned()
+}
+
 /// The app's state on the fixture's database, with the default configuration.
 pub fn state(f: &Fixture) -> AppState {
     state_with(f, &Config::default())
