@@ -471,10 +471,10 @@ impl Boxes {
             .await?
             .ok_or_else(|| BoxError::Internal("the command's stream ended at once".into()))?;
         let (tx, rx) = mpsc::channel(32);
-        let mut keepalive = self.keepalive();
-        // One task reads the command's stream and keeps the box awake.
+        let awake = self.awake(addr);
+        // One task reads the command's stream; the box is kept awake while it runs.
         tokio::spawn(async move {
-            let _link = link;
+            let (_link, _awake) = (link, awake);
             tokio::pin!(overran);
             if tx.send(Ok(first)).await.is_err() {
                 return;
@@ -489,7 +489,6 @@ impl Boxes {
                             return;
                         }
                     },
-                    _ = keepalive.tick() => addr.do_send(Touch),
                     () = tx.closed() => return,
                     () = &mut overran => {
                         let limit = limit.unwrap_or_default();
@@ -579,10 +578,11 @@ impl Boxes {
     ) -> Result<mpsc::Receiver<Result<Vec<u8>, BoxError>>, BoxError> {
         let (addr, link, masker) = self.channel(account, id).await?;
         let mut stream = open_log(&link, id, pid, offset, true).await?;
-        let mut keepalive = self.keepalive();
+        let awake = self.awake(addr);
         let (tx, rx) = mpsc::channel(16);
         let id = id.to_owned();
         tokio::spawn(async move {
+            let _awake = awake;
             let mut mask = MaskStream::new(masker);
             let mut chunk = vec![0u8; 64 * 1024];
             loop {
@@ -599,7 +599,6 @@ impl Boxes {
                             return;
                         }
                     },
-                    _ = keepalive.tick() => addr.do_send(Touch),
                     () = tx.closed() => return,
                 }
             }

@@ -110,7 +110,7 @@ pub async fn forward(
     let named = connection_names(response.headers());
     for (name, value) in response.headers() {
         let lower = name.as_str();
-        if HOP_BY_HOP.contains(&lower) || named.iter().any(|n| n == lower) {
+        if ends_here(lower, &named) {
             continue;
         }
         if let (Ok(name), Ok(value)) = (
@@ -172,7 +172,7 @@ fn request_of(
     let (mut proto, mut fwd_host) = (None, None);
     for (name, value) in req.headers() {
         let lower = name.as_str();
-        if HOP_BY_HOP.contains(&lower) || named.iter().any(|n| n == lower) {
+        if ends_here(lower, &named) {
             continue;
         }
         match lower {
@@ -186,14 +186,15 @@ fn request_of(
                 }
                 continue;
             }
-            "x-forwarded-proto" | "x-forwarded-host" => {
+            "x-forwarded-proto" => {
                 if who.peer_is_proxy {
-                    let v = value.as_bytes().to_vec();
-                    if lower == "x-forwarded-proto" {
-                        proto = Some(v);
-                    } else {
-                        fwd_host = Some(v);
-                    }
+                    proto = Some(value.as_bytes().to_vec());
+                }
+                continue;
+            }
+            "x-forwarded-host" => {
+                if who.peer_is_proxy {
+                    fwd_host = Some(value.as_bytes().to_vec());
                 }
                 continue;
             }
@@ -281,6 +282,12 @@ fn upgrade_value(headers: &hyper::HeaderMap) -> Option<String> {
         .to_str()
         .ok()
         .map(str::to_owned)
+}
+
+/// Whether a header (its lower-case name) ends at this hop: a hop-by-hop
+/// one, or one the `Connection` header names.
+fn ends_here(name: &str, named: &[String]) -> bool {
+    HOP_BY_HOP.contains(&name) || named.iter().any(|n| n == name)
 }
 
 /// The header names a `Connection` header lists, lower-cased.

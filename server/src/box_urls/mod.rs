@@ -35,16 +35,17 @@ pub async fn route<B: MessageBody>(
     req: ServiceRequest,
     next: Next<B>,
 ) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
-    let for_a_box = req
+    let host = req
         .app_data::<web::Data<Boxes>>()
         .and_then(|boxes| boxes.urls())
-        .is_some_and(|urls| host_of(req.head()).is_some_and(|h| urls.is_box_host(h)));
-    if !for_a_box {
+        .and_then(|urls| host_of(req.head()).filter(|h| urls.is_box_host(h)))
+        .map(str::to_owned);
+    let Some(host) = host else {
         return next
             .call(req)
             .await
             .map(ServiceResponse::map_into_left_body);
-    }
+    };
     let (req, mut payload) = req.into_parts();
     let payload = web::Payload::from_request(&req, &mut payload).await?;
     let res = match (
@@ -53,7 +54,7 @@ pub async fn route<B: MessageBody>(
         req.app_data::<web::Data<TrustedProxies>>(),
     ) {
         (Some(boxes), Some(access), Some(trusted)) => {
-            serve(&req, payload, boxes, access, trusted).await
+            serve(&req, host, payload, boxes, access, trusted).await
         }
         _ => pages::not_found(),
     };
@@ -73,20 +74,16 @@ fn host_of(head: &RequestHead) -> Option<&str> {
         })
 }
 
+/// Answers a request whose `host` is under the box domain.
 async fn serve(
     req: &HttpRequest,
+    host: String,
     payload: web::Payload,
     boxes: &Boxes,
     access: &BoxAccess,
     trusted: &TrustedProxies,
 ) -> HttpResponse {
-    let Some(urls) = boxes.urls() else {
-        return pages::not_found();
-    };
-    let Some(host) = host_of(req.head()).map(str::to_owned) else {
-        return pages::not_found();
-    };
-    let Some(address) = urls.parse(&host) else {
+    let Some(address) = boxes.urls().and_then(|urls| urls.parse(&host)) else {
         return pages::not_found();
     };
     let record = match boxes.for_url(&address).await {
