@@ -207,8 +207,7 @@ impl Reviews {
         }
         let summary = bounded("summary", &new.summary, SUMMARY_MAX)?;
         let mut urls = check_urls(&new.urls)?;
-        let snapshot = self.boxes.get(account, id, false).await?;
-        let record = &snapshot.record;
+        let record = &self.boxes.record(account, id).await?;
         if record.state.is_terminal() {
             return Err(BoxError::Over {
                 id: record.id.to_string(),
@@ -218,7 +217,11 @@ impl Reviews {
             .into());
         }
         if urls.is_empty() {
-            urls.extend(snapshot.urls.as_ref().map(|u| u.url.clone()));
+            urls.extend(
+                self.boxes
+                    .urls()
+                    .map(|u| u.of(&record.id, &record.spec.services).url),
+            );
         }
         let (store, account, box_id) = (self.store.clone(), account.clone(), record.id.clone());
         let row = blocking(move || {

@@ -183,8 +183,7 @@ impl Shots {
         request: ShotRequest,
     ) -> Result<Shot, ShotError> {
         request.check().map_err(ShotError::Invalid)?;
-        let snapshot = self.boxes.get(account, id, false).await?;
-        let record = snapshot.record;
+        let record = self.boxes.record(account, id).await?;
         let mut in_box = request.clone();
         in_box.url = request
             .url
@@ -319,7 +318,7 @@ impl Shots {
     pub async fn list(&self, account: &AccountId, id: &str) -> Result<(Vec<Shot>, u64), ShotError> {
         let box_id = box_id(id)?;
         // The box must be the account's (stopped ones too: a review keeps theirs).
-        self.boxes.get(account, id, false).await?;
+        self.boxes.record(account, id).await?;
         let (store, account) = (self.store.clone(), account.clone());
         let (rows, total) = blocking(move || {
             Ok::<_, StoreError>((
@@ -387,7 +386,7 @@ impl Shots {
     /// Deletes all of the box's own shots, those a review keeps included; how many.
     pub async fn delete_all(&self, account: &AccountId, id: &str) -> Result<usize, ShotError> {
         let box_id = box_id(id)?;
-        self.boxes.get(account, id, false).await?;
+        self.boxes.record(account, id).await?;
         let (store, account) = (self.store.clone(), account.clone());
         let rows = blocking(move || store.delete_box_shots(&account, &box_id)).await?;
         for row in &rows {
