@@ -267,9 +267,7 @@ impl Reviews {
 
     /// The box's latest review, if it was ever handed over.
     pub async fn latest(&self, account: &AccountId, id: &str) -> Result<Option<Review>, ReviewError> {
-        let Ok(box_id) = BoxId::parse(id) else {
-            return Err(BoxError::NotFound(id.to_owned()).into());
-        };
+        let box_id = self.boxes.record(account, id).await?.id;
         let (store, account) = (self.store.clone(), account.clone());
         match blocking(move || store.latest_review(&account, &box_id)).await? {
             Some(row) => Ok(Some(self.dressed(row).await?)),
