@@ -304,6 +304,7 @@ pub fn file_answer(mime: &str, bytes: Vec<u8>) -> HttpResponse {
     responses(
         (status = 200, description = "The file: PNG, WebM or MP4 (`preview` and `poster`: PNG)",
             content(("image/png"), ("video/webm"), ("video/mp4"))),
+        (status = 400, description = "An unknown part or query parameter (`invalid_request`)", body = crate::error::ErrorBody),
         ShotErrors,
     )
 )]
