@@ -1,0 +1,612 @@
+//! The web app (`/app`) through the real app on a real PostgreSQL database,
+//! without a libvirt host: signing in (password, the session cookie, the
+//! way back), the CSRF and Origin checks of its forms, its headers, other
+//! accounts' boxes, and the secrets page (whose value must appear in no
+//! answer and no log line). The browser flows are in
+//! tests/tests/app_browser.rs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Fixture, fixture, state};
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{Service, ServiceResponse};
+use actix_web::http::{StatusCode, header};
+use actix_web::test::{self, TestRequest};
+use psbx_actors::box_actor::state::BoxState;
+use psbx_actors::ids::{AccountId, BoxId};
+use psbx_actors::store::NewBox;
+use psbx_server::app;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+
+const PASSWORD: &str = "correct horse battery";
+
+/// Every log line the test process writes (its subscriber is global: each
+/// test runs in a process of its own under nextest).
+fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let writer = buffer.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || Captured(writer.clone()))
+            .try_init();
+        buffer
+    })
+    .clone()
+}
+
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A browser: its cookies, and every answer it saw.
+#[derive(Default)]
+struct Browser {
+    cookies: BTreeMap<String, String>,
+    seen: Vec<String>,
+}
+
+/// What came back.
+struct Answer {
+    status: StatusCode,
+    headers: header::HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn location(&self) -> &str {
+        self.headers
+            .get(header::LOCATION)
+            .map(|v| v.to_str().unwrap())
+            .unwrap_or_default()
+    }
+    fn header(&self, name: header::HeaderName) -> String {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Browser {
+    async fn send<S, B>(&mut self, app: &S, req: TestRequest) -> Answer
+    where
+        S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+        B: MessageBody,
+    {
+        let mut req = req;
+        if !self.cookies.is_empty() {
+            let jar: Vec<String> = self
+                .cookies
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            req = req.insert_header((header::COOKIE, jar.join("; ")));
+        }
+        let response = test::call_service(app, req.to_request()).await;
+        let status = response.status();
+        let headers = response.headers().clone();
+        for set in headers.get_all(header::SET_COOKIE) {
+            let set = set.to_str().unwrap();
+            let pair = set.split(';').next().unwrap();
+            let (name, value) = pair.split_once('=').unwrap();
+            if value.is_empty() || set.contains("Max-Age=0") {
+                self.cookies.remove(name);
+            } else {
+                self.cookies.insert(name.to_owned(), value.to_owned());
+            }
+        }
+        let body = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+        self.seen.push(format!("{status}\n{headers:?}\n{body}"));
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    async fn get<S, B>(&mut self, app: &S, path: &str) -> Answer
+    where
+        S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+        B: MessageBody,
+    {
+        self.send(app, TestRequest::get().uri(path)).await
+    }
+
+    /// A form POST as the page's own form sends it (its token included).
+    async fn post<S, B>(&mut self, app: &S, path: &str, fields: &[(&str, &str)]) -> Answer
+    where
+        S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+        B: MessageBody,
+    {
+        let mut all: Vec<(&str, &str)> = fields.to_vec();
+        let csrf = self.csrf();
+        all.push(("csrf", &csrf));
+        self.send(
+            app,
+            TestRequest::post()
+                .uri(path)
+                .insert_header((header::ORIGIN, common::URL))
+                .set_form(all),
+        )
+        .await
+    }
+
+    fn csrf(&self) -> String {
+        self.cookies
+            .get("psbx_app_csrf")
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    async fn sign_in<S, B>(&mut self, app: &S, account: &str) -> Answer
+    where
+        S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+        B: MessageBody,
+    {
+        let page = self.get(app, "/app/sign-in").await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        self.post(
+            app,
+            "/app/sign-in",
+            &[
+                ("account", account),
+                ("password", PASSWORD),
+                ("next", "/app"),
+            ],
+        )
+        .await
+    }
+}
+
+/// A box of `account` in `state`, as a row (no VM).
+fn a_box(f: &Fixture, account: &AccountId, state: BoxState) -> String {
+    let unit = psbx_actors::settings::Unit {
+        vcpus: 1,
+        memory_mib: 256,
+        disk_gb: 1,
+    };
+    let id = BoxId::generate().unwrap();
+    f.store
+        .insert_box(&NewBox {
+            account_id: Some(account.clone()),
+            goal: Some("try the <home> page".into()),
+            ..NewBox::for_size(id.clone(), "test:///", "test", state, 1, unit)
+        })
+        .unwrap();
+    id.to_string()
+}
+
+/// The fixture with a password on its first account.
+fn signed_fixture() -> Fixture {
+    let f = fixture();
+    f.store.set_password(&f.first.account.id, PASSWORD).unwrap();
+    f
+}
+
+#[actix_web::test]
+async fn unsigned_pages_go_to_sign_in_and_back() {
+    let f = signed_fixture();
+    let app = test::init_service(app::build(state(&f))).await;
+    let mut b = Browser::default();
+
+    let home = b.get(&app, "/app").await;
+    assert_eq!(home.status, StatusCode::SEE_OTHER);
+    assert_eq!(home.location(), "/app/sign-in");
+    let deep = b.get(&app, "/app/reviews/rev_abc?x=1").await;
+    assert_eq!(deep.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        deep.location(),
+        "/app/sign-in?next=%2Fapp%2Freviews%2Frev_abc%3Fx%3D1"
+    );
+    let secrets = b.get(&app, "/app/settings/secrets").await;
+    assert_eq!(secrets.status, StatusCode::SEE_OTHER);
+    let shot = b.get(&app, "/app/shots/shot_x").await;
+    assert_eq!(shot.status, StatusCode::SEE_OTHER);
+
+    // The sign-in page remembers where to go (for a sign-in link too) and
+    // sets the form's token; a `next` off the app is not followed.
+    let page = b.get(&app, "/app/sign-in?next=/app/settings/secrets").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body
+            .contains("name=\"next\" value=\"/app/settings/secrets\""),
+        "{}",
+        page.body
+    );
+    assert!(b.csrf().len() >= 32);
+    assert!(b.cookies.contains_key("psbx_return"));
+    let evil = b.get(&app, "/app/sign-in?next=//evil.example/").await;
+    assert!(
+        evil.body.contains("name=\"next\" value=\"/app\""),
+        "{}",
+        evil.body
+    );
+
+    // A wrong password: the form again, 401, no session.
+    let wrong = b
+        .post(
+            &app,
+            "/app/sign-in",
+            &[
+                ("account", &f.first.account.name),
+                ("password", "not it at all"),
+                ("next", "/app"),
+            ],
+        )
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        wrong.body.contains("name or password is wrong"),
+        "{}",
+        wrong.body
+    );
+    assert!(!b.cookies.contains_key("psbx_session"));
+
+    let signed = b
+        .post(
+            &app,
+            "/app/sign-in",
+            &[
+                ("account", &f.first.account.name),
+                ("password", PASSWORD),
+                ("next", "/app/settings/secrets"),
+            ],
+        )
+        .await;
+    assert_eq!(signed.status, StatusCode::SEE_OTHER, "{}", signed.body);
+    assert_eq!(signed.location(), "/app/settings/secrets");
+    let set = signed.header(header::SET_COOKIE);
+    assert!(set.starts_with("psbx_session="), "{set}");
+    assert!(set.contains("Path=/;") && set.contains("HttpOnly"), "{set}");
+
+    let home = b.get(&app, "/app").await;
+    assert_eq!(home.status, StatusCode::OK, "{}", home.body);
+    assert!(
+        home.body.contains("<h2 id=\"boxes\">Boxes</h2>"),
+        "{}",
+        home.body
+    );
+    assert!(
+        home.body.contains("href=\"/app/settings\""),
+        "{}",
+        home.body
+    );
+    // Signed in, the sign-in page goes on.
+    let again = b.get(&app, "/app/sign-in").await;
+    assert_eq!(again.status, StatusCode::SEE_OTHER);
+
+    // The OAuth page sees the same session.
+    let oauth = b.get(&app, "/oauth/signed-in").await;
+    assert_eq!(oauth.status, StatusCode::OK);
+    assert!(oauth.body.contains("href=\"/app\""), "{}", oauth.body);
+
+    // Sign out ends it, for the OAuth pages too.
+    let out = b.post(&app, "/app/sign-out", &[]).await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert_eq!(out.location(), "/app/sign-in");
+    assert!(!b.cookies.contains_key("psbx_session"));
+    assert_eq!(b.get(&app, "/app").await.status, StatusCode::SEE_OTHER);
+}
+
+#[actix_web::test]
+async fn a_sign_in_link_returns_to_the_app_page_it_started_from() {
+    let f = signed_fixture();
+    let app = test::init_service(app::build(state(&f))).await;
+    let mut b = Browser::default();
+    b.get(&app, "/app/sign-in?next=/app/settings").await;
+    let token = f.store.create_login_link(&f.first.account.id).unwrap();
+    let confirm = b.get(&app, &format!("/oauth/login/{token}")).await;
+    assert_eq!(confirm.status, StatusCode::OK);
+    let link_csrf = b.cookies.get("psbx_link_csrf").cloned().unwrap();
+    let used = b
+        .send(
+            &app,
+            TestRequest::post()
+                .uri(&format!("/oauth/login/{token}"))
+                .insert_header((header::ORIGIN, common::URL))
+                .set_form([("csrf", link_csrf.as_str())]),
+        )
+        .await;
+    assert_eq!(used.status, StatusCode::SEE_OTHER, "{}", used.body);
+    assert_eq!(used.location(), "/app/settings");
+    assert_eq!(b.get(&app, "/app/settings").await.status, StatusCode::OK);
+}
+
+#[actix_web::test]
+async fn posts_need_the_token_and_this_origin() {
+    let f = signed_fixture();
+    let app = test::init_service(app::build(state(&f))).await;
+    let mut b = Browser::default();
+    let signed = b.sign_in(&app, &f.first.account.name).await;
+    assert_eq!(signed.status, StatusCode::SEE_OTHER, "{}", signed.body);
+    let csrf = b.csrf();
+
+    // No token in the form.
+    let bare = b
+        .send(
+            &app,
+            TestRequest::post()
+                .uri("/app/settings/secrets")
+                .set_form([("name", "NO_TOKEN"), ("value", "whatever-value")]),
+        )
+        .await;
+    assert_eq!(bare.status, StatusCode::FORBIDDEN, "{}", bare.body);
+    // A wrong one.
+    let wrong = b
+        .send(
+            &app,
+            TestRequest::post().uri("/app/settings/secrets").set_form([
+                ("name", "WRONG_TOKEN"),
+                ("value", "whatever-value"),
+                ("csrf", "x".repeat(32).as_str()),
+            ]),
+        )
+        .await;
+    assert_eq!(wrong.status, StatusCode::FORBIDDEN);
+    // The right token from a page elsewhere (a box URL, say).
+    for origin in ["http://box-abc-key.box.localhost:8080", "null"] {
+        let foreign = b
+            .send(
+                &app,
+                TestRequest::post()
+                    .uri("/app/settings/secrets")
+                    .insert_header((header::ORIGIN, origin))
+                    .set_form([
+                        ("name", "FOREIGN"),
+                        ("value", "whatever-value"),
+                        ("csrf", csrf.as_str()),
+                    ]),
+            )
+            .await;
+        assert_eq!(foreign.status, StatusCode::FORBIDDEN, "{origin}");
+    }
+    // Sign-in and sign-out are forms like the others.
+    let out = b
+        .send(
+            &app,
+            TestRequest::post()
+                .uri("/app/sign-out")
+                .set_form([("csrf", "nope")]),
+        )
+        .await;
+    assert_eq!(out.status, StatusCode::FORBIDDEN);
+    let mut fresh = Browser::default();
+    let login = fresh
+        .send(
+            &app,
+            TestRequest::post().uri("/app/sign-in").set_form([
+                ("account", f.first.account.name.as_str()),
+                ("password", PASSWORD),
+            ]),
+        )
+        .await;
+    assert_eq!(login.status, StatusCode::FORBIDDEN);
+    assert!(!fresh.cookies.contains_key("psbx_session"));
+
+    let listed = b.get(&app, "/app/settings/secrets").await;
+    for name in ["NO_TOKEN", "WRONG_TOKEN", "FOREIGN"] {
+        assert!(
+            !listed.body.contains(name),
+            "{name} was stored:\n{}",
+            listed.body
+        );
+    }
+}
+
+#[actix_web::test]
+async fn every_answer_has_the_apps_headers() {
+    let f = signed_fixture();
+    let app = test::init_service(app::build(state(&f))).await;
+    let mut b = Browser::default();
+    b.sign_in(&app, &f.first.account.name).await;
+    for path in [
+        "/app",
+        "/app/sign-in",
+        "/app/settings/secrets",
+        "/app/assets/app.js",
+        "/app/assets/app.css",
+        "/app/nothing-here",
+    ] {
+        let answer = b.get(&app, path).await;
+        let csp = answer.header(header::CONTENT_SECURITY_POLICY);
+        assert!(
+            csp.contains("frame-src http://*.box.localhost:8080;"),
+            "{path}: {csp}"
+        );
+        for part in [
+            "default-src 'none'",
+            "script-src 'self'",
+            "style-src 'self'",
+            "img-src 'self' blob: data:",
+            "frame-ancestors 'none'",
+            "base-uri 'none'",
+            "form-action 'self'",
+        ] {
+            assert!(csp.contains(part), "{path}: {csp}");
+        }
+        assert_eq!(answer.header(header::X_CONTENT_TYPE_OPTIONS), "nosniff");
+        assert_eq!(answer.header(header::REFERRER_POLICY), "same-origin");
+        let cache = answer.header(header::CACHE_CONTROL);
+        if path.starts_with("/app/assets/") {
+            assert!(cache.starts_with("public"), "{path}: {cache}");
+            assert_eq!(answer.status, StatusCode::OK);
+        } else if answer.status == StatusCode::SEE_OTHER {
+            assert_eq!(cache, "no-store", "{path}");
+        } else {
+            assert_eq!(cache, "no-store", "{path}");
+            assert!(answer.body.contains("<meta name=\"viewport\""), "{path}");
+            assert!(!answer.body.contains("<script>"), "{path}: inline script");
+            assert!(!answer.body.contains("style="), "{path}: inline style");
+        }
+    }
+    assert_eq!(
+        b.get(&app, "/app/nothing-here").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        b.get(&app, "/app/assets/../Cargo.toml").await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[actix_web::test]
+async fn boxes_are_listed_and_another_accounts_box_is_404() {
+    let f = signed_fixture();
+    let app = test::init_service(app::build(state(&f))).await;
+    let mut b = Browser::default();
+    b.sign_in(&app, &f.first.account.name).await;
+    let mine = a_box(&f, &f.first.account.id, BoxState::Stopped);
+    let other = AccountId::generate().unwrap();
+    f.db.add_account(other.as_str());
+    let theirs = a_box(&f, &other, BoxState::Running);
+
+    let home = b.get(&app, "/app").await;
+    assert!(home.body.contains(&mine), "{}", home.body);
+    assert!(!home.body.contains(&theirs), "{}", home.body);
+    // The goal is shown escaped; a stopped box has no Shut down button.
+    assert!(
+        home.body.contains("try the &lt;home&gt; page"),
+        "{}",
+        home.body
+    );
+    assert!(
+        !home.body.contains(&format!("/app/boxes/{mine}/stop")),
+        "{}",
+        home.body
+    );
+
+    let stop = b
+        .post(&app, &format!("/app/boxes/{theirs}/stop"), &[])
+        .await;
+    assert_eq!(stop.status, StatusCode::NOT_FOUND, "{}", stop.body);
+    assert_eq!(
+        f.store
+            .box_by_id(&BoxId::parse(&theirs).unwrap())
+            .unwrap()
+            .unwrap()
+            .state,
+        BoxState::Running
+    );
+    let missing = b.post(&app, "/app/boxes/box_nothere/stop", &[]).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    // Stopping a box that is over answers its record, and goes back home.
+    let again = b.post(&app, &format!("/app/boxes/{mine}/stop"), &[]).await;
+    assert_eq!(again.status, StatusCode::SEE_OTHER, "{}", again.body);
+}
+
+#[actix_web::test]
+async fn the_secrets_page_never_shows_or_logs_a_value() {
+    let logs = logs();
+    let f = signed_fixture();
+    let app = test::init_service(app::build(state(&f))).await;
+    let mut b = Browser::default();
+    b.sign_in(&app, &f.first.account.name).await;
+    let first = "sv-first-7c1e9a0b42d";
+    let second = "sv-second-55f0c3e1a9";
+
+    let added = b
+        .post(
+            &app,
+            "/app/settings/secrets",
+            &[("name", "GITHUB_TOKEN"), ("value", first)],
+        )
+        .await;
+    assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.body);
+    assert_eq!(added.location(), "/app/settings/secrets?saved=GITHUB_TOKEN");
+    let listed = b.get(&app, added.location()).await;
+    assert!(
+        listed.body.contains("<code>GITHUB_TOKEN</code>"),
+        "{}",
+        listed.body
+    );
+    assert!(listed.body.contains("updated <time"), "{}", listed.body);
+    let api = f.store.list_secrets(&f.first.account.id).unwrap();
+    let first_at = api[0].1;
+
+    let replaced = b
+        .post(
+            &app,
+            "/app/settings/secrets",
+            &[("name", "GITHUB_TOKEN"), ("value", second)],
+        )
+        .await;
+    assert_eq!(replaced.status, StatusCode::SEE_OTHER);
+    let api = f.store.list_secrets(&f.first.account.id).unwrap();
+    assert_eq!(api.len(), 1);
+    assert!(api[0].1 >= first_at);
+    let secrets = state(&f).secrets;
+    let values = secrets
+        .values(&f.first.account.id, &["GITHUB_TOKEN".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(values[0].1, second);
+
+    // A refused name: the page says why, without the value.
+    let refused = b
+        .post(
+            &app,
+            "/app/settings/secrets",
+            &[("name", "1bad name"), ("value", first)],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert!(
+        refused.body.contains("not a valid secret name"),
+        "{}",
+        refused.body
+    );
+
+    // Another account's list does not show it.
+    let other = AccountId::generate().unwrap();
+    f.db.add_account(other.as_str());
+    assert!(f.store.list_secrets(&other).unwrap().is_empty());
+
+    let deleted = b
+        .post(&app, "/app/settings/secrets/GITHUB_TOKEN/delete", &[])
+        .await;
+    assert_eq!(deleted.status, StatusCode::SEE_OTHER);
+    assert!(
+        f.store
+            .list_secrets(&f.first.account.id)
+            .unwrap()
+            .is_empty()
+    );
+    let gone = b
+        .post(&app, "/app/settings/secrets/GITHUB_TOKEN/delete", &[])
+        .await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+    b.get(&app, "/app/settings/secrets?deleted=GITHUB_TOKEN")
+        .await;
+
+    for (n, seen) in b.seen.iter().enumerate() {
+        for value in [first, second] {
+            assert!(!seen.contains(value), "answer {n} shows the value:\n{seen}");
+        }
+    }
+    let logged = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert!(
+        logged.contains("a secret was stored from the app"),
+        "the log was not captured:\n{logged}"
+    );
+    for value in [first, second] {
+        assert!(
+            !logged.contains(value),
+            "the log shows the value:\n{logged}"
+        );
+    }
+}
