@@ -27,6 +27,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+mod shots;
+pub use shots::ShotFile;
 mod sync;
 mod takeover;
 pub use sync::Synced;

@@ -16,12 +16,22 @@
 //! | `clock`     | JSON [`Clock`]       | JSON [`Done`]                            |
 //! | `port:<n>`  | the client's bytes   | the bytes of the box's program on port n |
 //! | `pty`       | JSON line [`PtyRequest`], then [`PtyInput`]s | the terminal's output bytes |
+//! | `shot`      | JSON [`ShotRequest`] | JSON line [`ShotAnswer`], then the file and its poster |
 //!
 //! `port:<n>` is a raw byte pipe to `127.0.0.1:<n>` in the box (box URLs):
 //! boxd refuses it with 502 ([`nothing_listens`]) when nothing listens there.
 //! `pty` runs a login shell on a new pseudo-terminal (the takeover page); the
 //! server's half-close hangs the terminal up, and boxd's FIN says the shell
 //! ended.
+//!
+//! `shot` takes a screenshot or a recording in the box ([`ShotRequest`]).
+//! Its stream is accepted before the request is read, so boxd says no in the
+//! answer line, not with `OPEN_ERR`: [`ShotAnswer::Refused`] with a code
+//! (400 bad request, 503 a tool missing from the image, 504 the page did not
+//! load in time, 502 chromium or ffmpeg failed, 413 the file is too big) and
+//! a reason a person can act on. [`ShotAnswer::Shot`] is followed by exactly
+//! [`ShotHeader::bytes`] bytes of the file and [`ShotHeader::poster_bytes`]
+//! of a PNG poster frame, then FIN.
 //!
 //! boxd opens streams the other way too ([`Outbound`]): `env:<host>:<port>`
 //! for each connection a program in the box makes to an environment address,
@@ -30,6 +40,9 @@
 
 use crate::dns::Transport;
 use serde::{Deserialize, Serialize};
+
+pub mod shot;
+pub use shot::{ShotAnswer, ShotHeader, ShotKind, ShotRefusal, ShotRequest, VideoFormat};
 
 /// A service boxd serves: the target of the stream the server opens for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,6 +60,8 @@ pub enum Service {
     Port(u16),
     /// A shell on a new pseudo-terminal.
     Pty,
+    /// A screenshot or recording of a page or of the virtual display.
+    Shot,
 }
 
 /// The prefix of a [`Service::Port`] target.
@@ -59,7 +74,7 @@ pub fn nothing_listens(port: u16) -> String {
 
 impl Service {
     /// Every service that takes no argument, in the order of the table above.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::Info,
         Self::Health,
         Self::Configure,
@@ -70,6 +85,7 @@ impl Service {
         Self::Logs,
         Self::Clock,
         Self::Pty,
+        Self::Shot,
     ];
 
     /// The feature name boxd lists in its [`BoxInfo`] for it.
@@ -100,6 +116,7 @@ impl Service {
             Self::Logs => "logs",
             Self::Clock => "clock",
             Self::Pty => "pty",
+            Self::Shot => "shot",
             Self::Port(_) => "port",
         }
     }
@@ -743,7 +760,8 @@ mod tests {
                 "signal",
                 "logs",
                 "clock",
-                "pty"
+                "pty",
+                "shot"
             ]
         );
         assert_eq!(Service::parse("Exec"), None);

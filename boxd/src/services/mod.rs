@@ -66,6 +66,7 @@ pub async fn handle(incoming: Incoming, state: Arc<Boxd>) {
         Service::Clock => clock::serve(incoming).await,
         Service::Port(port) => port::serve(incoming, port).await,
         Service::Pty => pty::serve(incoming.accept(), &state).await,
+        Service::Shot => incoming.refuse(code::UNAVAILABLE, "this boxd takes no shots yet"),
     }
 }
 
