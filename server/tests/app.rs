@@ -14,6 +14,8 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{Service, ServiceResponse};
 use actix_web::http::{StatusCode, header};
 use actix_web::test::{self, TestRequest};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use psbx_actors::box_actor::state::BoxState;
 use psbx_actors::ids::{AccountId, BoxId};
 use psbx_actors::store::NewBox;
@@ -110,7 +112,7 @@ impl Browser {
                 self.cookies.insert(name.to_owned(), value.to_owned());
             }
         }
-        let body = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+        let body = String::from_utf8_lossy(&test::read_body(response).await).into_owned();
         self.seen.push(format!("{status}\n{headers:?}\n{body}"));
         Answer {
             status,
@@ -609,4 +611,232 @@ async fn the_secrets_page_never_shows_or_logs_a_value() {
             "the log shows the value:\n{logged}"
         );
     }
+}
+
+/// A small PNG, red on the left half.
+fn png(width: u32, height: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(width, height, |x, _| {
+        if x < width / 2 {
+            image::Rgb([255, 0, 0])
+        } else {
+            image::Rgb([255, 255, 255])
+        }
+    });
+    let mut out = Vec::new();
+    img.write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
+        .unwrap();
+    out
+}
+
+/// A waiting review of a new box of `account`, with one stored screenshot;
+/// (review id, shot id).
+async fn a_review(
+    f: &Fixture,
+    s: &app::AppState,
+    account: &AccountId,
+    title: &str,
+) -> (String, String) {
+    let box_id = a_box(f, account, BoxState::Running);
+    let review = psbx_actors::store::ReviewRow {
+        id: format!("rev_{}", psbx_actors::ids::random_token(20).unwrap()),
+        account_id: account.to_string(),
+        box_id: box_id.clone(),
+        title: title.to_owned(),
+        summary: "The home page works.\nThe <button> may be cut off on phones.".into(),
+        urls: vec!["http://localhost:3000/".into()],
+        state: "waiting".into(),
+        created_at: chrono::Utc::now(),
+        answered_at: None,
+    };
+    f.store.insert_review(&review).unwrap();
+    let files = psbx_actors::shots::NewFiles {
+        full: png(64, 40),
+        preview: None,
+        poster: None,
+    };
+    let row = s
+        .shots
+        .new_row(
+            account,
+            &BoxId::parse(&box_id).unwrap(),
+            psbx_actors::shots::StoredKind::Screenshot,
+            "image/png",
+            (64, 40),
+            &files,
+        )
+        .unwrap();
+    let row = psbx_actors::store::ShotRow {
+        source: Some("http://localhost:3000/".into()),
+        review_id: Some(review.id.clone()),
+        ..row
+    };
+    s.shots.put_files(&row, files).await.unwrap();
+    f.store.insert_shot(&row).unwrap();
+    (review.id, row.id)
+}
+
+#[actix_web::test]
+async fn reviews_are_ready_for_you_and_answered_with_drawn_images() {
+    let f = signed_fixture();
+    let shots_dir = tempfile::tempdir().unwrap();
+    let config = psbx_server::config::Config {
+        shots_dir: Some(shots_dir.path().to_owned()),
+        ..Default::default()
+    };
+    let s = common::state_with(&f, &config);
+    let (mine, my_shot) = a_review(&f, &s, &f.first.account.id, "Try the <home> page").await;
+    let other = AccountId::generate().unwrap();
+    f.db.add_account(other.as_str());
+    let (theirs, their_shot) = a_review(&f, &s, &other, "Their review").await;
+    let app = test::init_service(app::build(s)).await;
+    let mut b = Browser::default();
+    b.sign_in(&app, &f.first.account.name).await;
+
+    let home = b.get(&app, "/app").await;
+    assert_eq!(home.status, StatusCode::OK, "{}", home.body);
+    let ready = home.body.split("id=\"ready\"").nth(1).unwrap();
+    assert!(ready.contains("Try the &lt;home&gt; page"), "{}", home.body);
+    assert!(
+        ready.contains(&format!("href=\"/app/reviews/{mine}\"")),
+        "{}",
+        home.body
+    );
+    assert!(!home.body.contains(&theirs), "{}", home.body);
+    assert!(!home.body.contains("Their review"), "{}", home.body);
+
+    let page = b.get(&app, &format!("/app/reviews/{mine}")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.body
+            .contains("The home page works.<br>The &lt;button&gt; may be cut off"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains(&format!("/app/shots/{my_shot}?part=preview")),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("id=\"feedback\""), "{}", page.body);
+    assert!(page.body.contains("Waiting for you"), "{}", page.body);
+
+    let file = b
+        .get(&app, &format!("/app/shots/{my_shot}?part=preview"))
+        .await;
+    assert_eq!(file.status, StatusCode::OK, "{}", file.body);
+    assert_eq!(file.header(header::CONTENT_TYPE), "image/png");
+    assert!(file.header(header::CACHE_CONTROL).starts_with("private"));
+    assert_eq!(
+        b.get(&app, &format!("/app/shots/{my_shot}")).await.status,
+        StatusCode::OK
+    );
+
+    // Another account's review and shot are 404, as is a review that never was.
+    for path in [
+        format!("/app/reviews/{theirs}"),
+        format!("/app/shots/{their_shot}"),
+        format!("/app/shots/{their_shot}?part=preview"),
+        "/app/reviews/rev_nothere".to_owned(),
+        "/app/shots/shot_nothere".to_owned(),
+    ] {
+        let answer = b.get(&app, &path).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::NOT_FOUND,
+            "{path}: {}",
+            answer.body
+        );
+        assert!(!answer.body.contains("Their review"), "{path}");
+    }
+    let shoot = b
+        .post(
+            &app,
+            &format!("/app/reviews/{theirs}/shots"),
+            &[("url", "http://localhost:3000/")],
+        )
+        .await;
+    assert_eq!(shoot.status, StatusCode::NOT_FOUND);
+
+    // The answer: JSON with the token in a header, from this origin.
+    let drawn = STANDARD.encode(png(64, 40));
+    let body = serde_json::json!({
+        "approved": false,
+        "items": [{"text": "the button is cut off", "imagePng": drawn}, {"text": "and the footer"}],
+    });
+    let post = |path: String, csrf: Option<String>, origin: &'static str| {
+        let mut req = TestRequest::post()
+            .uri(&path)
+            .insert_header((header::ORIGIN, origin))
+            .set_json(&body);
+        if let Some(csrf) = csrf {
+            req = req.insert_header(("x-csrf-token", csrf));
+        }
+        req
+    };
+    let path = format!("/app/reviews/{mine}/answer");
+    let bare = b.send(&app, post(path.clone(), None, common::URL)).await;
+    assert_eq!(bare.status, StatusCode::FORBIDDEN);
+    let foreign = b
+        .send(
+            &app,
+            post(
+                path.clone(),
+                Some(b.csrf()),
+                "http://box-x-y.box.localhost:8080",
+            ),
+        )
+        .await;
+    assert_eq!(foreign.status, StatusCode::FORBIDDEN);
+    let theirs_answer = b
+        .send(
+            &app,
+            post(
+                format!("/app/reviews/{theirs}/answer"),
+                Some(b.csrf()),
+                common::URL,
+            ),
+        )
+        .await;
+    assert_eq!(
+        theirs_answer.status,
+        StatusCode::NOT_FOUND,
+        "{}",
+        theirs_answer.body
+    );
+    let sent = b
+        .send(&app, post(path.clone(), Some(b.csrf()), common::URL))
+        .await;
+    assert_eq!(sent.status, StatusCode::OK, "{}", sent.body);
+    let sent: serde_json::Value = serde_json::from_str(&sent.body).unwrap();
+    assert_eq!(sent["state"], "answered", "{sent}");
+    assert_eq!(sent["items"], 2, "{sent}");
+    let again = b.send(&app, post(path, Some(b.csrf()), common::URL)).await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.body);
+
+    let page = b.get(&app, &format!("/app/reviews/{mine}")).await;
+    assert!(page.body.contains("What you sent"), "{}", page.body);
+    assert!(page.body.contains("the button is cut off"), "{}", page.body);
+    assert!(!page.body.contains("id=\"feedback\""), "{}", page.body);
+    let image = page
+        .body
+        .split("Your drawing for item 1")
+        .next()
+        .unwrap()
+        .rsplit("/app/shots/")
+        .next()
+        .unwrap()
+        .split(['?', '"'])
+        .next()
+        .unwrap()
+        .to_owned();
+    let drawn_file = b.get(&app, &format!("/app/shots/{image}")).await;
+    assert_eq!(drawn_file.status, StatusCode::OK, "{image}");
+    let home = b.get(&app, "/app").await;
+    let answered = home
+        .body
+        .split("id=\"answered\"")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(answered.contains(&mine), "{}", home.body);
 }
