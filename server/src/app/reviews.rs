@@ -193,7 +193,7 @@ pub async fn show(
     let csrf = escape(&who.csrf);
     let state = review.state.as_str();
     let mut body = format!(
-        "<article id=\"review\" data-review=\"{rid}\" data-state=\"{state}\">\
+        "<article id=\"review\" data-review=\"{rid}\" data-box=\"{box_id}\" data-state=\"{state}\">\
          <p class=\"crumbs\"><a href=\"/app\">Ready for you</a> › review</p>\
          <h1>{title}</h1><p><span class=\"state state-{state}\" id=\"review-state\">{label}</span></p>\
          <p class=\"muted\">box <code>{box_id}</code>{box_state} · handed over {when}{answered}</p>\
