@@ -558,6 +558,18 @@ async fn the_secrets_page_never_shows_or_logs_a_value() {
         .unwrap();
     assert_eq!(values[0].1, second);
 
+    // The longest value a secret may have goes through the form.
+    let longest = "v".repeat(psbx_actors::secrets::MAX_VALUE);
+    let long = b
+        .post(
+            &app,
+            "/app/settings/secrets",
+            &[("name", "LONG_ONE"), ("value", &longest)],
+        )
+        .await;
+    assert_eq!(long.status, StatusCode::SEE_OTHER, "{}", long.body);
+    b.seen.pop();
+
     // A refused name: the page says why, without the value.
     let refused = b
         .post(
@@ -582,12 +594,14 @@ async fn the_secrets_page_never_shows_or_logs_a_value() {
         .post(&app, "/app/settings/secrets/GITHUB_TOKEN/delete", &[])
         .await;
     assert_eq!(deleted.status, StatusCode::SEE_OTHER);
-    assert!(
-        f.store
-            .list_secrets(&f.first.account.id)
-            .unwrap()
-            .is_empty()
-    );
+    let left: Vec<String> = f
+        .store
+        .list_secrets(&f.first.account.id)
+        .unwrap()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(left, ["LONG_ONE"]);
     let gone = b
         .post(&app, "/app/settings/secrets/GITHUB_TOKEN/delete", &[])
         .await;
@@ -757,6 +771,20 @@ async fn reviews_are_ready_for_you_and_answered_with_drawn_images() {
         )
         .await;
     assert_eq!(shoot.status, StatusCode::NOT_FOUND);
+    // Only the review's own pages are taken.
+    let elsewhere = b
+        .post(
+            &app,
+            &format!("/app/reviews/{mine}/shots"),
+            &[("url", "http://example.com/")],
+        )
+        .await;
+    assert_eq!(
+        elsewhere.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        elsewhere.body
+    );
 
     // The answer: JSON with the token in a header, from this origin.
     let drawn = STANDARD.encode(png(64, 40));

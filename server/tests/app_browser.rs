@@ -226,7 +226,7 @@ impl Served {
 
 impl Drop for Served {
     fn drop(&mut self) {
-        let _ = self.runtime.block_on(self.handle.stop(false));
+        self.runtime.block_on(self.handle.stop(false));
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

@@ -245,6 +245,11 @@
         } catch (_) { /* not JSON */ }
         throw new Error(message);
       }
+      // Signed out meanwhile, the answer is the sign-in page, not JSON.
+      const answer = await response.json().catch(() => null);
+      if (!answer || !answer.state) {
+        throw new Error('you are not signed in any more: sign in again in another tab');
+      }
       sessionStorage.removeItem(draftKey);
       status.textContent = approved ? 'Sent: looks good.' : 'Sent to the agent.';
       window.location.reload();

@@ -112,8 +112,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route("/reviews/{id}/answer", web::post().to(reviews::answer))
             .route("/shots/{id}", web::get().to(reviews::shot_file))
             .route("/settings", web::get().to(secrets::settings))
-            .route("/settings/secrets", web::get().to(secrets::list))
-            .route("/settings/secrets", web::post().to(secrets::put))
+            .service(
+                web::resource("/settings/secrets")
+                    .app_data(secrets::form_config())
+                    .route(web::get().to(secrets::list))
+                    .route(web::post().to(secrets::put)),
+            )
             .route(
                 "/settings/secrets/{name}/delete",
                 web::post().to(secrets::delete),

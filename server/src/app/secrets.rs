@@ -13,7 +13,7 @@ use super::session::{self, CsrfForm, SessionError, Signed};
 use actix_web::http::StatusCode;
 use actix_web::http::header::LOCATION;
 use actix_web::{HttpRequest, HttpResponse, web};
-use psbx_actors::secrets::Secrets;
+use psbx_actors::secrets::{MAX_VALUE, Secrets};
 use serde::Deserialize;
 
 /// `GET /app/settings`: the settings there are (secrets, for now).
@@ -123,6 +123,12 @@ pub async fn list(
         StatusCode::OK,
         page(&secrets, &who, &notice, None).await?,
     ))
+}
+
+/// The add/replace form's limit: a value of [`MAX_VALUE`] bytes, each
+/// byte perhaps percent-encoded, and the other fields.
+pub fn form_config() -> web::FormConfig {
+    crate::limits::body::form_config().limit(3 * MAX_VALUE + 4096)
 }
 
 /// The add/replace form.
