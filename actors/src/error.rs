@@ -66,6 +66,18 @@ pub enum BoxError {
     /// destination, not a tar): why.
     #[error("{0}")]
     SyncRefused(String),
+    /// boxd did not take the screenshot or recording: its code (400 bad
+    /// request, 502 chromium or ffmpeg failed or the page could not be
+    /// opened, 503 a program missing from the box image, 504 the page did
+    /// not load in time, 413 too big) and its reason.
+    #[error("{reason}")]
+    ShotFailed { code: u16, reason: String },
+    /// A shot took longer than its time limit; it was stopped in the box.
+    #[error(
+        "the shot did not finish within {}s: it was stopped in the box",
+        limit.as_secs()
+    )]
+    ShotTimedOut { limit: Duration },
     /// boxd did not answer in time, its link is closed, or it refused or
     /// garbled a request.
     #[error(transparent)]

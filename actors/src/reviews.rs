@@ -116,9 +116,7 @@ pub enum ReviewError {
     #[error("{0}")]
     Invalid(String),
     /// The review was answered already (by this person or someone else).
-    #[error(
-        "review {id} was already {state}: it is answered once; the agent hands the box over again for another round"
-    )]
+    #[error("review {id} was already {state}: it is answered once; the agent hands the box over again for another round")]
     AlreadyAnswered { id: String, state: &'static str },
     #[error(transparent)]
     Box(#[from] BoxError),
@@ -165,10 +163,7 @@ fn bounded(field: &str, text: &str, max: usize) -> Result<String, ReviewError> {
 
 fn check_urls(urls: &[String]) -> Result<Vec<String>, ReviewError> {
     if urls.len() > URLS_MAX {
-        return Err(invalid(format!(
-            "urls has {} entries: at most {URLS_MAX}",
-            urls.len()
-        )));
+        return Err(invalid(format!("urls has {} entries: at most {URLS_MAX}", urls.len())));
     }
     urls.iter()
         .map(|url| {
@@ -212,8 +207,7 @@ impl Reviews {
         }
         let summary = bounded("summary", &new.summary, SUMMARY_MAX)?;
         let mut urls = check_urls(&new.urls)?;
-        let snapshot = self.boxes.get(account, id, false).await?;
-        let record = &snapshot.record;
+        let record = &self.boxes.record(account, id).await?;
         if record.state.is_terminal() {
             return Err(BoxError::Over {
                 id: record.id.to_string(),
@@ -223,7 +217,11 @@ impl Reviews {
             .into());
         }
         if urls.is_empty() {
-            urls.extend(snapshot.urls.as_ref().map(|u| u.url.clone()));
+            urls.extend(
+                self.boxes
+                    .urls()
+                    .map(|u| u.of(&record.id, &record.spec.services).url),
+            );
         }
         let (store, account, box_id) = (self.store.clone(), account.clone(), record.id.clone());
         let row = blocking(move || {
@@ -233,9 +231,7 @@ impl Reviews {
                 }
                 _ => {
                     let row = ReviewRow {
-                        id: ReviewId::generate()
-                            .map_err(StoreError::Random)?
-                            .to_string(),
+                        id: ReviewId::generate().map_err(StoreError::Random)?.to_string(),
                         account_id: account.to_string(),
                         box_id: box_id.to_string(),
                         title,
@@ -270,14 +266,8 @@ impl Reviews {
     }
 
     /// The box's latest review, if it was ever handed over.
-    pub async fn latest(
-        &self,
-        account: &AccountId,
-        id: &str,
-    ) -> Result<Option<Review>, ReviewError> {
-        let Ok(box_id) = BoxId::parse(id) else {
-            return Err(BoxError::NotFound(id.to_owned()).into());
-        };
+    pub async fn latest(&self, account: &AccountId, id: &str) -> Result<Option<Review>, ReviewError> {
+        let box_id = self.boxes.record(account, id).await?.id;
         let (store, account) = (self.store.clone(), account.clone());
         match blocking(move || store.latest_review(&account, &box_id)).await? {
             Some(row) => Ok(Some(self.dressed(row).await?)),
@@ -309,8 +299,10 @@ impl Reviews {
         let (row, items, shots, images) = blocking(move || {
             let review = ReviewId::parse(&row.id).map_err(corrupt)?;
             if row.state == ReviewState::Waiting.as_str() {
-                let account = AccountId::parse(&row.account_id).map_err(corrupt)?;
-                let box_id = BoxId::parse(&row.box_id).map_err(corrupt)?;
+                let account =
+                    AccountId::parse(&row.account_id).map_err(corrupt)?;
+                let box_id =
+                    BoxId::parse(&row.box_id).map_err(corrupt)?;
                 store.keep_shots_for_review(&account, &box_id, &review)?;
             }
             let items = store.review_items(&review)?;
@@ -390,15 +382,10 @@ impl Reviews {
             for (position, item) in items.into_iter().enumerate() {
                 let shot_id = match item.image_png {
                     None => None,
-                    Some(png) => Some(
-                        self.store_image(account, &box_id, &rid, png, &mut images)
-                            .await?,
-                    ),
+                    Some(png) => Some(self.store_image(account, &box_id, &rid, png, &mut images).await?),
                 };
                 item_rows.push(ItemRow {
-                    id: FeedbackId::generate()
-                        .map_err(StoreError::Random)?
-                        .to_string(),
+                    id: FeedbackId::generate().map_err(StoreError::Random)?.to_string(),
                     review_id: rid.to_string(),
                     account_id: account.to_string(),
                     position: i32::try_from(position).unwrap_or(i32::MAX),
@@ -412,22 +399,12 @@ impl Reviews {
         .await;
         let answered = match stored {
             Ok(()) => {
-                let state = if approved {
-                    ReviewState::Approved
-                } else {
-                    ReviewState::Answered
-                };
-                let (store, account, rid, images) = (
-                    self.store.clone(),
-                    account.clone(),
-                    rid.clone(),
-                    images.clone(),
-                );
-                blocking(move || {
-                    store.answer_review(&account, &rid, state.as_str(), &item_rows, &images)
-                })
-                .await
-                .map_err(ReviewError::from)
+                let state = if approved { ReviewState::Approved } else { ReviewState::Answered };
+                let (store, account, rid, images) =
+                    (self.store.clone(), account.clone(), rid.clone(), images.clone());
+                blocking(move || store.answer_review(&account, &rid, state.as_str(), &item_rows, &images))
+                    .await
+                    .map_err(ReviewError::from)
             }
             Err(e) => Err(e),
         };
@@ -468,14 +445,9 @@ impl Reviews {
             full: png,
             poster: None,
         };
-        let row = self.shots.new_row(
-            account,
-            box_id,
-            StoredKind::Annotation,
-            "image/png",
-            size,
-            &files,
-        )?;
+        let row = self
+            .shots
+            .new_row(account, box_id, StoredKind::Annotation, "image/png", size, &files)?;
         let row = ShotRow {
             review_id: Some(review.to_string()),
             ..row
@@ -498,8 +470,7 @@ impl Reviews {
         loop {
             answers.borrow_and_update();
             let row = self.row(account, id).await?;
-            if row.state != ReviewState::Waiting.as_str() || tokio::time::Instant::now() >= deadline
-            {
+            if row.state != ReviewState::Waiting.as_str() || tokio::time::Instant::now() >= deadline {
                 return self.dressed(row).await;
             }
             let next = (tokio::time::Instant::now() + POLL).min(deadline);
@@ -522,8 +493,6 @@ fn corrupt(e: crate::ids::BadId) -> StoreError {
 fn already(row: &ReviewRow) -> ReviewError {
     ReviewError::AlreadyAnswered {
         id: row.id.clone(),
-        state: ReviewState::parse(&row.state)
-            .unwrap_or(ReviewState::Answered)
-            .as_str(),
+        state: ReviewState::parse(&row.state).unwrap_or(ReviewState::Answered).as_str(),
     }
 }

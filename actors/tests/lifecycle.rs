@@ -881,3 +881,53 @@ fn concurrent_inserts_cannot_pass_the_box_quota() {
         "{results:?}"
     );
 }
+
+#[actix_rt::test]
+async fn shots_come_back_from_boxd_whole_and_bad_ones_are_refused_before_it() {
+    use psbx_actors::hypervisor::fake::{FAKE_VIDEO, SHOT_PNG};
+    use psbx_wire::boxd::{ShotKind, ShotRequest};
+    let w = world(0);
+    let (boxes, id) = started_box(&w).await;
+    let page = ShotRequest {
+        url: Some("http://localhost:3000/".into()),
+        ..ShotRequest::default()
+    };
+    let shot = boxes.shot(&w.account, id.as_str(), &page).await.unwrap();
+    assert_eq!(shot.file, SHOT_PNG);
+    assert_eq!(shot.poster, None);
+    assert_eq!(
+        (
+            shot.header.mime.as_str(),
+            shot.header.width,
+            shot.header.bytes
+        ),
+        ("image/png", 64, SHOT_PNG.len() as u64)
+    );
+    let recording = ShotRequest {
+        kind: ShotKind::Recording,
+        seconds: 3,
+        ..ShotRequest::default()
+    };
+    let shot = boxes
+        .shot(&w.account, id.as_str(), &recording)
+        .await
+        .unwrap();
+    assert_eq!(shot.file, FAKE_VIDEO);
+    assert_eq!(shot.poster.as_deref(), Some(SHOT_PNG));
+    assert_eq!(shot.header.duration_ms, Some(3000));
+    let wide = ShotRequest {
+        width: 10_000,
+        ..ShotRequest::default()
+    };
+    let e = boxes
+        .shot(&w.account, id.as_str(), &wide)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, BoxError::Invalid(m) if m.contains("width")),
+        "{e}"
+    );
+    let stranger = AccountId::generate().unwrap();
+    let e = boxes.shot(&stranger, id.as_str(), &page).await.unwrap_err();
+    assert!(matches!(e, BoxError::NotFound(_)), "{e}");
+}

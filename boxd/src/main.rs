@@ -17,6 +17,7 @@ mod port;
 mod privnet;
 mod serve;
 mod services;
+mod shot;
 mod unpack;
 mod uplink;
 

@@ -44,6 +44,7 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
                 Service::Clock,
                 Service::Port(1),
                 Service::Pty,
+                Service::Shot,
             ]
             .map(|s| s.feature().to_owned())
             .to_vec(),
@@ -52,6 +53,7 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
         processes: Processes::kept_at(PathBuf::from(kept::PROCESSES)),
         work: PathBuf::from("/work"),
         private: PrivateNet::new(&uplink),
+        shots: crate::shot::Shooter::new(crate::shot::display::BOX_DISPLAY),
         uplink,
     });
     state.private.start().await;

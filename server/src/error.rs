@@ -376,6 +376,11 @@ impl From<psbx_actors::error::BoxError> for ApiError {
             E::SyncRefused(reason) => Self::bad_request("sync_refused", reason).hint(
                 "send a tar of relative paths without '..' or links leaving the destination",
             ),
+            E::ShotFailed { code, reason } => shot_failed(code, reason),
+            E::ShotTimedOut { .. } => {
+                Self::new(StatusCode::GATEWAY_TIMEOUT, "shot_timed_out", e.to_string())
+                    .hint("the box is busy: retry, or ask for a shorter recording or a smaller viewport")
+            }
             E::Boot(_) => {
                 tracing::error!(error = %e, "a box did not start");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "box_start_failed", e.to_string())
@@ -415,6 +420,44 @@ impl From<psbx_actors::error::BoxError> for ApiError {
             | E::Encode(_)
             | E::Internal(_) => Self::internal_error(&e),
         }
+    }
+}
+
+/// boxd's refusal of a shot: its code is the status.
+fn shot_failed(code: u16, reason: String) -> ApiError {
+    let (status, name, hint) = match code {
+        400 => (StatusCode::BAD_REQUEST, "invalid_request", None),
+        413 => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "shot_too_large",
+            Some("take a smaller viewport, leave fullPage out, or record fewer seconds"),
+        ),
+        503 => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shot_unavailable",
+            Some(
+                "the box's image lacks a program shots need: install it in the box, or start the box from psbx's debian image",
+            ),
+        ),
+        504 => (
+            StatusCode::GATEWAY_TIMEOUT,
+            "page_timeout",
+            Some(
+                "check that the page's server runs in the box (sandbox_exec `curl -sI <url>`) and answers quickly",
+            ),
+        ),
+        _ => (
+            StatusCode::BAD_GATEWAY,
+            "shot_failed",
+            Some(
+                "check the url (is its server running in the box?); a box URL is reached as http://localhost:<port> in the box",
+            ),
+        ),
+    };
+    let error = ApiError::new(status, name, reason);
+    match hint {
+        Some(hint) => error.hint(hint),
+        None => error,
     }
 }
 

@@ -16,7 +16,7 @@
 //! | `clock`     | JSON [`Clock`]       | JSON [`Done`]                            |
 //! | `port:<n>`  | the client's bytes   | the bytes of the box's program on port n |
 //! | `pty`       | JSON line [`PtyRequest`], then [`PtyInput`]s | the terminal's output bytes |
-//! | `shot`      | JSON [`ShotRequest`] | JSON line [`ShotAnswer`], then the file and its poster |
+//! | `shot`      | JSON line [`ShotRequest`] | JSON line [`ShotAnswer`], then the file and its poster |
 //!
 //! `port:<n>` is a raw byte pipe to `127.0.0.1:<n>` in the box (box URLs):
 //! boxd refuses it with 502 ([`nothing_listens`]) when nothing listens there.
@@ -25,7 +25,10 @@
 //! ended.
 //!
 //! `shot` takes a screenshot or a recording in the box ([`ShotRequest`]).
-//! Its stream is accepted before the request is read, so boxd says no in the
+//! The server writes the request line and keeps its side open until it has
+//! the answer: its half-close or reset before then stops the shot (boxd
+//! kills the browser and ffmpeg). The stream is accepted before the request
+//! is read, so boxd says no in the
 //! answer line, not with `OPEN_ERR`: [`ShotAnswer::Refused`] with a code
 //! (400 bad request, 503 a tool missing from the image, 504 the page did not
 //! load in time, 502 chromium or ffmpeg failed, 413 the file is too big) and

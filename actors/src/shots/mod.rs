@@ -183,8 +183,7 @@ impl Shots {
         request: ShotRequest,
     ) -> Result<Shot, ShotError> {
         request.check().map_err(ShotError::Invalid)?;
-        let snapshot = self.boxes.get(account, id, false).await?;
-        let record = snapshot.record;
+        let record = self.boxes.record(account, id).await?;
         let mut in_box = request.clone();
         in_box.url = request
             .url
@@ -207,14 +206,8 @@ impl Shots {
             preview,
             poster: taken.poster.filter(|p| !p.is_empty()),
         };
-        let row = self.new_row(
-            account,
-            &record.id,
-            kind,
-            &header.mime,
-            (header.width, header.height),
-            &files,
-        )?;
+        let row = self
+            .new_row(account, &record.id, kind, &header.mime, (header.width, header.height), &files)?;
         let row = ShotRow {
             duration_ms: header.duration_ms.and_then(|d| i64::try_from(d).ok()),
             source: request.url.clone(),
@@ -274,8 +267,7 @@ impl Shots {
         (width, height): (u32, u32),
         files: &NewFiles,
     ) -> Result<ShotRow, ShotError> {
-        let id =
-            ShotId::generate().map_err(|e| ShotError::Invalid(format!("no random id: {e}")))?;
+        let id = ShotId::generate().map_err(|e| ShotError::Invalid(format!("no random id: {e}")))?;
         let len = |b: &[u8]| i64::try_from(b.len()).unwrap_or(i64::MAX);
         Ok(ShotRow {
             storage_key: format!("{account}/{box_id}/{id}"),
@@ -326,7 +318,7 @@ impl Shots {
     pub async fn list(&self, account: &AccountId, id: &str) -> Result<(Vec<Shot>, u64), ShotError> {
         let box_id = box_id(id)?;
         // The box must be the account's (stopped ones too: a review keeps theirs).
-        self.boxes.get(account, id, false).await?;
+        self.boxes.record(account, id).await?;
         let (store, account) = (self.store.clone(), account.clone());
         let (rows, total) = blocking(move || {
             Ok::<_, StoreError>((
@@ -365,9 +357,7 @@ impl Shots {
         let (part, mime) = match part {
             Part::Full => (Part::Full, row.mime.clone()),
             Part::Poster if row.poster_bytes == 0 => {
-                return Err(ShotError::NotFound(format!(
-                    "{id} (a poster: it is no recording)"
-                )));
+                return Err(ShotError::NotFound(format!("{id} (a poster: it is no recording)")));
             }
             Part::Preview if row.preview_bytes > 0 => (Part::Preview, "image/png".into()),
             // Small enough to be its own preview; a recording's is its poster.
@@ -396,7 +386,7 @@ impl Shots {
     /// Deletes all of the box's own shots, those a review keeps included; how many.
     pub async fn delete_all(&self, account: &AccountId, id: &str) -> Result<usize, ShotError> {
         let box_id = box_id(id)?;
-        self.boxes.get(account, id, false).await?;
+        self.boxes.record(account, id).await?;
         let (store, account) = (self.store.clone(), account.clone());
         let rows = blocking(move || store.delete_box_shots(&account, &box_id)).await?;
         for row in &rows {

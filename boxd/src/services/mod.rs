@@ -6,7 +6,8 @@
 //! one JSON value ([`answer_json`], [`answer_with`]); `exec` answers with
 //! records, `sync` reads a request line and then a tar, `logs` answers with
 //! the log's bytes. `port:<n>` splices the stream to a port of the box's
-//! loopback, `pty` runs a shell on a terminal.
+//! loopback, `pty` runs a shell on a terminal, `shot` takes a screenshot or
+//! recording.
 
 mod clock;
 mod configure;
@@ -17,6 +18,7 @@ mod logs;
 mod port;
 mod processes;
 mod pty;
+mod shot;
 mod signal;
 mod sync;
 
@@ -46,6 +48,8 @@ pub struct Boxd {
     pub uplink: Uplink,
     /// The environment's addresses, set up at claim.
     pub private: PrivateNet,
+    /// Screenshots and recordings.
+    pub shots: crate::shot::Shooter,
 }
 
 /// Serves one stream the server opened, to its end.
@@ -66,7 +70,7 @@ pub async fn handle(incoming: Incoming, state: Arc<Boxd>) {
         Service::Clock => clock::serve(incoming).await,
         Service::Port(port) => port::serve(incoming, port).await,
         Service::Pty => pty::serve(incoming.accept(), &state).await,
-        Service::Shot => incoming.refuse(code::UNAVAILABLE, "this boxd takes no shots yet"),
+        Service::Shot => shot::serve(incoming.accept(), &state).await,
     }
 }
 
@@ -124,6 +128,11 @@ pub(crate) mod testing {
 
     /// A boxd state with one secret in its commands' environment.
     pub fn state() -> Arc<Boxd> {
+        state_on(crate::shot::display::BOX_DISPLAY)
+    }
+
+    /// The same, taking shots of X display `:<display>`.
+    pub fn state_on(display: u32) -> Arc<Boxd> {
         Arc::new(Boxd {
             info: BoxInfo {
                 protocol: 1,
@@ -136,16 +145,21 @@ pub(crate) mod testing {
             work: std::env::temp_dir(),
             uplink: Uplink::default(),
             private: PrivateNet::new(&Uplink::default()),
+            shots: crate::shot::Shooter::new(display),
         })
     }
 
     /// The server's end of a session whose streams boxd's services serve.
     pub async fn session() -> Session {
+        session_of(state()).await
+    }
+
+    /// The server's end of a session whose streams boxd serves with `state`.
+    pub async fn session_of(state: Arc<Boxd>) -> Session {
         let (client, boxd) =
             psbx_wire::testing::session_pair(Config::default(), Config::default(), 1 << 16)
                 .await
                 .unwrap();
-        let state = state();
         tokio::spawn(async move {
             while let Some(incoming) = boxd.accept().await {
                 tokio::spawn(super::handle(incoming, state.clone()));

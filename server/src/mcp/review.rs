@@ -149,11 +149,7 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
-        let shot = match self
-            .shots
-            .take(&who.account_id, &a.id, a.shot.request())
-            .await
-        {
+        let shot = match self.shots.take(&who.account_id, &a.id, a.shot.request()).await {
             Ok(shot) => shot,
             Err(e) => return Ok(shot_failed(e)),
         };

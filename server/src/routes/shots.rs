@@ -168,12 +168,23 @@ impl utoipa::IntoResponses for TakeErrors {
         all.extend(error_responses(&[
             (
                 400,
-                "Out of range or contradicting fields (`invalid_shot`), or the box's browser could not \
-                 open the page (`shot_refused`: the URL and the browser's error)",
+                "Out of range or contradicting fields (`invalid_shot`), or boxd refused the request (`invalid_request`)",
+            ),
+            (
+                413,
+                "The file would pass 200 MiB (`shot_too_large`): a smaller viewport, no fullPage, fewer seconds",
             ),
             (
                 502,
-                "Chromium or ffmpeg failed in the box (`shot_failed`: the last lines they wrote)",
+                "The page could not be opened (`shot_failed`: the URL and the browser's error), or Chromium or ffmpeg failed in the box (the last lines they wrote)",
+            ),
+            (
+                503,
+                "The box's image lacks Chromium, Xvfb or ffmpeg (`shot_unavailable`), or the box cannot be reached now",
+            ),
+            (
+                504,
+                "The page did not load within 30 s (`page_timeout`), or boxd did not answer in time",
             ),
         ]));
         all
@@ -200,10 +211,7 @@ pub async fn take(
     id: web::Path<String>,
     body: Option<web::Json<TakeShot>>,
 ) -> Result<HttpResponse, ApiError> {
-    let request = body
-        .map(web::Json::into_inner)
-        .unwrap_or_default()
-        .request();
+    let request = body.map(web::Json::into_inner).unwrap_or_default().request();
     let shot = shots.take(&who.account_id, &id, request).await?;
     Ok(HttpResponse::Created().json(ShotView::new(&shot, &info)))
 }

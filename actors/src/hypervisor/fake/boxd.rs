@@ -8,9 +8,15 @@
 //! answers `Started` (pid 7) and, for a foreground command, one line of output
 //! and then nothing; `logs` sends one line and keeps the stream open. Both
 //! hold their stream until the domain stops running.
+//!
+//! Its `shot` answers any request with [`SHOT_PNG`] (64x48, one colour): as
+//! the screenshot, or as the poster of a recording whose file is a few bytes
+//! that are not a video ([`FAKE_VIDEO`]), `seconds` long.
 
 use super::Served;
-use psbx_wire::boxd::{BoxInfo, Done, ExecRequest, Health, Record};
+use psbx_wire::boxd::{
+    BoxInfo, Done, ExecRequest, Health, Record, ShotAnswer, ShotHeader, ShotKind, ShotRequest,
+};
 use psbx_wire::mux::{Config, Incoming, Role, Session};
 use psbx_wire::{Hello, PROTOCOL_VERSION};
 use std::sync::{Arc, Mutex};
@@ -90,6 +96,7 @@ pub(super) async fn serve(
 async fn answer(incoming: Incoming, info: BoxInfo, power: watch::Receiver<Power>) {
     let body = match incoming.target() {
         "exec" | "logs" => return hold(incoming, power).await,
+        "shot" => return shot(incoming).await,
         "info" => serde_json::to_vec(&info),
         "health" => serde_json::to_vec(&Health {
             uptime_s: 1.0,
@@ -135,6 +142,52 @@ async fn hold(incoming: Incoming, mut power: watch::Receiver<Power>) {
     if stream.write_all(&first).await.is_ok() {
         let _ = power
             .wait_for(|p| !matches!(p, Power::Running { .. }))
+            .await;
+    }
+}
+
+/// The fake boxd's screenshot and poster: a 64x48 PNG of one colour (#3366cc).
+pub const SHOT_PNG: &[u8] = include_bytes!("shot.png");
+/// The fake boxd's recording: bytes that are not a video.
+pub const FAKE_VIDEO: &[u8] = b"fake recording";
+
+/// Answers a `shot` request line with [`SHOT_PNG`] (and for a recording,
+/// [`FAKE_VIDEO`] with the PNG as its poster), then waits for the half-close.
+async fn shot(incoming: Incoming) {
+    let stream = incoming.accept();
+    let mut reader = tokio::io::BufReader::new(stream);
+    let mut line = Vec::new();
+    let _ = tokio::io::AsyncBufReadExt::read_until(&mut reader, b'\n', &mut line).await;
+    let mut stream = reader.into_inner();
+    let Ok(request) = serde_json::from_slice::<ShotRequest>(&line) else {
+        stream.reset("the fake boxd takes only shot request lines");
+        return;
+    };
+    let (mime, file, poster, duration_ms) = match request.kind {
+        ShotKind::Screenshot => ("image/png", SHOT_PNG, &[][..], None),
+        ShotKind::Recording => (
+            request.format.mime(),
+            FAKE_VIDEO,
+            SHOT_PNG,
+            Some(u64::from(request.seconds) * 1000),
+        ),
+    };
+    let header = ShotHeader {
+        mime: mime.to_owned(),
+        width: 64,
+        height: 48,
+        duration_ms,
+        bytes: file.len() as u64,
+        poster_bytes: poster.len() as u64,
+    };
+    let mut out = serde_json::to_vec(&ShotAnswer::Shot(header)).unwrap_or_default();
+    out.push(b'\n');
+    out.extend_from_slice(file);
+    out.extend_from_slice(poster);
+    if stream.write_all(&out).await.is_ok() && stream.shutdown().await.is_ok() {
+        let _ = (&mut stream)
+            .take(1 << 20)
+            .read_to_end(&mut Vec::new())
             .await;
     }
 }

@@ -12,6 +12,7 @@
 //! table operations and never across an `.await`.
 
 mod boxd;
+pub use boxd::{FAKE_VIDEO, SHOT_PNG};
 
 use super::{ChannelStream, Dial, Hypervisor};
 use boxd::Power;
