@@ -109,6 +109,9 @@ impl Served {
                 unit_disk_gb: 1,
                 pool_size: 0,
                 network: false,
+                // The fake's disks take no space: the machine's free space does not matter.
+                disk_margin_gb: 0,
+                disk_overcommit: 100.0,
                 ..BoxesConfig::default()
             },
             ..Config::default()
@@ -278,9 +281,13 @@ fn a_person_circles_whats_wrong_sends_it_and_shuts_the_box_down() {
             "reviewTitle": "Check the home page",
             "text": "the button is cut off",
             "shutDown": true,
+            "takeShot": "phone",
         }),
     );
     assert_eq!(seen["ok"], true, "{seen}");
+    // "Take a screenshot": the box's browser took one more (the fake boxd's PNG).
+    assert_eq!(seen["shotsBefore"], 1, "{seen}");
+    assert_eq!(seen["shotsAfter"], 2, "{seen}");
     assert_eq!(seen["reviewId"], review_id.as_str(), "{seen}");
     assert_eq!(seen["boxId"], box_id.as_str(), "{seen}");
     assert_eq!(seen["draftKept"], true, "{seen}");
@@ -292,6 +299,18 @@ fn a_person_circles_whats_wrong_sends_it_and_shuts_the_box_down() {
             .unwrap()
             .contains("frame-src http://*.box.localhost:"),
         "{seen}"
+    );
+
+    let (_, listed) = s.call("GET", &format!("/v1/boxes/{box_id}/shots"), None);
+    let sources: Vec<&str> = listed["shots"]
+        .as_array()
+        .expect("the box's shots")
+        .iter()
+        .filter_map(|shot| shot["source"].as_str())
+        .collect();
+    assert!(
+        sources.iter().any(|src| src.contains(".box.localhost:")),
+        "the screenshot the person took is of the review's page: {listed}"
     );
 
     // The agent's side: the text, and an image with the circle drawn.

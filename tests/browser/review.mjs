@@ -4,12 +4,14 @@
 // point), types what is wrong (the draft survives a reload), adds it and
 // sends; with `shutDown`, presses "Shut down" on the review's box (accepting
 // the confirm) and waits until /app shows it stopped.
-// Arguments: {baseUrl, account, password, reviewTitle, text, shutDown}.
+// With `takeShot` ("phone" or "desktop"), first presses "Take a screenshot"
+// of the review's first page at that size.
+// Arguments: {baseUrl, account, password, reviewTitle, text, shutDown, takeShot}.
 // Prints {ok, circle: {cx, cy, r} (image pixels), boxId, reviewId, draftKept,
-// state (the review's after sending), boxState, csp}.
+// state (the review's after sending), boxState, csp, shotsBefore, shotsAfter}.
 import { launch, run } from './lib.mjs';
 
-run(async ({ baseUrl, account, password, reviewTitle, text, shutDown }) => {
+run(async ({ baseUrl, account, password, reviewTitle, text, shutDown, takeShot }) => {
   const { browser, context } = await launch();
   const seen = { ok: false };
   try {
@@ -34,6 +36,13 @@ run(async ({ baseUrl, account, password, reviewTitle, text, shutDown }) => {
     const response = await Promise.all([page.waitForNavigation(), card.locator('a').click()]);
     seen.csp = response[0] && response[0].headers()['content-security-policy'];
     seen.boxId = await page.getAttribute('#review', 'data-box');
+
+    if (takeShot) {
+      seen.shotsBefore = await page.locator('#shots li').count();
+      await page.check(`input[name="viewport"][value="${takeShot}"]`);
+      await Promise.all([page.waitForNavigation(), page.click('#shoot button[type=submit]')]);
+      seen.shotsAfter = await page.locator('#shots li').count();
+    }
 
     // The first screenshot, drawn on.
     await page.click('button.annotate >> nth=0');
