@@ -702,6 +702,7 @@ async fn reviews_are_ready_for_you_and_answered_with_drawn_images() {
     let other = AccountId::generate().unwrap();
     f.db.add_account(other.as_str());
     let (theirs, their_shot) = a_review(&f, &s, &other, "Their review").await;
+    let (fine, _) = a_review(&f, &s, &f.first.account.id, "Another look").await;
     let app = test::init_service(app::build(s)).await;
     let mut b = Browser::default();
     b.sign_in(&app, &f.first.account.name).await;
@@ -867,4 +868,20 @@ async fn reviews_are_ready_for_you_and_answered_with_drawn_images() {
         .nth(1)
         .unwrap_or_default();
     assert!(answered.contains(&mine), "{}", home.body);
+
+    // "Looks good": approved, no items needed.
+    let approve = TestRequest::post()
+        .uri(&format!("/app/reviews/{fine}/answer"))
+        .insert_header((header::ORIGIN, common::URL))
+        .insert_header(("x-csrf-token", b.csrf()))
+        .set_json(serde_json::json!({"approved": true}));
+    let approved = b.send(&app, approve).await;
+    assert_eq!(approved.status, StatusCode::OK, "{}", approved.body);
+    assert!(
+        approved.body.contains("\"state\":\"approved\""),
+        "{}",
+        approved.body
+    );
+    let page = b.get(&app, &format!("/app/reviews/{fine}")).await;
+    assert!(page.body.contains("Approved: looks good"), "{}", page.body);
 }

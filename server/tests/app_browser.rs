@@ -387,6 +387,12 @@ fn a_secret_added_in_the_app_shows_nowhere() {
     assert_eq!(seen["ok"], true, "{seen}");
     assert_eq!(seen["listed"], true, "{seen}");
     assert_eq!(seen["valueFieldAfter"], "", "{seen}");
+    // Phone-sized: no page is wider than the screen.
+    assert!(
+        seen["widest"].as_i64().unwrap() <= 390,
+        "{}",
+        seen["widest"]
+    );
     let pages = seen["pages"].as_array().unwrap();
     assert!(pages.len() >= 4, "{seen}");
     assert!(

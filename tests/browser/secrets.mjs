@@ -3,7 +3,9 @@
 // page it saw (documents as served, and as rendered after each step) so the
 // caller can check that the value appears in none.
 // Arguments: {baseUrl, account, password, name, value}.
-// Prints {ok, listed, valueFieldAfter, pages: [html...]}.
+// The browser is phone-sized (390x844): `widest` is the widest page seen
+// (its scrollWidth), which should fit the screen.
+// Prints {ok, listed, valueFieldAfter, widest, pages: [html...]}.
 import { launch, run } from './lib.mjs';
 
 run(async ({ baseUrl, account, password, name, value }) => {
@@ -18,7 +20,13 @@ run(async ({ baseUrl, account, password, name, value }) => {
         seen.pages.push(await response.text());
       } catch (_) { /* a redirect has no body */ }
     });
-    const rendered = async () => seen.pages.push(await page.content());
+    await page.setViewportSize({ width: 390, height: 844 });
+    seen.widest = 0;
+    const rendered = async () => {
+      seen.pages.push(await page.content());
+      const width = await page.evaluate(() => document.documentElement.scrollWidth);
+      seen.widest = Math.max(seen.widest, width);
+    };
 
     await page.goto(`${baseUrl}/app/sign-in`);
     await page.fill('#account', account);
