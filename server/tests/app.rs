@@ -885,3 +885,43 @@ async fn reviews_are_ready_for_you_and_answered_with_drawn_images() {
     let page = b.get(&app, &format!("/app/reviews/{fine}")).await;
     assert!(page.body.contains("Approved: looks good"), "{}", page.body);
 }
+
+#[actix_web::test]
+async fn failed_sign_ins_are_throttled_like_the_oauth_page() {
+    let f = signed_fixture();
+    let app = test::init_service(app::build(state(&f))).await;
+    let mut b = Browser::default();
+    b.get(&app, "/app/sign-in").await;
+    let name = f.first.account.name.clone();
+    for _ in 0..psbx_server::oauth::throttle::FAILED_SIGN_INS_PER_ACCOUNT.max {
+        let wrong = b
+            .post(
+                &app,
+                "/app/sign-in",
+                &[("account", &name), ("password", "wrong password")],
+            )
+            .await;
+        assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    }
+    // Over the limit even the right password waits.
+    let refused = b
+        .post(
+            &app,
+            "/app/sign-in",
+            &[("account", &name), ("password", PASSWORD)],
+        )
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        refused.body
+    );
+    assert!(!refused.header(header::RETRY_AFTER).is_empty());
+    assert!(
+        refused.body.contains("Too many failed sign-ins"),
+        "{}",
+        refused.body
+    );
+    assert!(!b.cookies.contains_key("psbx_session"));
+}

@@ -21,7 +21,7 @@ use crate::oauth::authorize::{checked_password, same_secret};
 use crate::oauth::{OAuth, cookies, origin};
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
-use actix_web::http::header::{LOCATION, SET_COOKIE};
+use actix_web::http::header::{LOCATION, RETRY_AFTER, SET_COOKIE};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError, web};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -326,7 +326,7 @@ pub async fn sign_in(
     }
     let found = match checked_password(&oauth, &store, &req, name.clone(), password).await {
         Ok(found) => found,
-        Err(throttled) => return Ok(throttled),
+        Err(refused) => return Ok(throttled(refused)),
     };
     let Some(account) = found else {
         return Ok(layout::html(
@@ -357,6 +357,28 @@ pub async fn sign_in(
             oauth.cookies.clear(cookies::RETURN),
         ],
     ))
+}
+
+/// The app's page for a sign-in the throttles refused (the OAuth page's
+/// status and `Retry-After`; its words are for MCP clients).
+fn throttled(refused: HttpResponse) -> HttpResponse {
+    let retry = refused.headers().get(RETRY_AFTER).cloned();
+    let wait = retry
+        .as_ref()
+        .and_then(|v| v.to_str().ok())
+        .map(|s| format!("wait {s} s"))
+        .unwrap_or_else(|| "wait a minute".to_owned());
+    let mut answer = layout::problem(
+        refused.status(),
+        "Too many failed sign-ins",
+        &format!(
+            "this account or this address failed to sign in too often lately: {wait}, then              try again, or sign in with a link from `psbx login-link`"
+        ),
+    );
+    if let Some(retry) = retry {
+        answer.headers_mut().insert(RETRY_AFTER, retry);
+    }
+    answer
 }
 
 /// The sign-out form's fields.
