@@ -116,7 +116,9 @@ pub enum ReviewError {
     #[error("{0}")]
     Invalid(String),
     /// The review was answered already (by this person or someone else).
-    #[error("review {id} was already {state}: it is answered once; the agent hands the box over again for another round")]
+    #[error(
+        "review {id} was already {state}: it is answered once; the agent hands the box over again for another round"
+    )]
     AlreadyAnswered { id: String, state: &'static str },
     #[error(transparent)]
     Box(#[from] BoxError),
@@ -163,7 +165,10 @@ fn bounded(field: &str, text: &str, max: usize) -> Result<String, ReviewError> {
 
 fn check_urls(urls: &[String]) -> Result<Vec<String>, ReviewError> {
     if urls.len() > URLS_MAX {
-        return Err(invalid(format!("urls has {} entries: at most {URLS_MAX}", urls.len())));
+        return Err(invalid(format!(
+            "urls has {} entries: at most {URLS_MAX}",
+            urls.len()
+        )));
     }
     urls.iter()
         .map(|url| {
@@ -231,7 +236,9 @@ impl Reviews {
                 }
                 _ => {
                     let row = ReviewRow {
-                        id: ReviewId::generate().map_err(StoreError::Random)?.to_string(),
+                        id: ReviewId::generate()
+                            .map_err(StoreError::Random)?
+                            .to_string(),
                         account_id: account.to_string(),
                         box_id: box_id.to_string(),
                         title,
@@ -266,7 +273,11 @@ impl Reviews {
     }
 
     /// The box's latest review, if it was ever handed over.
-    pub async fn latest(&self, account: &AccountId, id: &str) -> Result<Option<Review>, ReviewError> {
+    pub async fn latest(
+        &self,
+        account: &AccountId,
+        id: &str,
+    ) -> Result<Option<Review>, ReviewError> {
         let box_id = self.boxes.record(account, id).await?.id;
         let (store, account) = (self.store.clone(), account.clone());
         match blocking(move || store.latest_review(&account, &box_id)).await? {
@@ -299,10 +310,8 @@ impl Reviews {
         let (row, items, shots, images) = blocking(move || {
             let review = ReviewId::parse(&row.id).map_err(corrupt)?;
             if row.state == ReviewState::Waiting.as_str() {
-                let account =
-                    AccountId::parse(&row.account_id).map_err(corrupt)?;
-                let box_id =
-                    BoxId::parse(&row.box_id).map_err(corrupt)?;
+                let account = AccountId::parse(&row.account_id).map_err(corrupt)?;
+                let box_id = BoxId::parse(&row.box_id).map_err(corrupt)?;
                 store.keep_shots_for_review(&account, &box_id, &review)?;
             }
             let items = store.review_items(&review)?;
@@ -382,10 +391,15 @@ impl Reviews {
             for (position, item) in items.into_iter().enumerate() {
                 let shot_id = match item.image_png {
                     None => None,
-                    Some(png) => Some(self.store_image(account, &box_id, &rid, png, &mut images).await?),
+                    Some(png) => Some(
+                        self.store_image(account, &box_id, &rid, png, &mut images)
+                            .await?,
+                    ),
                 };
                 item_rows.push(ItemRow {
-                    id: FeedbackId::generate().map_err(StoreError::Random)?.to_string(),
+                    id: FeedbackId::generate()
+                        .map_err(StoreError::Random)?
+                        .to_string(),
                     review_id: rid.to_string(),
                     account_id: account.to_string(),
                     position: i32::try_from(position).unwrap_or(i32::MAX),
@@ -399,12 +413,22 @@ impl Reviews {
         .await;
         let answered = match stored {
             Ok(()) => {
-                let state = if approved { ReviewState::Approved } else { ReviewState::Answered };
-                let (store, account, rid, images) =
-                    (self.store.clone(), account.clone(), rid.clone(), images.clone());
-                blocking(move || store.answer_review(&account, &rid, state.as_str(), &item_rows, &images))
-                    .await
-                    .map_err(ReviewError::from)
+                let state = if approved {
+                    ReviewState::Approved
+                } else {
+                    ReviewState::Answered
+                };
+                let (store, account, rid, images) = (
+                    self.store.clone(),
+                    account.clone(),
+                    rid.clone(),
+                    images.clone(),
+                );
+                blocking(move || {
+                    store.answer_review(&account, &rid, state.as_str(), &item_rows, &images)
+                })
+                .await
+                .map_err(ReviewError::from)
             }
             Err(e) => Err(e),
         };
@@ -445,9 +469,14 @@ impl Reviews {
             full: png,
             poster: None,
         };
-        let row = self
-            .shots
-            .new_row(account, box_id, StoredKind::Annotation, "image/png", size, &files)?;
+        let row = self.shots.new_row(
+            account,
+            box_id,
+            StoredKind::Annotation,
+            "image/png",
+            size,
+            &files,
+        )?;
         let row = ShotRow {
             review_id: Some(review.to_string()),
             ..row
@@ -470,7 +499,8 @@ impl Reviews {
         loop {
             answers.borrow_and_update();
             let row = self.row(account, id).await?;
-            if row.state != ReviewState::Waiting.as_str() || tokio::time::Instant::now() >= deadline {
+            if row.state != ReviewState::Waiting.as_str() || tokio::time::Instant::now() >= deadline
+            {
                 return self.dressed(row).await;
             }
             let next = (tokio::time::Instant::now() + POLL).min(deadline);
@@ -493,6 +523,8 @@ fn corrupt(e: crate::ids::BadId) -> StoreError {
 fn already(row: &ReviewRow) -> ReviewError {
     ReviewError::AlreadyAnswered {
         id: row.id.clone(),
-        state: ReviewState::parse(&row.state).unwrap_or(ReviewState::Answered).as_str(),
+        state: ReviewState::parse(&row.state)
+            .unwrap_or(ReviewState::Answered)
+            .as_str(),
     }
 }

@@ -134,8 +134,7 @@ impl AppState {
             metrics_access: routes::metrics::MetricsAccess::from_config(&config.metrics)?,
             mcp: crate::mcp::service(
                 boxes.clone(),
-                shots.clone(),
-                reviews.clone(),
+                (shots.clone(), reviews.clone()),
                 store.clone(),
                 environments.clone(),
                 info.clone(),

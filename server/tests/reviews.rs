@@ -64,7 +64,14 @@ async fn stored_screenshot(
     };
     let row = state
         .shots
-        .new_row(&account, &box_id, StoredKind::Screenshot, "image/png", (width, height), &files)
+        .new_row(
+            &account,
+            &box_id,
+            StoredKind::Screenshot,
+            "image/png",
+            (width, height),
+            &files,
+        )
         .unwrap();
     state.shots.put_files(&row, files).await.unwrap();
     f.store.insert_shot(&row).unwrap();
@@ -99,7 +106,10 @@ async fn a_review_waits_for_its_answer_keeps_its_box_s_shots_and_is_answered_onc
     let path = preview.strip_prefix(common::URL).unwrap();
     let res = test::call_service(
         &app,
-        TestRequest::get().uri(path).insert_header(bearer(&key)).to_request(),
+        TestRequest::get()
+            .uri(path)
+            .insert_header(bearer(&key))
+            .to_request(),
     )
     .await;
     assert_eq!(res.status(), StatusCode::OK);
@@ -121,14 +131,20 @@ async fn a_review_waits_for_its_answer_keeps_its_box_s_shots_and_is_answered_onc
     assert_eq!(review["state"], "waiting");
     let rid = review["id"].as_str().unwrap().to_owned();
     assert!(rid.starts_with("rev_"), "{rid}");
-    assert_eq!(review["appUrl"], format!("{}/app/reviews/{rid}", common::URL));
+    assert_eq!(
+        review["appUrl"],
+        format!("{}/app/reviews/{rid}", common::URL)
+    );
     let url = review["urls"][0].as_str().unwrap();
     assert!(url.contains(".box.localhost"), "{url}");
     assert_eq!(review["shots"][0]["id"], shot.as_str());
     assert_eq!(review["shots"][0]["reviewId"], rid.as_str());
     let res = test::call_service(&app, hand_over("the home page")).await;
     let again: Value = test::read_body_json(res).await;
-    assert_eq!((again["id"].as_str(), again["title"].as_str()), (Some(rid.as_str()), Some("the home page")));
+    assert_eq!(
+        (again["id"].as_str(), again["title"].as_str()),
+        (Some(rid.as_str()), Some("the home page"))
+    );
 
     // Waiting for the answer: it comes once the person sends it.
     let waiter = {
@@ -164,7 +180,11 @@ async fn a_review_waits_for_its_answer_keeps_its_box_s_shots_and_is_answered_onc
     let res = test::call_service(&app, answer(json!({"items": [{"text": "  "}]}))).await;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     assert_eq!(code(&test::read_body(res).await), "invalid_review");
-    let res = test::call_service(&app, answer(json!({"items": [{"text": "x", "image": "bm90IGEgcG5n"}]}))).await;
+    let res = test::call_service(
+        &app,
+        answer(json!({"items": [{"text": "x", "image": "bm90IGEgcG5n"}]})),
+    )
+    .await;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     let body = json!({"items": [
         {"text": "the button is cut off", "image": base64::engine::general_purpose::STANDARD.encode(&drawn)},
@@ -282,7 +302,12 @@ async fn a_stopped_box_s_shots_are_deleted_but_those_a_review_keeps() {
     for id in [&reviewed, &plain] {
         let id = BoxId::parse(id).unwrap();
         f.store
-            .transition_box(&id, BoxState::Running, BoxState::Stopped, Default::default())
+            .transition_box(
+                &id,
+                BoxState::Running,
+                BoxState::Stopped,
+                Default::default(),
+            )
             .unwrap()
             .unwrap();
     }
@@ -351,9 +376,17 @@ async fn another_account_s_reviews_and_shots_are_404() {
         ("DELETE", format!("/v1/boxes/{id}/shots/{shot}"), None),
         ("DELETE", format!("/v1/boxes/{id}/shots"), None),
         ("POST", format!("/v1/boxes/{id}/shots"), Some(json!({}))),
-        ("POST", format!("/v1/boxes/{id}/reviews"), Some(json!({"title": "theirs"}))),
+        (
+            "POST",
+            format!("/v1/boxes/{id}/reviews"),
+            Some(json!({"title": "theirs"})),
+        ),
         ("GET", format!("/v1/reviews/{rid}"), None),
-        ("POST", format!("/v1/reviews/{rid}/answer"), Some(json!({"approved": true}))),
+        (
+            "POST",
+            format!("/v1/reviews/{rid}/answer"),
+            Some(json!({"approved": true})),
+        ),
     ] {
         let req = match method {
             "GET" => TestRequest::get(),

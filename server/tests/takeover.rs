@@ -13,7 +13,6 @@ use actix_web::test::{self, TestRequest};
 use psbx_actors::box_actor::state::BoxState;
 use psbx_actors::ids::AccountId;
 
-
 use psbx_server::app::{self};
 use psbx_server::config::{Config, TakeoverConfig};
 use serde_json::Value;

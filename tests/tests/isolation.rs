@@ -31,9 +31,17 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         ("GET", "/v1/boxes/{id}/shots/{shot}", None),
         ("GET", "/v1/boxes/{id}/shots/{shot}/file", None),
         ("DELETE", "/v1/boxes/{id}/shots/{shot}", None),
-        ("POST", "/v1/boxes/{id}/reviews", Some(json!({"title": "theirs"}))),
+        (
+            "POST",
+            "/v1/boxes/{id}/reviews",
+            Some(json!({"title": "theirs"})),
+        ),
         ("GET", "/v1/reviews/{id}", None),
-        ("POST", "/v1/reviews/{id}/answer", Some(json!({"approved": true}))),
+        (
+            "POST",
+            "/v1/reviews/{id}/answer",
+            Some(json!({"approved": true})),
+        ),
         ("GET", "/v1/boxes/{id}/processes", None),
         ("DELETE", "/v1/boxes/{id}/processes/{pid}", None),
         ("GET", "/v1/boxes/{id}/processes/{pid}/logs", None),
@@ -73,8 +81,7 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
 }
 
 /// A 1x1 PNG, in base64.
-const ONE_PIXEL_PNG: &str =
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+const ONE_PIXEL_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
 
 /// Routes with an id that are not the account's to scope: an upload URL's
 /// token is its own credential, and the connector's route takes none.

@@ -37,7 +37,11 @@ fn is_dark(p: &image::Rgba<u8>) -> bool {
 }
 
 /// Pixels in the rectangle `[x0, x1) x [y0, y1)` matching `test`.
-fn count(img: &image::RgbaImage, (x0, y0, x1, y1): (u32, u32, u32, u32), test: fn(&image::Rgba<u8>) -> bool) -> usize {
+fn count(
+    img: &image::RgbaImage,
+    (x0, y0, x1, y1): (u32, u32, u32, u32),
+    test: fn(&image::Rgba<u8>) -> bool,
+) -> usize {
     (y0..y1.min(img.height()))
         .flat_map(|y| (x0..x1.min(img.width())).map(move |x| (x, y)))
         .filter(|&(x, y)| test(img.get_pixel(x, y)))
@@ -74,7 +78,10 @@ fn an_agent_shoots_a_page_hands_the_box_over_and_gets_the_circled_feedback() {
     psbx_tests::browser::require();
     for tool in ["ffprobe"] {
         assert!(
-            std::process::Command::new(tool).arg("-version").output().is_ok(),
+            std::process::Command::new(tool)
+                .arg("-version")
+                .output()
+                .is_ok(),
             "{tool} is missing: run scripts/setup (it installs ffmpeg)"
         );
     }
@@ -95,20 +102,38 @@ fn an_agent_shoots_a_page_hands_the_box_over_and_gets_the_circled_feedback() {
     let page = only_image(&shots["page"]);
     assert_eq!((page.width(), page.height()), (1280, 800));
     let shot = &shots["page"]["value"];
-    assert_eq!((shot["width"].as_u64(), shot["height"].as_u64()), (Some(1600), Some(1000)), "{shot}");
+    assert_eq!(
+        (shot["width"].as_u64(), shot["height"].as_u64()),
+        (Some(1600), Some(1000)),
+        "{shot}"
+    );
     assert_eq!(shot["mime"], "image/png");
     let red = count(&page, (650, 490, 790, 550), is_red);
-    assert!(red > 140 * 60 * 9 / 10, "the red block at (640..800, 480..560): {red} red pixels");
-    assert_eq!(count(&page, (0, 0, 1280, 70), is_dark), 0, "nothing above the title");
+    assert!(
+        red > 140 * 60 * 9 / 10,
+        "the red block at (640..800, 480..560): {red} red pixels"
+    );
+    assert_eq!(
+        count(&page, (0, 0, 1280, 70), is_dark),
+        0,
+        "nothing above the title"
+    );
     let text = count(&page, (80, 80, 640, 140), is_dark);
-    assert!(text > 500, "the title's text at (80..640, 80..140): {text} dark pixels");
+    assert!(
+        text > 500,
+        "the title's text at (80..640, 80..140): {text} dark pixels"
+    );
     let full = image::load_from_memory(&fetch(&s, shot["url"].as_str().unwrap())).unwrap();
     assert_eq!((full.width(), full.height()), (1600, 1000));
 
     // The virtual display: 1920x1080, shown at 1280x720.
     let display = only_image(&shots["display"]);
     assert_eq!((display.width(), display.height()), (1280, 720));
-    assert_eq!(shots["display"]["value"]["width"], 1920, "{}", shots["display"]);
+    assert_eq!(
+        shots["display"]["value"]["width"], 1920,
+        "{}",
+        shots["display"]
+    );
 
     // A 3-second recording: a file ffprobe plays for about 3 s, and its poster.
     let recording = &shots["recording"]["value"];
@@ -118,14 +143,30 @@ fn an_agent_shoots_a_page_hands_the_box_over_and_gets_the_circled_feedback() {
     let file = dir.path().join("recording.webm");
     std::fs::write(&file, fetch(&s, recording["url"].as_str().unwrap())).unwrap();
     let probe = std::process::Command::new("ffprobe")
-        .args(["-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0"])
+        .args([
+            "-v",
+            "error",
+            "-show_entries",
+            "format=duration",
+            "-of",
+            "csv=p=0",
+        ])
         .arg(&file)
         .output()
         .unwrap();
-    let duration: f64 = String::from_utf8_lossy(&probe.stdout).trim().parse().unwrap_or_else(|_| {
-        panic!("ffprobe read no duration: {}", String::from_utf8_lossy(&probe.stderr))
-    });
-    assert!((2.0..=4.5).contains(&duration), "a 3 s recording lasts {duration} s");
+    let duration: f64 = String::from_utf8_lossy(&probe.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| {
+            panic!(
+                "ffprobe read no duration: {}",
+                String::from_utf8_lossy(&probe.stderr)
+            )
+        });
+    assert!(
+        (2.0..=4.5).contains(&duration),
+        "a 3 s recording lasts {duration} s"
+    );
 
     // The hand-over: the agent waits while the person answers in the app.
     let agent = {
@@ -134,10 +175,14 @@ fn an_agent_shoots_a_page_hands_the_box_over_and_gets_the_circled_feedback() {
             psbx_tests::python::run_json("review_agent.py", &[&mcp, &key, "review", &box_id, "280"])
         })
     };
-    wait::until("the review under \"Ready for you\"", Duration::from_secs(60), || {
-        let list = s.ok("GET", "/v1/reviews?state=waiting", None);
-        (list["reviews"].as_array().map(Vec::len) == Some(1)).then_some(())
-    });
+    wait::until(
+        "the review under \"Ready for you\"",
+        Duration::from_secs(60),
+        || {
+            let list = s.ok("GET", "/v1/reviews?state=waiting", None);
+            (list["reviews"].as_array().map(Vec::len) == Some(1)).then_some(())
+        },
+    );
     let person = psbx_tests::browser::run_json(
         "review.mjs",
         &json!({
@@ -156,11 +201,18 @@ fn an_agent_shoots_a_page_hands_the_box_over_and_gets_the_circled_feedback() {
     assert_eq!(answered["error"], false, "{answered}");
     assert_eq!(answered["value"]["state"], "answered", "{answered}");
     assert!(
-        answered["texts"].as_array().unwrap().iter().any(|t| t.as_str().unwrap().contains(FEEDBACK)),
+        answered["texts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t.as_str().unwrap().contains(FEEDBACK)),
         "{answered}"
     );
     assert_eq!(answered["value"]["feedback"][0]["text"], FEEDBACK);
-    assert!(!answered["progress"].as_array().unwrap().is_empty(), "progress while waiting: {answered}");
+    assert!(
+        !answered["progress"].as_array().unwrap().is_empty(),
+        "progress while waiting: {answered}"
+    );
     let drawn = only_image(&json!({"error": false, "images": answered["images"]}));
     let natural = &answered["value"]["feedback"][0]["image"];
     let scale = f64::from(drawn.width()) / natural["width"].as_f64().unwrap();
@@ -186,7 +238,10 @@ fn an_agent_shoots_a_page_hands_the_box_over_and_gets_the_circled_feedback() {
             })
         })
         .count();
-    assert!(on_circle >= 20, "the circle's stroke at {on_circle} of 24 points around ({cx:.0}, {cy:.0}) r {r:.0}");
+    assert!(
+        on_circle >= 20,
+        "the circle's stroke at {on_circle} of 24 points around ({cx:.0}, {cy:.0}) r {r:.0}"
+    );
     assert_eq!(
         answered["status_after"]["value"]["review"]["state"], "answered",
         "sandbox_status has the review: {}",
@@ -195,7 +250,9 @@ fn an_agent_shoots_a_page_hands_the_box_over_and_gets_the_circled_feedback() {
 
     // "Shut down" stopped the box: its domain is gone; the review keeps its shots.
     wait::until("the box's domain to go", Duration::from_secs(120), || {
-        psbx_tests::vm::domain_state(&box_id).is_none().then_some(())
+        psbx_tests::vm::domain_state(&box_id)
+            .is_none()
+            .then_some(())
     });
     assert_eq!(s.db_box_state(&box_id).as_deref(), Some("stopped"));
     let kept = s.ok("GET", &format!("/v1/boxes/{box_id}/shots"), None);

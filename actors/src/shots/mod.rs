@@ -206,8 +206,14 @@ impl Shots {
             preview,
             poster: taken.poster.filter(|p| !p.is_empty()),
         };
-        let row = self
-            .new_row(account, &record.id, kind, &header.mime, (header.width, header.height), &files)?;
+        let row = self.new_row(
+            account,
+            &record.id,
+            kind,
+            &header.mime,
+            (header.width, header.height),
+            &files,
+        )?;
         let row = ShotRow {
             duration_ms: header.duration_ms.and_then(|d| i64::try_from(d).ok()),
             source: request.url.clone(),
@@ -267,7 +273,8 @@ impl Shots {
         (width, height): (u32, u32),
         files: &NewFiles,
     ) -> Result<ShotRow, ShotError> {
-        let id = ShotId::generate().map_err(|e| ShotError::Invalid(format!("no random id: {e}")))?;
+        let id =
+            ShotId::generate().map_err(|e| ShotError::Invalid(format!("no random id: {e}")))?;
         let len = |b: &[u8]| i64::try_from(b.len()).unwrap_or(i64::MAX);
         Ok(ShotRow {
             storage_key: format!("{account}/{box_id}/{id}"),
@@ -357,7 +364,9 @@ impl Shots {
         let (part, mime) = match part {
             Part::Full => (Part::Full, row.mime.clone()),
             Part::Poster if row.poster_bytes == 0 => {
-                return Err(ShotError::NotFound(format!("{id} (a poster: it is no recording)")));
+                return Err(ShotError::NotFound(format!(
+                    "{id} (a poster: it is no recording)"
+                )));
             }
             Part::Preview if row.preview_bytes > 0 => (Part::Preview, "image/png".into()),
             // Small enough to be its own preview; a recording's is its poster.

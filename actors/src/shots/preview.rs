@@ -56,7 +56,11 @@ mod tests {
 
     fn png(width: u32, height: u32) -> Vec<u8> {
         let image = image::RgbImage::from_fn(width, height, |x, _| {
-            if x < width / 2 { image::Rgb([255, 0, 0]) } else { image::Rgb([0, 0, 255]) }
+            if x < width / 2 {
+                image::Rgb([255, 0, 0])
+            } else {
+                image::Rgb([0, 0, 255])
+            }
         });
         let mut out = Vec::new();
         image
@@ -82,7 +86,10 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_a_png() {
-        assert!(matches!(png_size(b"GIF89a..."), Err(ImageError::Unreadable(_))));
+        assert!(matches!(
+            png_size(b"GIF89a..."),
+            Err(ImageError::Unreadable(_))
+        ));
         assert!(preview(b"").is_err());
     }
 }

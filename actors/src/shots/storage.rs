@@ -82,7 +82,9 @@ impl ShotStorage for DirStorage {
         use tokio::io::AsyncWriteExt;
         let path = self.path(key)?;
         if let Some(dir) = path.parent() {
-            private_dirs(dir).await.map_err(io("making the folder of", key))?;
+            private_dirs(dir)
+                .await
+                .map_err(io("making the folder of", key))?;
         }
         let name = path
             .file_name()
@@ -134,12 +136,21 @@ mod tests {
     async fn stores_reads_and_deletes_by_key() {
         let dir = tempfile::tempdir().unwrap();
         let storage = DirStorage::new(dir.path().join("shots"));
-        storage.put("acct_a/box_b/shot_c.full", b"png".to_vec()).await.unwrap();
-        assert_eq!(storage.get("acct_a/box_b/shot_c.full").await.unwrap(), b"png");
+        storage
+            .put("acct_a/box_b/shot_c.full", b"png".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(
+            storage.get("acct_a/box_b/shot_c.full").await.unwrap(),
+            b"png"
+        );
         let mode = std::fs::metadata(dir.path().join("shots/acct_a/box_b/shot_c.full"))
             .unwrap()
             .permissions();
-        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
         storage.delete("acct_a/box_b/shot_c.full").await.unwrap();
         storage.delete("acct_a/box_b/shot_c.full").await.unwrap();
         assert!(matches!(
@@ -151,7 +162,16 @@ mod tests {
     #[tokio::test]
     async fn refuses_keys_that_leave_the_root() {
         let storage = DirStorage::new("/nonexistent/shots");
-        for key in ["", "../x", "a/../../x", "/etc/passwd", "a//b", "a/./b", "a b", "a\\b"] {
+        for key in [
+            "",
+            "../x",
+            "a/../../x",
+            "/etc/passwd",
+            "a//b",
+            "a/./b",
+            "a b",
+            "a\\b",
+        ] {
             assert!(
                 matches!(storage.get(key).await, Err(StorageError::BadKey(_))),
                 "{key:?}"

@@ -38,8 +38,8 @@ pub use oauth::{
 };
 pub use reviews::{ItemRow, ReviewRow};
 pub use secrets::SealedRow;
-pub use shots::ShotRow;
 pub use servers::Server;
+pub use shots::ShotRow;
 pub use sign_in::{ARGON2_SLOTS, Argon2Slots, LOGIN_LINK_TTL, MIN_PASSWORD_LEN, SESSION_TTL};
 pub use takeover::{LinkState, NewTakeoverLink, TAKEOVER_TOKEN_PREFIX};
 pub use uploads::{UploadClaim, UploadTarget, UploadToken};

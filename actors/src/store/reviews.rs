@@ -71,7 +71,11 @@ impl Store {
     }
 
     /// One of the account's reviews.
-    pub fn review(&self, account: &AccountId, id: &ReviewId) -> Result<Option<ReviewRow>, StoreError> {
+    pub fn review(
+        &self,
+        account: &AccountId,
+        id: &ReviewId,
+    ) -> Result<Option<ReviewRow>, StoreError> {
         Ok(reviews::table
             .find(id.as_str())
             .filter(reviews::account_id.eq(account.as_str()))

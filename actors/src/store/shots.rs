@@ -42,7 +42,11 @@ impl Store {
     }
 
     /// The box's own shots (no annotations), oldest first.
-    pub fn box_shots(&self, account: &AccountId, box_id: &BoxId) -> Result<Vec<ShotRow>, StoreError> {
+    pub fn box_shots(
+        &self,
+        account: &AccountId,
+        box_id: &BoxId,
+    ) -> Result<Vec<ShotRow>, StoreError> {
         Ok(shots::table
             .filter(shots::account_id.eq(account.as_str()))
             .filter(shots::box_id.eq(box_id.as_str()))

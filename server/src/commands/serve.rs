@@ -151,7 +151,9 @@ async fn heartbeat(
         match shots.sweep().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(deleted = n, "deleted the shots of stopped boxes"),
-            Err(e) => tracing::warn!(error = %e, "could not delete the shots of stopped boxes; trying again next heartbeat"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not delete the shots of stopped boxes; trying again next heartbeat")
+            }
         }
         if let Err(e) = egress.flush(&store).await {
             tracing::warn!(error = %e, "could not store the boxes' egress; kept for the next heartbeat");

@@ -95,9 +95,8 @@ pub async fn json_upto<T: serde::de::DeserializeOwned>(
 ) -> Result<T, ApiError> {
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| {
-            ApiError::bad_request("invalid_body", format!("reading the body: {e}"))
-        })?;
+        let chunk = chunk
+            .map_err(|e| ApiError::bad_request("invalid_body", format!("reading the body: {e}")))?;
         if body.len() + chunk.len() > limit {
             return Err(too_large("the JSON body", limit as u64));
         }

@@ -149,7 +149,11 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
-        let shot = match self.shots.take(&who.account_id, &a.id, a.shot.request()).await {
+        let shot = match self
+            .shots
+            .take(&who.account_id, &a.id, a.shot.request())
+            .await
+        {
             Ok(shot) => shot,
             Err(e) => return Ok(shot_failed(e)),
         };
@@ -260,7 +264,9 @@ mod tests {
         for (schema, fields) in [
             (
                 schemars::schema_for!(ShotArgs),
-                &["id", "url", "kind", "seconds", "width", "height", "fullPage", "format"][..],
+                &[
+                    "id", "url", "kind", "seconds", "width", "height", "fullPage", "format",
+                ][..],
             ),
             (
                 schemars::schema_for!(ReviewArgs),
@@ -270,11 +276,22 @@ mod tests {
             let object = serde_json::to_value(&schema).unwrap();
             let flat = super::super::schema::flatten(object.as_object().unwrap());
             let text = serde_json::Value::Object(flat.clone()).to_string();
-            for banned in ["$ref", "anyOf", "oneOf", "allOf", "\"null\"", "\"format\":\"", "$schema"] {
+            for banned in [
+                "$ref",
+                "anyOf",
+                "oneOf",
+                "allOf",
+                "\"null\"",
+                "\"format\":\"",
+                "$schema",
+            ] {
                 assert!(!text.contains(banned), "{banned} in {text}");
             }
             for field in fields {
-                assert!(flat["properties"].get(*field).is_some(), "no {field} in {text}");
+                assert!(
+                    flat["properties"].get(*field).is_some(),
+                    "no {field} in {text}"
+                );
             }
             assert_eq!(flat["required"], serde_json::json!(["id"]), "{text}");
         }

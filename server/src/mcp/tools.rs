@@ -328,9 +328,7 @@ impl PsbxMcp {
             .as_ref()
             .map(|r| crate::routes::reviews::ReviewView::new(r, &self.info));
         let review_content = match (&review, &review_view) {
-            (Some(review), Some(view)) => {
-                self.review_content(&who.account_id, review, view).await
-            }
+            (Some(review), Some(view)) => self.review_content(&who.account_id, review, view).await,
             _ => Vec::new(),
         };
         let mut result = structured(

@@ -92,7 +92,11 @@ impl ReviewView {
                     created_at: i.created_at,
                 })
                 .collect(),
-            shots: review.shots.iter().map(|s| ShotView::new(s, info)).collect(),
+            shots: review
+                .shots
+                .iter()
+                .map(|s| ShotView::new(s, info))
+                .collect(),
             app_url: format!("{}/app/reviews/{}", info.public_url, review.id),
         }
     }
@@ -149,7 +153,10 @@ struct ReviewErrors;
 impl utoipa::IntoResponses for ReviewErrors {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
         error_responses(&[
-            (400, "A field out of range (`invalid_review`, `invalid_request`)"),
+            (
+                400,
+                "A field out of range (`invalid_review`, `invalid_request`)",
+            ),
             (404, "No such review in this account (`review_not_found`)"),
             (409, "The review was answered already (`review_answered`)"),
         ])
@@ -273,7 +280,8 @@ pub async fn answer(
     id: web::Path<String>,
     payload: web::Payload,
 ) -> Result<web::Json<ReviewView>, ApiError> {
-    let body: Answer = crate::limits::body::json_upto(payload, crate::limits::body::ANSWER_LIMIT).await?;
+    let body: Answer =
+        crate::limits::body::json_upto(payload, crate::limits::body::ANSWER_LIMIT).await?;
     let items = body
         .items
         .into_iter()

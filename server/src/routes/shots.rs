@@ -211,7 +211,10 @@ pub async fn take(
     id: web::Path<String>,
     body: Option<web::Json<TakeShot>>,
 ) -> Result<HttpResponse, ApiError> {
-    let request = body.map(web::Json::into_inner).unwrap_or_default().request();
+    let request = body
+        .map(web::Json::into_inner)
+        .unwrap_or_default()
+        .request();
     let shot = shots.take(&who.account_id, &id, request).await?;
     Ok(HttpResponse::Created().json(ShotView::new(&shot, &info)))
 }
