@@ -427,7 +427,7 @@ async fn every_answer_has_the_apps_headers() {
         let answer = b.get(&app, path).await;
         let csp = answer.header(header::CONTENT_SECURITY_POLICY);
         assert!(
-            csp.contains("frame-src http://*.box.localhost:8080;"),
+            csp.contains("frame-src 'self' http://*.box.localhost:8080;"),
             "{path}: {csp}"
         );
         for part in [

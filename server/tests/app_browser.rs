@@ -297,7 +297,7 @@ fn a_person_circles_whats_wrong_sends_it_and_shuts_the_box_down() {
         seen["csp"]
             .as_str()
             .unwrap()
-            .contains("frame-src http://*.box.localhost:"),
+            .contains("frame-src 'self' http://*.box.localhost:"),
         "{seen}"
     );
 

@@ -30,9 +30,9 @@ use psbx_actors::boxes::Boxes;
 pub fn csp(frames: Option<&str>) -> String {
     format!(
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; \
-         connect-src 'self'; frame-src {}; media-src 'self'; form-action 'self'; \
+         connect-src 'self'; frame-src 'self' {}; media-src 'self'; form-action 'self'; \
          frame-ancestors 'none'; base-uri 'none'",
-        frames.unwrap_or("'none'")
+        frames.unwrap_or_default()
     )
 }
 
