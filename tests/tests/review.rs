@@ -76,15 +76,13 @@ fn an_agent_shoots_a_page_hands_the_box_over_and_gets_the_circled_feedback() {
         images.display()
     );
     psbx_tests::browser::require();
-    for tool in ["ffprobe"] {
-        assert!(
-            std::process::Command::new(tool)
-                .arg("-version")
-                .output()
-                .is_ok(),
-            "{tool} is missing: run scripts/setup (it installs ffmpeg)"
-        );
-    }
+    assert!(
+        std::process::Command::new("ffprobe")
+            .arg("-version")
+            .output()
+            .is_ok(),
+        "ffprobe is missing: run scripts/setup (it installs ffmpeg)"
+    );
     let s = BoxServer::start(
         "pool_size = 0\nidle_freeze = \"1h\"\nimage = \"debian\"\nunit_vcpus = 2\n\
          unit_memory_mib = 2048\nunit_disk_gb = 8\nboot_timeout = \"300s\"",
