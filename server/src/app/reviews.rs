@@ -164,13 +164,14 @@ fn shot_figure(shot: &Shot, n: usize, can_draw: bool) -> String {
     )
 }
 
-/// What the page shows of the box: its state, when it can be read.
+/// What the page shows of the box: its state as stored (reading a page
+/// neither asks boxd nor counts as the box's activity).
 async fn box_state(boxes: &Boxes, who: &Signed, box_id: &str) -> Option<String> {
     boxes
-        .get(&who.account.id, box_id, false)
+        .record(&who.account.id, box_id)
         .await
         .ok()
-        .map(|s| s.record.state.to_string())
+        .map(|r| r.state.to_string())
 }
 
 /// `GET /app/reviews/{id}`.
