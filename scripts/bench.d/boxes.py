@@ -30,17 +30,21 @@ UNIT = 'unit_vcpus = 1\nunit_memory_mib = 256\nunit_disk_gb = 2\n'
 
 
 class Server:
-    def __init__(self, extra):
+    """A `psbx serve` of its own (embedded PostgreSQL, a temporary data dir) on
+    loopback, booting boxes of `image` with `unit` (the [boxes] size lines)."""
+
+    def __init__(self, extra, image="test", unit=UNIT):
         self.dir = tempfile.mkdtemp(prefix="psbx-bench-")
         os.chmod(self.dir, 0o755)
-        config = os.path.join(self.dir, "psbx.toml")
+        self.config = config = os.path.join(self.dir, "psbx.toml")
+        self.data_dir = os.path.join(self.dir, "data")
         with open(config, "w") as f:
-            f.write(f'[boxes]\naccel = "tcg"\nimages_dir = "{IMAGES}"\nimage = "test"\n'
-                    f'{"" if "network" in extra else "network = false"}\n{UNIT}{extra}\n')
+            f.write(f'[boxes]\naccel = "tcg"\nimages_dir = "{IMAGES}"\nimage = "{image}"\n'
+                    f'{"" if "network" in extra else "network = false"}\n{unit}{extra}\n')
         env = dict(os.environ)
         env.pop("DATABASE_URL", None)
         self.proc = subprocess.Popen(
-            [PSBX, "--config", config, "--data-dir", os.path.join(self.dir, "data"),
+            [PSBX, "--config", config, "--data-dir", self.data_dir,
              "serve", "--listen", "127.0.0.1:0"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.log = queue.Queue()
