@@ -10,7 +10,7 @@
 //! * `/app/assets/{file}` ([`super::assets`]).
 //!
 //! [`headers`] wraps the scope: every answer carries the app's
-//! Content-Security-Policy (frames only from box URLs), `nosniff`,
+//! Content-Security-Policy (frames only from psbx and box URLs), `nosniff`,
 //! `Referrer-Policy: same-origin`, no framing, and `Cache-Control: no-store`
 //! unless the handler chose (assets, shot files); and it sets the
 //! anti-CSRF cookie a page made ([`super::session::NewCsrf`]).
@@ -25,14 +25,14 @@ use actix_web::middleware::{Next, from_fn};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use psbx_actors::boxes::Boxes;
 
-/// The app's Content-Security-Policy; `frames` is the box URLs' source
-/// expression (none when this server makes no box URLs).
+/// The app's Content-Security-Policy: frames from psbx itself and `frames`,
+/// the box URLs' source expression (none when this server makes no box URLs).
 pub fn csp(frames: Option<&str>) -> String {
     format!(
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; \
-         connect-src 'self'; frame-src 'self' {}; media-src 'self'; form-action 'self'; \
+         connect-src 'self'; frame-src 'self'{}; media-src 'self'; form-action 'self'; \
          frame-ancestors 'none'; base-uri 'none'",
-        frames.unwrap_or_default()
+        frames.map(|f| format!(" {f}")).unwrap_or_default()
     )
 }
 
@@ -131,14 +131,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn frames_come_only_from_box_urls() {
+    fn frames_come_only_from_psbx_and_box_urls() {
         let policy = csp(Some("https://*.box.example"));
         assert!(
-            policy.contains("frame-src https://*.box.example;"),
+            policy.contains("frame-src 'self' https://*.box.example;"),
             "{policy}"
         );
         assert!(policy.contains("script-src 'self';"), "{policy}");
         assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
-        assert!(csp(None).contains("frame-src 'none';"));
+        assert!(csp(None).contains("frame-src 'self';"));
     }
 }

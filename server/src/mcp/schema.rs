@@ -92,7 +92,10 @@ fn fix(value: &mut Value, defs: &Object, depth: usize) {
     if let Some(Value::Array(values)) = m.get_mut("enum") {
         values.retain(|v| !v.is_null());
     }
-    m.remove("format");
+    // The keyword (a string); a property named `format` (an object) stays.
+    if matches!(m.get("format"), Some(Value::String(_))) {
+        m.remove("format");
+    }
     if m.get("default") == Some(&Value::Null) {
         m.remove("default");
     }
