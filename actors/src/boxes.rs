@@ -27,10 +27,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-pub mod shots;
+mod shots;
+pub use shots::ShotFile;
 mod sync;
 mod takeover;
-pub use shots::ShotFile;
 pub use sync::Synced;
 pub use takeover::{DEFAULT_LINK_TTL, TakeoverError, TakeoverLink, Terminal};
 
@@ -303,7 +303,8 @@ impl Boxes {
         }
     }
 
-    async fn row(&self, account: &AccountId, id: &str) -> Result<BoxRecord, BoxError> {
+    /// The account's box as stored (no actor is asked: stopped boxes too).
+    pub async fn record(&self, account: &AccountId, id: &str) -> Result<BoxRecord, BoxError> {
         let not_found = || BoxError::NotFound(id.to_owned());
         let id = BoxId::parse(id).map_err(|_| not_found())?;
         let (store, account) = (self.store.clone(), account.clone());
@@ -327,7 +328,7 @@ impl Boxes {
         account: &AccountId,
         id: &str,
     ) -> Result<Result<actix::Addr<crate::box_actor::BoxActor>, BoxRecord>, BoxError> {
-        let record = self.row(account, id).await?;
+        let record = self.record(account, id).await?;
         if record.state.is_terminal() {
             // Ended behind the actor's back (an operator's stop): let it go.
             if let Ok(host) = &self.host

@@ -137,6 +137,18 @@ prefixed_id!(
     /// One running replica of the psbx server.
     ServerId, "srv_", "server"
 );
+prefixed_id!(
+    /// A screenshot or recording of a box, or an image a reviewer annotated.
+    ShotId, "shot_", "shot"
+);
+prefixed_id!(
+    /// A review: a box handed to a person ("Ready for you").
+    ReviewId, "rev_", "review"
+);
+prefixed_id!(
+    /// One item of a review's feedback (text, maybe an annotated image).
+    FeedbackId, "fb_", "feedback item"
+);
 
 /// The secret of an API key, `psbx_` and 40 random characters (about 206 bits).
 /// Shown once when created; only its SHA-256 is stored. `Debug` never prints it.

@@ -20,7 +20,9 @@ use psbx_actors::connectors::Hub;
 use psbx_actors::environments::Environments;
 use psbx_actors::host::HostStart;
 use psbx_actors::ids::ServerId;
+use psbx_actors::reviews::Reviews;
 use psbx_actors::secrets::Secrets;
+use psbx_actors::shots::{Shots, storage::DirStorage};
 use psbx_actors::store::Store;
 use std::sync::Arc;
 use tracing_actix_web::TracingLogger;
@@ -46,6 +48,10 @@ pub struct AppState {
     pub box_access: psbx_actors::box_access::BoxAccess,
     /// Whose `X-Forwarded-For` names the client (`client_addr`).
     pub trusted_proxies: crate::client_addr::TrustedProxies,
+    /// The boxes' screenshots and recordings, and their storage.
+    pub shots: Shots,
+    /// Boxes handed to a person, and their feedback.
+    pub reviews: Reviews,
 }
 
 /// What the application is made of besides its configuration.
@@ -107,12 +113,20 @@ impl AppState {
             connector_image: config.connector_image.clone(),
             aws_box_role_template_url: config.aws_box_role_template_url.clone(),
         };
+        let shots = Shots::new(
+            store.clone(),
+            boxes.clone(),
+            Arc::new(DirStorage::new(config.shots_dir())),
+        );
+        let reviews = Reviews::new(store.clone(), boxes.clone(), shots.clone());
         let (hosts, origins) = mcp_hosts(&url);
         Ok(Self {
             metrics: Arc::new(Metrics::new()?),
             metrics_access: routes::metrics::MetricsAccess::from_config(&config.metrics)?,
             mcp: crate::mcp::service(
                 boxes.clone(),
+                shots.clone(),
+                reviews.clone(),
                 store.clone(),
                 environments.clone(),
                 info.clone(),
@@ -125,6 +139,8 @@ impl AppState {
             )),
             box_access: psbx_actors::box_access::BoxAccess::new(store.clone()),
             trusted_proxies: crate::client_addr::TrustedProxies::parse(&config.trusted_proxies)?,
+            shots,
+            reviews,
             store,
             boxes,
             secrets,
@@ -212,6 +228,8 @@ pub fn build(
     .app_data(web::Data::new(state.info))
     .app_data(web::Data::new(state.box_access))
     .app_data(web::Data::new(state.trusted_proxies))
+    .app_data(web::Data::new(state.shots))
+    .app_data(web::Data::new(state.reviews))
     // Every body has a limit; past it, 413 `payload_too_large`
     // (`limits::body`; the streamed uploads count their own).
     .app_data(crate::limits::body::json_config())

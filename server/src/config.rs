@@ -41,6 +41,9 @@ pub struct Config {
     pub aws_box_role_template_url: Option<String>,
     /// Where psbx keeps its state: the embedded PostgreSQL cluster, keys, images.
     pub data_dir: PathBuf,
+    /// Where screenshots, recordings and reviewers' images are kept (the
+    /// directory shot storage); default `<data_dir>/shots`.
+    pub shots_dir: Option<PathBuf>,
     /// An external PostgreSQL database; when unset, psbx runs its own cluster under
     /// `data_dir/pg`. Also read from `DATABASE_URL`. Redacted in `config show`.
     pub database_url: Option<String>,
@@ -82,6 +85,15 @@ impl Default for TakeoverConfig {
         Self {
             link_ttl: "15m".to_owned(),
         }
+    }
+}
+
+impl Config {
+    /// Where the shot storage keeps its files.
+    pub fn shots_dir(&self) -> PathBuf {
+        self.shots_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("shots"))
     }
 }
 
@@ -425,6 +437,7 @@ impl Default for Config {
             connector_image: "psbx-connector:latest".to_owned(),
             aws_box_role_template_url: None,
             data_dir: PathBuf::from(".psbx"),
+            shots_dir: None,
             database_url: None,
             database_pool_size: 10,
             http_workers: None,

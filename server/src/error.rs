@@ -451,6 +451,43 @@ fn shot_failed(code: u16, reason: String) -> ApiError {
     }
 }
 
+impl From<psbx_actors::shots::ShotError> for ApiError {
+    fn from(e: psbx_actors::shots::ShotError) -> Self {
+        use psbx_actors::shots::ShotError as E;
+        use psbx_actors::shots::storage::StorageError;
+        match e {
+            E::NotFound(_) => Self::not_found("shot_not_found", e.to_string())
+                .hint("`GET /v1/boxes/{id}/shots` lists a box's shots"),
+            E::Invalid(message) => Self::bad_request("invalid_shot", message),
+            E::Image(_) => Self::bad_request("invalid_image", e.to_string()),
+            E::Box(inner) => inner.into(),
+            E::Store(inner) => inner.into(),
+            E::Storage(StorageError::NotFound(_)) => {
+                tracing::error!(error = %e, "a shot's file is missing from the shot storage");
+                Self::not_found("shot_not_found", "the shot's file is no longer stored")
+            }
+            E::Storage(_) => Self::internal_error(&e),
+        }
+    }
+}
+
+impl From<psbx_actors::reviews::ReviewError> for ApiError {
+    fn from(e: psbx_actors::reviews::ReviewError) -> Self {
+        use psbx_actors::reviews::ReviewError as E;
+        match e {
+            E::NotFound(_) => Self::not_found("review_not_found", e.to_string())
+                .hint("`GET /v1/reviews` lists this account's reviews"),
+            E::Invalid(message) => Self::bad_request("invalid_review", message),
+            E::AlreadyAnswered { .. } => {
+                Self::new(StatusCode::CONFLICT, "review_answered", e.to_string())
+            }
+            E::Box(inner) => inner.into(),
+            E::Shot(inner) => inner.into(),
+            E::Store(inner) => inner.into(),
+        }
+    }
+}
+
 impl From<psbx_actors::secrets::SecretError> for ApiError {
     fn from(e: psbx_actors::secrets::SecretError) -> Self {
         use psbx_actors::secrets::SecretError as E;

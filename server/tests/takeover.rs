@@ -6,33 +6,16 @@
 
 mod common;
 
-use common::{Fixture, URL, fixture, state_with};
+use common::{Fixture, URL, a_box, fixture, state_with};
 
 use actix_web::http::{StatusCode, header};
 use actix_web::test::{self, TestRequest};
 use psbx_actors::box_actor::state::BoxState;
-use psbx_actors::ids::{AccountId, BoxId};
-use psbx_actors::store::NewBox;
+use psbx_actors::ids::AccountId;
+
 use psbx_server::app::{self};
 use psbx_server::config::{Config, TakeoverConfig};
 use serde_json::Value;
-
-/// A box of `account` in `state`, as a row (no VM).
-fn a_box(f: &Fixture, account: &AccountId, state: BoxState) -> String {
-    let unit = psbx_actors::settings::Unit {
-        vcpus: 1,
-        memory_mib: 256,
-        disk_gb: 1,
-    };
-    let id = BoxId::generate().unwrap();
-    f.store
-        .insert_box(&NewBox {
-            account_id: Some(account.clone()),
-            ..NewBox::for_size(id.clone(), "test:///", "test", state, 1, unit)
-        })
-        .unwrap();
-    id.to_string()
-}
 
 fn db_count(f: &Fixture, condition: &str) -> i64 {
     use diesel::{Connection, RunQueryDsl};

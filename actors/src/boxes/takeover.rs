@@ -124,7 +124,7 @@ impl Boxes {
         account: &AccountId,
         id: &str,
     ) -> Result<TakeoverLink, BoxError> {
-        let record = self.row(account, id).await?;
+        let record = self.record(account, id).await?;
         if record.state.is_terminal() {
             return Err(over(&record));
         }

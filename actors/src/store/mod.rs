@@ -14,9 +14,11 @@ mod environments;
 mod hosts;
 mod oauth;
 mod quota;
+mod reviews;
 mod schema;
 mod secrets;
 mod servers;
+mod shots;
 mod sign_in;
 mod takeover;
 mod uploads;
@@ -34,8 +36,10 @@ pub use oauth::{
     ACCESS_TOKEN_TTL, CODE_TTL, CodeExchange, IssuedTokens, NewCode, OAuthClient, Refused,
     TOKEN_PREFIX as OAUTH_TOKEN_PREFIX,
 };
+pub use reviews::{ItemRow, ReviewRow};
 pub use secrets::SealedRow;
 pub use servers::Server;
+pub use shots::ShotRow;
 pub use sign_in::{ARGON2_SLOTS, Argon2Slots, LOGIN_LINK_TTL, MIN_PASSWORD_LEN, SESSION_TTL};
 pub use takeover::{LinkState, NewTakeoverLink, TAKEOVER_TOKEN_PREFIX};
 pub use uploads::{UploadClaim, UploadTarget, UploadToken};

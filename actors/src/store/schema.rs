@@ -280,3 +280,55 @@ diesel::table! {
 }
 
 diesel::joinable!(box_access -> accounts (account_id));
+
+diesel::table! {
+    reviews (id) {
+        id -> Text,
+        account_id -> Text,
+        box_id -> Text,
+        title -> Text,
+        summary -> Text,
+        urls -> Array<Text>,
+        state -> Text,
+        created_at -> Timestamptz,
+        answered_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    shots (id) {
+        id -> Text,
+        account_id -> Text,
+        box_id -> Text,
+        kind -> Text,
+        mime -> Text,
+        width -> Int4,
+        height -> Int4,
+        duration_ms -> Nullable<Int8>,
+        bytes -> Int8,
+        preview_bytes -> Int8,
+        poster_bytes -> Int8,
+        source -> Nullable<Text>,
+        review_id -> Nullable<Text>,
+        storage_key -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    review_items (id) {
+        id -> Text,
+        review_id -> Text,
+        account_id -> Text,
+        position -> Int4,
+        text -> Text,
+        shot_id -> Nullable<Text>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::joinable!(reviews -> accounts (account_id));
+diesel::joinable!(shots -> accounts (account_id));
+diesel::joinable!(review_items -> reviews (review_id));
+diesel::allow_tables_to_appear_in_same_query!(reviews, shots, review_items);
+diesel::allow_tables_to_appear_in_same_query!(boxes, shots);

@@ -74,6 +74,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         let parts = app::Parts::new(store.clone(), secrets, hub.clone(), &url, server.id.clone());
         let state = AppState::assemble(&config, parts, host)?;
         let boxes = state.boxes.clone();
+        let shots = state.shots.clone();
         // Our own signal handling, installed before we say we listen: a stop
         // signal arriving at any moment after that is a clean shutdown.
         let mut http = HttpServer::new(move || app::build(state.clone()))
@@ -92,6 +93,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             store.clone(),
             server.id.clone(),
             hub.egress().clone(),
+            shots,
         ));
         tracing::info!(%url, replica = %server.id, "serving");
         print_now(&banner::listening(&url));
@@ -135,11 +137,24 @@ fn stop_on_signal(
 }
 
 /// Every `HEARTBEAT`: this replica's row, the connector sessions of gone
-/// replicas, old takeover links, and the egress counted since the last one.
-async fn heartbeat(store: Store, id: psbx_actors::ids::ServerId, egress: Egress) {
+/// replicas, old takeover links, the egress counted since the last one, and
+/// the shots of boxes that stopped (but those reviews keep).
+async fn heartbeat(
+    store: Store,
+    id: psbx_actors::ids::ServerId,
+    egress: Egress,
+    shots: psbx_actors::shots::Shots,
+) {
     let mut tick = actix_web::rt::time::interval(HEARTBEAT);
     loop {
         tick.tick().await;
+        match shots.sweep().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(deleted = n, "deleted the shots of stopped boxes"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not delete the shots of stopped boxes; trying again next heartbeat")
+            }
+        }
         if let Err(e) = egress.flush(&store).await {
             tracing::warn!(error = %e, "could not store the boxes' egress; kept for the next heartbeat");
         }

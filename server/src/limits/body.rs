@@ -25,6 +25,8 @@ pub const FORM_LIMIT: usize = 64 << 10;
 /// The largest body read whole by any other extractor (`Bytes`, `String`:
 /// the MCP transport's JSON-RPC messages).
 pub const PAYLOAD_LIMIT: usize = 4 << 20;
+/// The largest review answer (its images drawn on, in base64).
+pub const ANSWER_LIMIT: usize = 32 << 20;
 /// The largest tar stream a sync or an upload URL takes.
 pub const UPLOAD_LIMIT: u64 = 1 << 30;
 
@@ -83,6 +85,27 @@ pub fn form_config() -> web::FormConfig {
 /// Bodies read whole by other extractors: at most [`PAYLOAD_LIMIT`].
 pub fn payload_config() -> web::PayloadConfig {
     web::PayloadConfig::new(PAYLOAD_LIMIT)
+}
+
+/// A JSON body of at most `limit` bytes, for the few routes that take more
+/// than [`JSON_LIMIT`] (images in a review's answer).
+pub async fn json_upto<T: serde::de::DeserializeOwned>(
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk
+            .map_err(|e| ApiError::bad_request("invalid_body", format!("reading the body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(too_large("the JSON body", limit as u64));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request("invalid_body", format!("the JSON body was refused: {e}"))
+            .hint("send the fields the API documents at /v1/openapi.json")
+    })
 }
 
 /// Refuses a request whose `Content-Length` already passes `limit`.

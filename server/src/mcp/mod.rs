@@ -9,6 +9,7 @@
 //! tools through the request extensions.
 
 mod exec;
+mod review;
 mod schema;
 mod sync;
 mod tools;
@@ -16,6 +17,8 @@ mod tools;
 use crate::server_info::ServerInfo;
 use psbx_actors::boxes::Boxes;
 use psbx_actors::environments::Environments;
+use psbx_actors::reviews::Reviews;
+use psbx_actors::shots::Shots;
 use psbx_actors::store::{Principal, Store};
 use rmcp_actix_web::transport::{LocalSessionManager, StreamableHttpService};
 use std::sync::Arc;
@@ -34,6 +37,8 @@ pub type McpService = StreamableHttpService<PsbxMcp, LocalSessionManager>;
 /// URLs) and what environment reads show.
 pub fn service(
     boxes: Arc<Boxes>,
+    shots: Shots,
+    reviews: Reviews,
     store: Store,
     environments: Environments,
     info: ServerInfo,
@@ -45,7 +50,7 @@ pub fn service(
         store,
         public_url: info.public_url.clone(),
     };
-    let server = PsbxMcp::new(boxes, sync, environments, info);
+    let server = PsbxMcp::new(boxes, sync, environments, info, (shots, reviews));
     StreamableHttpService::builder()
         .service_factory(Arc::new(move || Ok(server.clone())))
         .session_manager(Arc::new(LocalSessionManager::default()))

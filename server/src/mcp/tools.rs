@@ -14,6 +14,8 @@ use psbx_actors::box_actor::state::BoxState;
 use psbx_actors::boxes::{Boxes, CreateRequest};
 use psbx_actors::environments::{EnvError, Environments};
 use psbx_actors::error::BoxError;
+use psbx_actors::reviews::Reviews;
+use psbx_actors::shots::Shots;
 use psbx_actors::store::Principal;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -31,7 +33,9 @@ pub struct PsbxMcp {
     boxes: Arc<Boxes>,
     pub(super) sync: super::sync::SyncContext,
     environments: Environments,
-    info: ServerInfo,
+    pub(super) info: ServerInfo,
+    pub(super) shots: Shots,
+    pub(super) reviews: Reviews,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -79,6 +83,9 @@ struct StatusView {
     /// A takeover link, when asked for (the shape `POST /v1/boxes/{id}/takeover` answers).
     #[serde(skip_serializing_if = "Option::is_none")]
     takeover: Option<crate::routes::takeover::TakeoverView>,
+    /// The box's latest review (`sandbox_review`), with the person's feedback.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    review: Option<crate::routes::reviews::ReviewView>,
 }
 
 #[derive(Debug, Serialize)]
@@ -86,7 +93,7 @@ struct BoxListView {
     boxes: Vec<BoxView>,
 }
 
-fn account(ctx: &RequestContext<RoleServer>) -> Option<Principal> {
+pub(super) fn account(ctx: &RequestContext<RoleServer>) -> Option<Principal> {
     on_request_extensions(&ctx.extensions).and_then(|e| e.get::<Principal>().cloned())
 }
 
@@ -154,7 +161,7 @@ async fn box_result(result: Result<BoxSnapshot, BoxError>, envs: &Environments) 
     }
 }
 
-fn unauthenticated() -> CallToolResult {
+pub(super) fn unauthenticated() -> CallToolResult {
     failed(
         "this request carries no account: sign in with OAuth, or send an API key as a bearer token",
     )
@@ -167,8 +174,9 @@ impl PsbxMcp {
         sync: super::sync::SyncContext,
         environments: Environments,
         info: ServerInfo,
+        (shots, reviews): (Shots, Reviews),
     ) -> Self {
-        let mut router = Self::tool_router() + Self::sync_router();
+        let mut router = Self::tool_router() + Self::sync_router() + Self::review_router();
         for route in router.map.values_mut() {
             route.attr.input_schema = Arc::new(schema::flatten(&route.attr.input_schema));
             if let Some(out) = &route.attr.output_schema {
@@ -181,6 +189,8 @@ impl PsbxMcp {
             sync,
             environments,
             info,
+            shots,
+            reviews,
         }
     }
 
@@ -263,7 +273,8 @@ impl PsbxMcp {
         description = "Read a box again (state, times, health, and its commands started in the \
                        background or still running, with their exit codes); wakes a frozen box. \
                        With takeover: true, also a one-time link (takeover.url, valid for minutes) \
-                       to a web terminal in the box, for a person to take over."
+                       to a web terminal in the box, for a person to take over. Once the box was handed \
+                       over (sandbox_review), also its latest review: state and the person's feedback."
     )]
     async fn sandbox_status(
         &self,
@@ -295,6 +306,10 @@ impl PsbxMcp {
         } else {
             None
         };
+        let review = match self.reviews.latest(&who.account_id, &a.id).await {
+            Ok(review) => review,
+            Err(e) => return Ok(super::review::review_failed(e)),
+        };
         let mut summary = format!(
             "box {} is {}; {} of its commands running",
             view.id,
@@ -309,14 +324,24 @@ impl PsbxMcp {
                 link.url
             ));
         }
-        Ok(structured(
+        let review_view = review
+            .as_ref()
+            .map(|r| crate::routes::reviews::ReviewView::new(r, &self.info));
+        let review_content = match (&review, &review_view) {
+            (Some(review), Some(view)) => self.review_content(&who.account_id, review, view).await,
+            _ => Vec::new(),
+        };
+        let mut result = structured(
             summary,
             &StatusView {
                 view,
                 processes,
                 takeover,
+                review: review_view,
             },
-        ))
+        );
+        result.content.extend(review_content);
+        Ok(result)
     }
 
     #[tool(description = "Stop a box for good: its disk is deleted.")]

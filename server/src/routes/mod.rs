@@ -14,7 +14,9 @@ pub mod health;
 pub mod metrics;
 pub mod paging;
 pub mod patterns;
+pub mod reviews;
 pub mod secrets;
+pub mod shots;
 pub mod takeover;
 pub mod uploads;
 
@@ -52,5 +54,15 @@ pub fn v1(cfg: &mut ServiceConfig) {
         .service(secrets::put)
         .service(secrets::remove)
         .service(box_access::get)
-        .service(box_access::put);
+        .service(box_access::put)
+        .service(shots::take)
+        .service(shots::list)
+        .service(shots::remove_all)
+        .service(shots::get)
+        .service(shots::file)
+        .service(shots::remove)
+        .service(reviews::hand_over)
+        .service(reviews::list)
+        .service(reviews::get)
+        .service(reviews::answer);
 }

@@ -4,9 +4,11 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use actix_web::http::header;
+use psbx_actors::box_actor::state::BoxState;
+use psbx_actors::ids::{AccountId, BoxId};
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
-use psbx_actors::store::{Bootstrap, PoolOptions, Store};
+use psbx_actors::store::{Bootstrap, NewBox, PoolOptions, Store};
 use psbx_server::app::{self, AppState};
 use psbx_server::config::Config;
 use psbx_tests::TestDatabase;
@@ -65,4 +67,21 @@ pub fn state_with(f: &Fixture, config: &Config) -> AppState {
 
 pub fn bearer(key: &str) -> (header::HeaderName, String) {
     (header::AUTHORIZATION, format!("Bearer {key}"))
+}
+
+/// A box of `account` in `state`, as a row (no VM).
+pub fn a_box(f: &Fixture, account: &AccountId, state: BoxState) -> String {
+    let unit = psbx_actors::settings::Unit {
+        vcpus: 1,
+        memory_mib: 256,
+        disk_gb: 1,
+    };
+    let id = BoxId::generate().unwrap();
+    f.store
+        .insert_box(&NewBox {
+            account_id: Some(account.clone()),
+            ..NewBox::for_size(id.clone(), "test:///", "test", state, 1, unit)
+        })
+        .unwrap();
+    id.to_string()
 }

@@ -1,0 +1,422 @@
+//! Screenshots and recordings of boxes, kept by psbx (`sandbox_shot`,
+//! `/v1/boxes/{id}/shots`), and the images reviewers annotate.
+//!
+//! [`Shots::take`] asks the box (boxd's `shot` service, through
+//! [`Boxes::shot`]) for the file, makes its preview ([`preview`]: at most
+//! 1280 px on the long side), puts the files in the [`storage`] and records
+//! the shot with its sizes (metering). A box URL of the box itself is taken
+//! as the port in the box it leads to (`http://127.0.0.1:<port>/path`): the
+//! box's browser cannot reach psbx's listener.
+//!
+//! A box's shots are deleted when it stops ([`Shots::sweep`], on every
+//! heartbeat), except those a review keeps (`crate::reviews`).
+
+pub mod preview;
+pub mod storage;
+
+use crate::blocking::{TaskFailed, blocking};
+use crate::box_urls::port_in_box;
+use crate::boxes::Boxes;
+use crate::error::BoxError;
+use crate::ids::{AccountId, BoxId, ShotId};
+use crate::store::{ShotRow, Store, StoreError};
+use chrono::{DateTime, Utc};
+use psbx_wire::boxd::{ShotKind, ShotRequest};
+use std::sync::Arc;
+use storage::{ShotStorage, StorageError};
+
+/// What a stored shot is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoredKind {
+    Screenshot,
+    Recording,
+    /// An image a reviewer drew on, sent with their feedback.
+    Annotation,
+}
+
+impl StoredKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Screenshot => "screenshot",
+            Self::Recording => "recording",
+            Self::Annotation => "annotation",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        match s {
+            "recording" => Self::Recording,
+            "annotation" => Self::Annotation,
+            _ => Self::Screenshot,
+        }
+    }
+}
+
+/// A stored shot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shot {
+    pub id: String,
+    pub box_id: String,
+    pub kind: StoredKind,
+    pub mime: String,
+    pub width: u32,
+    pub height: u32,
+    pub duration_ms: Option<u64>,
+    /// The file's size (its preview and poster not counted).
+    pub bytes: u64,
+    /// Everything stored for it: the file, its preview and its poster.
+    pub stored_bytes: u64,
+    pub has_poster: bool,
+    /// The page it shows as it was asked for; `None` for the virtual display.
+    pub source: Option<String>,
+    /// The review that keeps it past its box's stop.
+    pub review_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<ShotRow> for Shot {
+    fn from(row: ShotRow) -> Self {
+        let size = |n: i64| u64::try_from(n).unwrap_or(0);
+        Self {
+            kind: StoredKind::parse(&row.kind),
+            width: u32::try_from(row.width).unwrap_or(0),
+            height: u32::try_from(row.height).unwrap_or(0),
+            duration_ms: row.duration_ms.map(size),
+            bytes: size(row.bytes),
+            stored_bytes: size(row.bytes) + size(row.preview_bytes) + size(row.poster_bytes),
+            has_poster: row.poster_bytes > 0,
+            id: row.id,
+            box_id: row.box_id,
+            mime: row.mime,
+            source: row.source,
+            review_id: row.review_id,
+            created_at: row.created_at,
+        }
+    }
+}
+
+/// Which of a shot's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The file as taken.
+    Full,
+    /// A PNG at most 1280 px on its long side (a recording's: its poster's).
+    Preview,
+    /// A recording's first frame, PNG.
+    Poster,
+}
+
+impl Part {
+    fn suffix(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::Preview => "preview.png",
+            Self::Poster => "poster.png",
+        }
+    }
+}
+
+/// What can go wrong with shots.
+#[derive(Debug, thiserror::Error)]
+pub enum ShotError {
+    #[error("no shot {0} in this account")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Box(#[from] BoxError),
+    #[error(transparent)]
+    Image(#[from] preview::ImageError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<TaskFailed> for ShotError {
+    fn from(e: TaskFailed) -> Self {
+        Self::Store(e.into())
+    }
+}
+
+/// The bytes of a new shot, before they are stored.
+pub struct NewFiles {
+    pub full: Vec<u8>,
+    pub preview: Option<Vec<u8>>,
+    pub poster: Option<Vec<u8>>,
+}
+
+/// The shots of every box, and their storage.
+#[derive(Clone)]
+pub struct Shots {
+    store: Store,
+    boxes: Arc<Boxes>,
+    storage: Arc<dyn ShotStorage>,
+}
+
+fn key(row: &ShotRow, part: Part) -> String {
+    format!("{}.{}", row.storage_key, part.suffix())
+}
+
+fn box_id(id: &str) -> Result<BoxId, ShotError> {
+    BoxId::parse(id).map_err(|_| ShotError::Box(BoxError::NotFound(id.to_owned())))
+}
+
+fn shot_id(id: &str) -> Result<ShotId, ShotError> {
+    ShotId::parse(id).map_err(|_| ShotError::NotFound(id.to_owned()))
+}
+
+impl Shots {
+    pub fn new(store: Store, boxes: Arc<Boxes>, storage: Arc<dyn ShotStorage>) -> Self {
+        Self {
+            store,
+            boxes,
+            storage,
+        }
+    }
+
+    /// Takes a screenshot or recording in the box and stores it.
+    pub async fn take(
+        &self,
+        account: &AccountId,
+        id: &str,
+        request: ShotRequest,
+    ) -> Result<Shot, ShotError> {
+        request.check().map_err(ShotError::Invalid)?;
+        let record = self.boxes.record(account, id).await?;
+        let mut in_box = request.clone();
+        in_box.url = request
+            .url
+            .as_deref()
+            .map(|url| self.as_seen_in_box(&record.id, &record.spec.services, url));
+        let taken = self.boxes.shot(account, id, &in_box).await?;
+        let header = &taken.header;
+        let (kind, preview) = match request.kind {
+            ShotKind::Screenshot => (StoredKind::Screenshot, preview::preview(&taken.file)?),
+            ShotKind::Recording => (
+                StoredKind::Recording,
+                match &taken.poster {
+                    Some(poster) => preview::preview(poster)?,
+                    None => None,
+                },
+            ),
+        };
+        let files = NewFiles {
+            full: taken.file,
+            preview,
+            poster: taken.poster.filter(|p| !p.is_empty()),
+        };
+        let row = self.new_row(
+            account,
+            &record.id,
+            kind,
+            &header.mime,
+            (header.width, header.height),
+            &files,
+        )?;
+        let row = ShotRow {
+            duration_ms: header.duration_ms.and_then(|d| i64::try_from(d).ok()),
+            source: request.url.clone(),
+            ..row
+        };
+        self.put_files(&row, files).await?;
+        let inserted = {
+            let (store, row) = (self.store.clone(), row.clone());
+            blocking(move || store.insert_shot(&row)).await
+        };
+        if let Err(e) = inserted {
+            self.delete_files(&row).await;
+            return Err(e.into());
+        }
+        Ok(row.into())
+    }
+
+    /// The URL the box's browser opens for `url`: the box's own box URL
+    /// becomes the port in the box it leads to; anything else is as given.
+    fn as_seen_in_box(
+        &self,
+        id: &BoxId,
+        services: &[crate::spec::ServiceSpec],
+        url: &str,
+    ) -> String {
+        let Some(urls) = self.boxes.urls() else {
+            return url.to_owned();
+        };
+        let Ok(parsed) = url::Url::parse(url) else {
+            return url.to_owned();
+        };
+        let host = match (parsed.host_str(), parsed.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_owned(),
+            (None, _) => return url.to_owned(),
+        };
+        match urls.parse(&host) {
+            Some(address) if address.id == *id && urls.admits(&address) => {
+                let port = port_in_box(&address, services);
+                let mut in_box = format!("http://127.0.0.1:{port}{}", parsed.path());
+                if let Some(query) = parsed.query() {
+                    in_box = format!("{in_box}?{query}");
+                }
+                in_box
+            }
+            _ => url.to_owned(),
+        }
+    }
+
+    /// A row for new files (not stored yet): a fresh id and key, the sizes.
+    pub fn new_row(
+        &self,
+        account: &AccountId,
+        box_id: &BoxId,
+        kind: StoredKind,
+        mime: &str,
+        (width, height): (u32, u32),
+        files: &NewFiles,
+    ) -> Result<ShotRow, ShotError> {
+        let id =
+            ShotId::generate().map_err(|e| ShotError::Invalid(format!("no random id: {e}")))?;
+        let len = |b: &[u8]| i64::try_from(b.len()).unwrap_or(i64::MAX);
+        Ok(ShotRow {
+            storage_key: format!("{account}/{box_id}/{id}"),
+            id: id.to_string(),
+            account_id: account.to_string(),
+            box_id: box_id.to_string(),
+            kind: kind.as_str().to_owned(),
+            mime: mime.to_owned(),
+            width: i32::try_from(width).unwrap_or(i32::MAX),
+            height: i32::try_from(height).unwrap_or(i32::MAX),
+            duration_ms: None,
+            bytes: len(&files.full),
+            preview_bytes: files.preview.as_deref().map_or(0, len),
+            poster_bytes: files.poster.as_deref().map_or(0, len),
+            source: None,
+            review_id: None,
+            created_at: Utc::now(),
+        })
+    }
+
+    /// Stores a new row's files; on a failure, none of them stays.
+    pub async fn put_files(&self, row: &ShotRow, files: NewFiles) -> Result<(), ShotError> {
+        let parts = [
+            (Part::Full, Some(files.full)),
+            (Part::Preview, files.preview),
+            (Part::Poster, files.poster),
+        ];
+        for (part, bytes) in parts {
+            let Some(bytes) = bytes else { continue };
+            if let Err(e) = self.storage.put(&key(row, part), bytes).await {
+                self.delete_files(row).await;
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes a row's files (failures are logged: the row is gone already).
+    pub async fn delete_files(&self, row: &ShotRow) {
+        for part in [Part::Full, Part::Preview, Part::Poster] {
+            if let Err(e) = self.storage.delete(&key(row, part)).await {
+                tracing::warn!(shot = %row.id, error = %e, "could not delete a shot's file");
+            }
+        }
+    }
+
+    /// The box's own shots, oldest first, and the bytes the account's shots take.
+    pub async fn list(&self, account: &AccountId, id: &str) -> Result<(Vec<Shot>, u64), ShotError> {
+        let box_id = box_id(id)?;
+        // The box must be the account's (stopped ones too: a review keeps theirs).
+        self.boxes.record(account, id).await?;
+        let (store, account) = (self.store.clone(), account.clone());
+        let (rows, total) = blocking(move || {
+            Ok::<_, StoreError>((
+                store.box_shots(&account, &box_id)?,
+                store.account_shot_bytes(&account)?,
+            ))
+        })
+        .await?;
+        Ok((
+            rows.into_iter().map(Shot::from).collect(),
+            u64::try_from(total).unwrap_or(0),
+        ))
+    }
+
+    /// One of the account's shots.
+    pub async fn get(&self, account: &AccountId, id: &str) -> Result<Shot, ShotError> {
+        Ok(self.row(account, id).await?.into())
+    }
+
+    async fn row(&self, account: &AccountId, id: &str) -> Result<ShotRow, ShotError> {
+        let shot = shot_id(id)?;
+        let (store, account) = (self.store.clone(), account.clone());
+        blocking(move || store.shot(&account, &shot))
+            .await?
+            .ok_or_else(|| ShotError::NotFound(id.to_owned()))
+    }
+
+    /// A file of one of the account's shots, with its media type.
+    pub async fn file(
+        &self,
+        account: &AccountId,
+        id: &str,
+        part: Part,
+    ) -> Result<(Shot, String, Vec<u8>), ShotError> {
+        let row = self.row(account, id).await?;
+        let (part, mime) = match part {
+            Part::Full => (Part::Full, row.mime.clone()),
+            Part::Poster if row.poster_bytes == 0 => {
+                return Err(ShotError::NotFound(format!(
+                    "{id} (a poster: it is no recording)"
+                )));
+            }
+            Part::Preview if row.preview_bytes > 0 => (Part::Preview, "image/png".into()),
+            // Small enough to be its own preview; a recording's is its poster.
+            Part::Preview if row.poster_bytes > 0 => (Part::Poster, "image/png".into()),
+            Part::Preview if row.mime == "image/png" => (Part::Full, row.mime.clone()),
+            Part::Preview => {
+                return Err(ShotError::NotFound(format!("{id} (a preview)")));
+            }
+            Part::Poster => (Part::Poster, "image/png".into()),
+        };
+        let bytes = self.storage.get(&key(&row, part)).await?;
+        Ok((row.into(), mime, bytes))
+    }
+
+    /// Deletes one of the box's own shots.
+    pub async fn delete(&self, account: &AccountId, id: &str, shot: &str) -> Result<(), ShotError> {
+        let (box_id, shot_id) = (box_id(id)?, shot_id(shot)?);
+        let (store, account) = (self.store.clone(), account.clone());
+        let row = blocking(move || store.delete_shot(&account, &box_id, &shot_id))
+            .await?
+            .ok_or_else(|| ShotError::NotFound(shot.to_owned()))?;
+        self.delete_files(&row).await;
+        Ok(())
+    }
+
+    /// Deletes all of the box's own shots, those a review keeps included; how many.
+    pub async fn delete_all(&self, account: &AccountId, id: &str) -> Result<usize, ShotError> {
+        let box_id = box_id(id)?;
+        self.boxes.record(account, id).await?;
+        let (store, account) = (self.store.clone(), account.clone());
+        let rows = blocking(move || store.delete_box_shots(&account, &box_id)).await?;
+        for row in &rows {
+            self.delete_files(row).await;
+        }
+        Ok(rows.len())
+    }
+
+    /// Deletes the shots of boxes that stopped, but those a review keeps.
+    pub async fn sweep(&self) -> Result<usize, ShotError> {
+        let mut deleted = 0;
+        loop {
+            let store = self.store.clone();
+            let rows = blocking(move || store.take_shots_of_stopped_boxes(200)).await?;
+            if rows.is_empty() {
+                return Ok(deleted);
+            }
+            for row in &rows {
+                self.delete_files(row).await;
+            }
+            deleted += rows.len();
+        }
+    }
+}

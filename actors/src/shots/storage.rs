@@ -1,0 +1,181 @@
+//! Where shot files are kept: the [`ShotStorage`] interface (put, get,
+//! delete by key) and its one implementation so far, [`DirStorage`], files
+//! under a directory (`<data_dir>/shots` by default). An S3-compatible store
+//! is another implementation of the same three calls.
+//!
+//! Keys are `<account>/<box>/<shot>.<part>`: letters, digits, `_`, `-`, `.`
+//! and `/`, never `..`, so a key can never name a path outside the root.
+
+use std::path::{Path, PathBuf};
+
+/// What can go wrong storing or reading a file.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("no stored file {0}")]
+    NotFound(String),
+    #[error("{0:?} is not a storage key")]
+    BadKey(String),
+    #[error("shot storage {what} {key}: {source}")]
+    Io {
+        what: &'static str,
+        key: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A place that keeps files by key.
+#[async_trait::async_trait]
+pub trait ShotStorage: Send + Sync + 'static {
+    /// Stores `bytes` under `key`, replacing what was there; when it returns,
+    /// the file is whole (never half written).
+    async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), StorageError>;
+    /// The file under `key`.
+    async fn get(&self, key: &str) -> Result<Vec<u8>, StorageError>;
+    /// Deletes the file under `key`; a missing file is not an error.
+    async fn delete(&self, key: &str) -> Result<(), StorageError>;
+}
+
+/// Files under a directory, written to a temporary name and renamed.
+pub struct DirStorage {
+    root: PathBuf,
+}
+
+impl DirStorage {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    fn path(&self, key: &str) -> Result<PathBuf, StorageError> {
+        let fine = !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-./".contains(&b))
+            && key
+                .split('/')
+                .all(|part| !part.is_empty() && part != "." && part != "..");
+        if !fine {
+            return Err(StorageError::BadKey(key.to_owned()));
+        }
+        Ok(self.root.join(key))
+    }
+}
+
+fn io<'k>(what: &'static str, key: &'k str) -> impl FnOnce(std::io::Error) -> StorageError + 'k {
+    move |source| StorageError::Io {
+        what,
+        key: key.to_owned(),
+        source,
+    }
+}
+
+/// Makes `dir` and its parents, readable by this user only.
+async fn private_dirs(dir: &Path) -> std::io::Result<()> {
+    let mut builder = tokio::fs::DirBuilder::new();
+    builder.recursive(true).mode(0o700);
+    builder.create(dir).await
+}
+
+#[async_trait::async_trait]
+impl ShotStorage for DirStorage {
+    async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), StorageError> {
+        use tokio::io::AsyncWriteExt;
+        let path = self.path(key)?;
+        if let Some(dir) = path.parent() {
+            private_dirs(dir)
+                .await
+                .map_err(io("making the folder of", key))?;
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let partial = path.with_file_name(format!(".{name}.partial"));
+        let mut file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&partial)
+            .await
+            .map_err(io("creating", key))?;
+        file.write_all(&bytes).await.map_err(io("writing", key))?;
+        file.sync_all().await.map_err(io("syncing", key))?;
+        drop(file);
+        tokio::fs::rename(&partial, &path)
+            .await
+            .map_err(io("renaming", key))
+    }
+
+    async fn get(&self, key: &str) -> Result<Vec<u8>, StorageError> {
+        let path = self.path(key)?;
+        match tokio::fs::read(&path).await {
+            Ok(bytes) => Ok(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(StorageError::NotFound(key.to_owned()))
+            }
+            Err(e) => Err(io("reading", key)(e)),
+        }
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        let path = self.path(key)?;
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("deleting", key)(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stores_reads_and_deletes_by_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(dir.path().join("shots"));
+        storage
+            .put("acct_a/box_b/shot_c.full", b"png".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(
+            storage.get("acct_a/box_b/shot_c.full").await.unwrap(),
+            b"png"
+        );
+        let mode = std::fs::metadata(dir.path().join("shots/acct_a/box_b/shot_c.full"))
+            .unwrap()
+            .permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
+        storage.delete("acct_a/box_b/shot_c.full").await.unwrap();
+        storage.delete("acct_a/box_b/shot_c.full").await.unwrap();
+        assert!(matches!(
+            storage.get("acct_a/box_b/shot_c.full").await,
+            Err(StorageError::NotFound(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn refuses_keys_that_leave_the_root() {
+        let storage = DirStorage::new("/nonexistent/shots");
+        for key in [
+            "",
+            "../x",
+            "a/../../x",
+            "/etc/passwd",
+            "a//b",
+            "a/./b",
+            "a b",
+            "a\\b",
+        ] {
+            assert!(
+                matches!(storage.get(key).await, Err(StorageError::BadKey(_))),
+                "{key:?}"
+            );
+        }
+    }
+}

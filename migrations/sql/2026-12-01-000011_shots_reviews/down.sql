@@ -1,0 +1,3 @@
+DROP TABLE review_items;
+DROP TABLE shots;
+DROP TABLE reviews;

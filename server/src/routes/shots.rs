@@ -1,0 +1,353 @@
+//! `/v1/boxes/{id}/shots`: screenshots and recordings taken in a box
+//! (Chromium for a page, the virtual display otherwise), stored by psbx:
+//! take, list, read, fetch the file (or its preview or poster), delete one
+//! or all. The shapes are the ones `sandbox_shot` answers.
+
+use crate::auth::Auth;
+use crate::error::{ApiError, BoxCallErrors, error_responses};
+use crate::server_info::ServerInfo;
+use actix_web::http::header;
+use actix_web::{HttpResponse, delete, get, post, web};
+use chrono::{DateTime, Utc};
+use psbx_actors::shots::{Part, Shot, Shots};
+use psbx_wire::boxd::{ShotKind, ShotRequest, VideoFormat};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use utoipa::openapi::{RefOr, Response};
+use utoipa::{IntoParams, ToSchema};
+
+/// What to take (every field may be left out).
+#[derive(Debug, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TakeShot {
+    /// The page, as the box reaches it (`http://localhost:3000/`) or the box's
+    /// own URL; none: the box's virtual display (1920x1080).
+    #[schema(max_length = 8192)]
+    pub url: Option<String>,
+    /// `screenshot` (default) or `recording`.
+    #[schema(value_type = Option<String>, pattern = "^(screenshot|recording)$")]
+    #[schemars(with = "Option<String>")]
+    pub kind: Option<ShotKind>,
+    /// A recording's length in seconds (1 to 60, default 5).
+    #[schema(minimum = 1, maximum = 60)]
+    pub seconds: Option<u32>,
+    /// The page's viewport in CSS pixels (320 to 3840, default 1280).
+    #[schema(minimum = 320, maximum = 3840)]
+    pub width: Option<u32>,
+    /// (240 to 2160, default 800).
+    #[schema(minimum = 240, maximum = 2160)]
+    pub height: Option<u32>,
+    /// The whole page, not only the viewport (screenshots of a page; cut at 16384 px).
+    pub full_page: Option<bool>,
+    /// A recording's format: `webm` (default) or `mp4`.
+    #[schema(value_type = Option<String>, pattern = "^(webm|mp4)$")]
+    #[schemars(with = "Option<String>")]
+    pub format: Option<VideoFormat>,
+}
+
+impl TakeShot {
+    /// The request boxd gets, defaults filled in.
+    pub fn request(self) -> ShotRequest {
+        let defaults = ShotRequest::default();
+        ShotRequest {
+            kind: self.kind.unwrap_or(defaults.kind),
+            url: self.url.filter(|u| !u.trim().is_empty()),
+            width: self.width.unwrap_or(defaults.width),
+            height: self.height.unwrap_or(defaults.height),
+            full_page: self.full_page.unwrap_or(false),
+            seconds: self.seconds.unwrap_or(defaults.seconds),
+            format: self.format.unwrap_or(defaults.format),
+        }
+    }
+}
+
+/// A stored screenshot, recording, or image a reviewer drew on.
+#[derive(Debug, Clone, Serialize, ToSchema, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShotView {
+    /// `shot_...`
+    pub id: String,
+    pub box_id: String,
+    /// `screenshot`, `recording` or `annotation`.
+    pub kind: String,
+    /// `image/png`, `video/webm` or `video/mp4`.
+    pub mime: String,
+    pub width: u32,
+    pub height: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// The file's size in bytes.
+    pub bytes: u64,
+    /// What psbx stores for it (file, preview, poster), counted for metering.
+    pub stored_bytes: u64,
+    /// The whole file (needs the same credential as the API).
+    pub url: String,
+    /// A PNG at most 1280 px on its long side (a recording's poster frame).
+    pub preview_url: String,
+    /// A recording's first frame (PNG).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poster_url: Option<String>,
+    /// The page it shows, as asked for; none for the virtual display.
+    pub source: Option<String>,
+    /// The review that keeps it after its box stops.
+    pub review_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl ShotView {
+    pub fn new(shot: &Shot, info: &ServerInfo) -> Self {
+        let whole = format!(
+            "{}/v1/boxes/{}/shots/{}/file",
+            info.public_url, shot.box_id, shot.id
+        );
+        Self {
+            id: shot.id.clone(),
+            box_id: shot.box_id.clone(),
+            kind: shot.kind.as_str().to_owned(),
+            mime: shot.mime.clone(),
+            width: shot.width,
+            height: shot.height,
+            duration_ms: shot.duration_ms,
+            bytes: shot.bytes,
+            stored_bytes: shot.stored_bytes,
+            preview_url: format!("{whole}?part=preview"),
+            poster_url: shot.has_poster.then(|| format!("{whole}?part=poster")),
+            url: whole,
+            source: shot.source.clone(),
+            review_id: shot.review_id.clone(),
+            created_at: shot.created_at,
+        }
+    }
+}
+
+/// A box's shots.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShotList {
+    pub shots: Vec<ShotView>,
+    /// What this box's shots take, in bytes.
+    pub stored_bytes: u64,
+    /// What all of the account's stored shots take (reviews' included).
+    pub account_stored_bytes: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Deleted {
+    /// How many shots were deleted.
+    pub deleted: usize,
+}
+
+/// Which file of a shot.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct FileQuery {
+    /// `full` (default), `preview` or `poster`.
+    #[param(pattern = "^(full|preview|poster)$")]
+    pub part: Option<String>,
+}
+
+/// The errors of a shot that is asked for by id.
+struct ShotErrors;
+
+impl utoipa::IntoResponses for ShotErrors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        error_responses(&[(
+            404,
+            "No such box (`box_not_found`) or no such shot of it (`shot_not_found`) in this account",
+        )])
+    }
+}
+
+/// The errors of taking a shot, beyond a box call's.
+struct TakeErrors;
+
+impl utoipa::IntoResponses for TakeErrors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        let mut all = BoxCallErrors::responses();
+        all.extend(error_responses(&[
+            (
+                400,
+                "Out of range or contradicting fields (`invalid_shot`), or the box's browser could not \
+                 open the page (`shot_refused`: the URL and the browser's error)",
+            ),
+            (
+                502,
+                "Chromium or ffmpeg failed in the box (`shot_failed`: the last lines they wrote)",
+            ),
+        ]));
+        all
+    }
+}
+
+#[utoipa::path(
+    tag = "shots",
+    operation_id = "takeShot",
+    params(("id" = String, Path, description = "`box_...`")),
+    request_body = TakeShot,
+    security(("api_key" = [])),
+    responses(
+        (status = 201, description = "Taken and stored. A screenshot of a page is taken by Chromium in the box \
+            at `width`x`height`; without `url`, of the box's virtual display. Wakes a frozen box", body = ShotView),
+        TakeErrors,
+    )
+)]
+#[post("/boxes/{id}/shots")]
+pub async fn take(
+    Auth(who): Auth,
+    shots: web::Data<Shots>,
+    info: web::Data<ServerInfo>,
+    id: web::Path<String>,
+    body: Option<web::Json<TakeShot>>,
+) -> Result<HttpResponse, ApiError> {
+    let request = body
+        .map(web::Json::into_inner)
+        .unwrap_or_default()
+        .request();
+    let shot = shots.take(&who.account_id, &id, request).await?;
+    Ok(HttpResponse::Created().json(ShotView::new(&shot, &info)))
+}
+
+#[utoipa::path(
+    tag = "shots",
+    operation_id = "listShots",
+    params(("id" = String, Path, description = "`box_...`")),
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "The box's screenshots and recordings, oldest first", body = ShotList),
+        (status = 404, description = "No such box in this account (`box_not_found`)", body = crate::error::ErrorBody),
+    )
+)]
+#[get("/boxes/{id}/shots")]
+pub async fn list(
+    Auth(who): Auth,
+    shots: web::Data<Shots>,
+    info: web::Data<ServerInfo>,
+    id: web::Path<String>,
+) -> Result<web::Json<ShotList>, ApiError> {
+    let (listed, account_stored_bytes) = shots.list(&who.account_id, &id).await?;
+    Ok(web::Json(ShotList {
+        stored_bytes: listed.iter().map(|s| s.stored_bytes).sum(),
+        shots: listed.iter().map(|s| ShotView::new(s, &info)).collect(),
+        account_stored_bytes,
+    }))
+}
+
+/// The shot, if it is one of the box's.
+async fn of_box(
+    shots: &Shots,
+    who: &psbx_actors::store::Principal,
+    id: &str,
+    shot: &str,
+) -> Result<Shot, ApiError> {
+    let found = shots.get(&who.account_id, shot).await?;
+    if found.box_id != id {
+        return Err(psbx_actors::shots::ShotError::NotFound(shot.to_owned()).into());
+    }
+    Ok(found)
+}
+
+#[utoipa::path(
+    tag = "shots",
+    operation_id = "getShot",
+    params(("id" = String, Path, description = "`box_...`"), ("shot" = String, Path, description = "`shot_...`")),
+    security(("api_key" = [])),
+    responses((status = 200, body = ShotView), ShotErrors)
+)]
+#[get("/boxes/{id}/shots/{shot}")]
+pub async fn get(
+    Auth(who): Auth,
+    shots: web::Data<Shots>,
+    info: web::Data<ServerInfo>,
+    path: web::Path<(String, String)>,
+) -> Result<web::Json<ShotView>, ApiError> {
+    let (id, shot) = path.into_inner();
+    let found = of_box(&shots, &who, &id, &shot).await?;
+    Ok(web::Json(ShotView::new(&found, &info)))
+}
+
+/// `full`, `preview` or `poster`.
+pub fn part(name: Option<&str>) -> Result<Part, ApiError> {
+    match name.unwrap_or("full") {
+        "full" => Ok(Part::Full),
+        "preview" => Ok(Part::Preview),
+        "poster" => Ok(Part::Poster),
+        other => Err(ApiError::bad_request(
+            "invalid_request",
+            format!("part {other:?} is not full, preview or poster"),
+        )),
+    }
+}
+
+/// A shot's bytes as an answer: never cached by shared caches, never sniffed.
+pub fn file_answer(mime: &str, bytes: Vec<u8>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(mime.to_owned())
+        .insert_header((header::CACHE_CONTROL, "private, max-age=3600"))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .body(bytes)
+}
+
+#[utoipa::path(
+    tag = "shots",
+    operation_id = "getShotFile",
+    params(("id" = String, Path, description = "`box_...`"), ("shot" = String, Path, description = "`shot_...`"), FileQuery),
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "The file: PNG, WebM or MP4 (`preview` and `poster`: PNG)",
+            content(("image/png"), ("video/webm"), ("video/mp4"))),
+        ShotErrors,
+    )
+)]
+#[get("/boxes/{id}/shots/{shot}/file")]
+pub async fn file(
+    Auth(who): Auth,
+    shots: web::Data<Shots>,
+    path: web::Path<(String, String)>,
+    query: web::Query<FileQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let (id, shot) = path.into_inner();
+    let wanted = part(query.part.as_deref())?;
+    of_box(&shots, &who, &id, &shot).await?;
+    let (_, mime, bytes) = shots.file(&who.account_id, &shot, wanted).await?;
+    Ok(file_answer(&mime, bytes))
+}
+
+#[utoipa::path(
+    tag = "shots",
+    operation_id = "deleteShot",
+    params(("id" = String, Path, description = "`box_...`"), ("shot" = String, Path, description = "`shot_...`")),
+    security(("api_key" = [])),
+    responses((status = 204, description = "Deleted, files and all"), ShotErrors)
+)]
+#[delete("/boxes/{id}/shots/{shot}")]
+pub async fn remove(
+    Auth(who): Auth,
+    shots: web::Data<Shots>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (id, shot) = path.into_inner();
+    shots.delete(&who.account_id, &id, &shot).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[utoipa::path(
+    tag = "shots",
+    operation_id = "deleteShots",
+    params(("id" = String, Path, description = "`box_...`")),
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "All of the box's screenshots and recordings deleted, those a review keeps \
+            included (\"delete this box's screenshots\")", body = Deleted),
+        (status = 404, description = "No such box in this account (`box_not_found`)", body = crate::error::ErrorBody),
+    )
+)]
+#[delete("/boxes/{id}/shots")]
+pub async fn remove_all(
+    Auth(who): Auth,
+    shots: web::Data<Shots>,
+    id: web::Path<String>,
+) -> Result<web::Json<Deleted>, ApiError> {
+    let deleted = shots.delete_all(&who.account_id, &id).await?;
+    Ok(web::Json(Deleted { deleted }))
+}
