@@ -126,7 +126,11 @@ fn shots_of_pages_and_of_the_display_in_a_real_box() {
         "page screenshot 800x600 (chromium start included)",
         json!({"url": "http://localhost:3000/", "width": 800, "height": 600}),
     );
-    assert_eq!((view["width"].as_u64(), view["height"].as_u64()), (Some(800), Some(600)), "{view}");
+    assert_eq!(
+        (view["width"].as_u64(), view["height"].as_u64()),
+        (Some(800), Some(600)),
+        "{view}"
+    );
     assert_eq!(view["mime"], "image/png");
     let png = dir.path().join("page.png");
     std::fs::write(&png, fetch(&s, view["url"].as_str().unwrap())).unwrap();
@@ -145,7 +149,11 @@ fn shots_of_pages_and_of_the_display_in_a_real_box() {
 
     // The virtual display (Xvfb :99, from xvfb.service or started by boxd).
     let view = shot(&s, &id, "display screenshot", json!({}));
-    assert_eq!((view["width"].as_u64(), view["height"].as_u64()), (Some(1920), Some(1080)), "{view}");
+    assert_eq!(
+        (view["width"].as_u64(), view["height"].as_u64()),
+        (Some(1920), Some(1080)),
+        "{view}"
+    );
 
     // A recording of the display, 3 s, that plays for about 3 s.
     let view = shot(
@@ -177,7 +185,10 @@ fn shots_of_pages_and_of_the_display_in_a_real_box() {
     let poster = dir.path().join("poster.png");
     std::fs::write(&poster, fetch(&s, view["posterUrl"].as_str().unwrap())).unwrap();
     let (top, bottom) = (pixel(&poster, 20, 20), pixel(&poster, 780, 580));
-    assert!(near(top, [0, 0, 255]) && near(bottom, [255, 0, 0]), "{top:?} {bottom:?}");
+    assert!(
+        near(top, [0, 0, 255]) && near(bottom, [255, 0, 0]),
+        "{top:?} {bottom:?}"
+    );
 
     // Nothing serves this port: refused with chromium's reason.
     let started = Instant::now();
@@ -186,7 +197,10 @@ fn shots_of_pages_and_of_the_display_in_a_real_box() {
         &format!("/v1/boxes/{id}/shots"),
         Some(json!({"url": "http://localhost:3999/"})),
     );
-    eprintln!("shots_box: refused page: {:.1}s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "shots_box: refused page: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
     assert_eq!(status, 502, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("ERR_CONNECTION_REFUSED"), "{answer}");
