@@ -112,6 +112,13 @@ impl BoxUrls {
         )
     }
 
+    /// The source expression matching every box URL, for a CSP's
+    /// `frame-src`: `<scheme>://*.<box_domain>[:<port>]`.
+    pub fn source_pattern(&self) -> String {
+        let listener = self.port.map(|p| format!(":{p}")).unwrap_or_default();
+        format!("{}://*.{}{listener}", self.scheme, self.domain)
+    }
+
     /// The URLs of a box with these declared services.
     pub fn of(&self, id: &BoxId, services: &[ServiceSpec]) -> Urls {
         Urls {
@@ -257,6 +264,11 @@ mod tests {
                 .starts_with("https://")
         );
         assert!(!urls("https://api.example").url(&id, None).contains(":443"));
+        assert_eq!(u.source_pattern(), "http://*.box.example:8080");
+        assert_eq!(
+            urls("https://api.example:443").source_pattern(),
+            "https://*.box.example"
+        );
     }
 
     #[test]

@@ -27,10 +27,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-mod shots;
-pub use shots::ShotFile;
+pub mod shots;
 mod sync;
 mod takeover;
+pub use shots::ShotFile;
 pub use sync::Synced;
 pub use takeover::{DEFAULT_LINK_TTL, TakeoverError, TakeoverLink, Terminal};
 

@@ -278,9 +278,7 @@ impl Reviews {
         account: &AccountId,
         id: &str,
     ) -> Result<Option<Review>, ReviewError> {
-        let Ok(box_id) = BoxId::parse(id) else {
-            return Err(BoxError::NotFound(id.to_owned()).into());
-        };
+        let box_id = self.boxes.record(account, id).await?.id;
         let (store, account) = (self.store.clone(), account.clone());
         match blocking(move || store.latest_review(&account, &box_id)).await? {
             Some(row) => Ok(Some(self.dressed(row).await?)),

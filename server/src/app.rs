@@ -3,7 +3,16 @@
 //! HTTP tests alike) and builds the actix-web application: middleware (request
 //! logging, metrics), the open routes, the authenticated `/v1` scope, JSON
 //! error handling, and the OpenAPI document collected from the routes by
-//! utoipa-actix-web.
+//! utoipa-actix-web. The web app's pages (`/app`) are its submodules, in
+//! `app/` ([`pages`] is their route table).
+
+mod assets;
+mod boxes;
+mod layout;
+pub mod pages;
+mod reviews;
+mod secrets;
+pub mod session;
 
 use crate::auth::{require_api_key, require_mcp_credential};
 use crate::config::Config;
@@ -125,8 +134,7 @@ impl AppState {
             metrics_access: routes::metrics::MetricsAccess::from_config(&config.metrics)?,
             mcp: crate::mcp::service(
                 boxes.clone(),
-                shots.clone(),
-                reviews.clone(),
+                (shots.clone(), reviews.clone()),
                 store.clone(),
                 environments.clone(),
                 info.clone(),
@@ -214,6 +222,7 @@ pub fn build(
     )
     .configure(crate::oauth::routes)
     .configure(routes::takeover::routes)
+    .configure(pages::routes)
     .app_data(web::Data::new(ApiDocument::new(
         &document,
         state.boxes.settings().max_keep,

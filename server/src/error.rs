@@ -128,6 +128,16 @@ impl ApiError {
         &self.detail.code
     }
 
+    /// What went wrong, as the body says it (generic for internal errors).
+    pub fn message(&self) -> &str {
+        &self.detail.message
+    }
+
+    /// What to do about it, when the error says.
+    pub fn hint_text(&self) -> Option<&str> {
+        self.detail.hint.as_deref()
+    }
+
     /// No credential, or not a bearer one.
     pub fn missing_credentials() -> Self {
         Self::new(

@@ -189,16 +189,30 @@ impl BoxServer {
     /// Runs a `psbx` operator command on this server's configuration and
     /// database: (success, stdout, stderr).
     pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        self.cli_with_input(args, "")
+    }
+
+    /// [`BoxServer::cli`] with `input` on the command's standard input (a
+    /// password for `psbx account set-password`).
+    pub fn cli_with_input(&self, args: &[&str], input: &str) -> (bool, String, String) {
+        use std::io::Write;
         let data = self.dir.path().join("data");
-        let out = Command::new(crate::binary("psbx"))
+        let mut child = Command::new(crate::binary("psbx"))
             .arg("--config")
             .arg(&self.config)
             .arg("--data-dir")
             .arg(&data)
             .args(args)
             .env("DATABASE_URL", self.db.url())
-            .output()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .expect("running psbx");
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(input.as_bytes());
+        }
+        let out = child.wait_with_output().expect("running psbx");
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),

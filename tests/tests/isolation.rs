@@ -25,6 +25,23 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         ("POST", "/v1/boxes/{id}/keep", Some(json!({"keep": "1d"}))),
         ("POST", "/v1/boxes/{id}/sync", None),
         ("POST", "/v1/boxes/{id}/takeover", None),
+        ("POST", "/v1/boxes/{id}/shots", Some(json!({}))),
+        ("GET", "/v1/boxes/{id}/shots", None),
+        ("DELETE", "/v1/boxes/{id}/shots", None),
+        ("GET", "/v1/boxes/{id}/shots/{shot}", None),
+        ("GET", "/v1/boxes/{id}/shots/{shot}/file", None),
+        ("DELETE", "/v1/boxes/{id}/shots/{shot}", None),
+        (
+            "POST",
+            "/v1/boxes/{id}/reviews",
+            Some(json!({"title": "theirs"})),
+        ),
+        ("GET", "/v1/reviews/{id}", None),
+        (
+            "POST",
+            "/v1/reviews/{id}/answer",
+            Some(json!({"approved": true})),
+        ),
         ("GET", "/v1/boxes/{id}/processes", None),
         ("DELETE", "/v1/boxes/{id}/processes/{pid}", None),
         ("GET", "/v1/boxes/{id}/processes/{pid}/logs", None),
@@ -63,6 +80,9 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
     ]
 }
 
+/// A 1x1 PNG, in base64.
+const ONE_PIXEL_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+
 /// Routes with an id that are not the account's to scope: an upload URL's
 /// token is its own credential, and the connector's route takes none.
 const NOT_SCOPED: [&str; 1] = ["/v1/uploads/{token}"];
@@ -82,6 +102,8 @@ fn state_of(s: &BoxServer, key: &str, id: &str, conn: &str) -> Value {
         "environment": get("/v1/environments/dev"),
         "keys": get("/v1/api-keys"),
         "boxAccess": get("/v1/box-access"),
+        "reviews": get("/v1/reviews"),
+        "shots": get(&format!("/v1/boxes/{id}/shots")),
         "token": s.db_query(&format!(
             "SELECT encode(token_sha256, 'hex') AS v FROM connections WHERE id = '{conn}'"
         )),
@@ -121,6 +143,22 @@ fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
     let conn = conn["id"].as_str().unwrap().to_owned();
     let key = s.ok("POST", "/v1/api-keys", Some(json!({"name": "second"})));
     let key_id = key["id"].as_str().unwrap().to_owned();
+    // A review of the box, answered with an image drawn on (a stored shot).
+    let review = s.ok(
+        "POST",
+        &format!("/v1/boxes/{id}/reviews"),
+        Some(json!({"title": "mine"})),
+    );
+    let rid = review["id"].as_str().unwrap().to_owned();
+    let answered = s.ok(
+        "POST",
+        &format!("/v1/reviews/{rid}/answer"),
+        Some(json!({"items": [{"text": "mine", "image": ONE_PIXEL_PNG}]})),
+    );
+    let shot = answered["feedback"][0]["image"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let before = state_of(&s, &s.key, &id, &conn);
 
     let other = s.key_of_new_account("acct_other");
@@ -131,6 +169,8 @@ fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
                 "{id}",
                 if with_box {
                     &id
+                } else if template.starts_with("/v1/reviews/") {
+                    &rid
                 } else if template.contains("/connections/") {
                     &conn
                 } else {
@@ -138,6 +178,7 @@ fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
                 },
             )
             .replace("{pid}", &pid)
+            .replace("{shot}", &shot)
             .replace("{env}", "dev")
             .replace(
                 "{name}",
@@ -190,7 +231,11 @@ fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
     );
     assert!((200..300).contains(&status), "{status} {answer}");
     // The other account's lists hold none of A's things.
-    for (path, field) in [("/v1/boxes", "boxes"), ("/v1/environments", "environments")] {
+    for (path, field) in [
+        ("/v1/boxes", "boxes"),
+        ("/v1/environments", "environments"),
+        ("/v1/reviews", "reviews"),
+    ] {
         let list = psbx_tests::api::ok(&url, &other, "GET", path, None);
         assert_eq!(list[field], json!([]), "{path}: {list}");
     }
@@ -203,6 +248,9 @@ fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
         ["sandbox_exec", {"id": id, "cmd": "touch /work/b-was-here"}],
         ["sandbox_exec", {"id": id, "pid": pid.parse::<u64>().unwrap()}],
         ["sandbox_sync", {"id": id}],
+        ["sandbox_shot", {"id": id}],
+        ["sandbox_review", {"id": id}],
+        ["sandbox_review", {"id": id, "title": "theirs"}],
         ["sandbox_stop", {"id": id}],
         ["sandbox_start", {"name": "b", "environment": "dev"}],
     ]);

@@ -202,16 +202,25 @@ impl Store {
             let Some(account) = account else {
                 return Ok(None);
             };
-            let session = random_token(40)?;
-            diesel::insert_into(web_sessions::table)
-                .values((
-                    web_sessions::token_sha256.eq(&digest(&session)[..]),
-                    web_sessions::account_id.eq(&account),
-                    web_sessions::expires_at.eq(Utc::now() + SESSION_TTL),
-                ))
-                .execute(conn)?;
+            let session = insert_session(conn, &account)?;
             Ok(Some((account, session)))
         })
+    }
+
+    /// Opens a browser session for an account whose password was just
+    /// checked; returns the session's token (shown once, stored hashed).
+    pub fn open_session(&self, account: &AccountId) -> Result<String, StoreError> {
+        let mut conn = self.conn()?;
+        insert_session(&mut conn, account)
+    }
+
+    /// Ends a browser session (signing out); an unknown token is no error.
+    pub fn end_session(&self, token: &str) -> Result<(), StoreError> {
+        diesel::delete(
+            web_sessions::table.filter(web_sessions::token_sha256.eq(&digest(token)[..])),
+        )
+        .execute(&mut self.conn()?)?;
+        Ok(())
     }
 
     /// The account a browser session is signed in to, while it lasts.
@@ -224,6 +233,19 @@ impl Store {
             .first(&mut self.conn()?)
             .optional()?)
     }
+}
+
+/// A new session row for `account`, lasting [`SESSION_TTL`]; its token.
+fn insert_session(conn: &mut PgConnection, account: &AccountId) -> Result<String, StoreError> {
+    let session = random_token(40)?;
+    diesel::insert_into(web_sessions::table)
+        .values((
+            web_sessions::token_sha256.eq(&digest(&session)[..]),
+            web_sessions::account_id.eq(account),
+            web_sessions::expires_at.eq(Utc::now() + SESSION_TTL),
+        ))
+        .execute(conn)?;
+    Ok(session)
 }
 
 /// A counting semaphore around argon2: a burst of sign-ins waits its turn

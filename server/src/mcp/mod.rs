@@ -37,8 +37,7 @@ pub type McpService = StreamableHttpService<PsbxMcp, LocalSessionManager>;
 /// URLs) and what environment reads show.
 pub fn service(
     boxes: Arc<Boxes>,
-    shots: Shots,
-    reviews: Reviews,
+    (shots, reviews): (Shots, Reviews),
     store: Store,
     environments: Environments,
     info: ServerInfo,

@@ -254,3 +254,46 @@ impl PsbxMcp {
         Ok(result)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tools_schemas_are_flat_with_every_field() {
+        for (schema, fields) in [
+            (
+                schemars::schema_for!(ShotArgs),
+                &[
+                    "id", "url", "kind", "seconds", "width", "height", "fullPage", "format",
+                ][..],
+            ),
+            (
+                schemars::schema_for!(ReviewArgs),
+                &["id", "title", "summary", "urls", "wait_s"][..],
+            ),
+        ] {
+            let object = serde_json::to_value(&schema).unwrap();
+            let flat = super::super::schema::flatten(object.as_object().unwrap());
+            let text = serde_json::Value::Object(flat.clone()).to_string();
+            for banned in [
+                "$ref",
+                "anyOf",
+                "oneOf",
+                "allOf",
+                "\"null\"",
+                "\"format\":\"",
+                "$schema",
+            ] {
+                assert!(!text.contains(banned), "{banned} in {text}");
+            }
+            for field in fields {
+                assert!(
+                    flat["properties"].get(*field).is_some(),
+                    "no {field} in {text}"
+                );
+            }
+            assert_eq!(flat["required"], serde_json::json!(["id"]), "{text}");
+        }
+    }
+}

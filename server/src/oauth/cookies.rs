@@ -1,12 +1,16 @@
-//! The cookies of the sign-in pages, all `HttpOnly; SameSite=Lax`: the browser
-//! session (`psbx_session`), the anti-CSRF token of the forms (`psbx_csrf`),
-//! and the authorize page to come back to after a sign-in link (`psbx_return`).
+//! The cookies of the sign-in pages and the web app (`/app`), all `HttpOnly;
+//! SameSite=Lax`: the browser session (`psbx_session`, one session for the
+//! OAuth pages and the app), the anti-CSRF token of the forms (`psbx_csrf`;
+//! the app's forms have their own, `psbx_app_csrf`), and the page to come
+//! back to after a sign-in link (`psbx_return`: an authorize page or an app
+//! page).
 //!
 //! Behind https they are `__Host-` cookies (`__Host-psbx_session`, `Secure`,
 //! `Path=/`, no `Domain`): a page on a sibling subdomain (a box URL) cannot
 //! set or overwrite them ("cookie tossing"), and a cookie without the prefix is
 //! not read. Over plain http (loopback, tests) browsers refuse the prefix, so
-//! they keep their plain names with `Path=/oauth`.
+//! they keep their plain names, with `Path=/` too (the app under `/app` reads
+//! the session the OAuth pages opened).
 
 use actix_web::HttpRequest;
 use actix_web::http::header::COOKIE;
@@ -48,14 +52,8 @@ impl Cookies {
     /// A `Set-Cookie` value; `value` must be cookie-safe (letters, digits, `-_`).
     pub fn set(&self, base: &str, value: &str, max_age_secs: i64) -> String {
         let name = self.name(base);
-        let (path, secure) = if self.secure {
-            ("/", "; Secure")
-        } else {
-            ("/oauth", "")
-        };
-        format!(
-            "{name}={value}; Path={path}; Max-Age={max_age_secs}; HttpOnly; SameSite=Lax{secure}"
-        )
+        let secure = if self.secure { "; Secure" } else { "" };
+        format!("{name}={value}; Path=/; Max-Age={max_age_secs}; HttpOnly; SameSite=Lax{secure}")
     }
 
     /// A `Set-Cookie` value that removes the cookie.
@@ -81,7 +79,7 @@ mod tests {
         assert_eq!(PLAIN.get(&req, SESSION), None);
         assert_eq!(
             PLAIN.set(SESSION, "x", 60),
-            "psbx_session=x; Path=/oauth; Max-Age=60; HttpOnly; SameSite=Lax"
+            "psbx_session=x; Path=/; Max-Age=60; HttpOnly; SameSite=Lax"
         );
     }
 

@@ -6,9 +6,10 @@
 //!   button; the link stays usable;
 //! * `POST /oauth/login/{token}` (from that page: same origin, and the form's
 //!   token equal to its `psbx_link_csrf` cookie) spends the link, gives the
-//!   browser a session cookie, and goes back to the authorize page it came
-//!   from (the `psbx_return` cookie) or to `/oauth/signed-in`, a page that
-//!   says who it is signed in as.
+//!   browser a session cookie, and goes back to the authorize page or app
+//!   page it came from (the `psbx_return` cookie: only those two kinds of
+//!   path) or to `/oauth/signed-in`, a page that says who it is signed in as
+//!   and links to the app.
 //!
 //! Links that do not work count against the client address
 //! ([`super::throttle`]): over the limit both steps answer 429.
@@ -41,8 +42,9 @@ pub struct LinkForm {
 fn return_path(oauth: &OAuth, req: &HttpRequest) -> Option<String> {
     let encoded = oauth.cookies.get(req, cookies::RETURN)?;
     let path = String::from_utf8(URL_SAFE_NO_PAD.decode(encoded).ok()?).ok()?;
-    // Only our own authorize page: never an open redirect.
-    path.starts_with("/oauth/authorize?").then_some(path)
+    // Only our own authorize page or an app page: never an open redirect.
+    (path.starts_with("/oauth/authorize?") || crate::app::session::is_app_path(&path))
+        .then_some(path)
 }
 
 fn not_working() -> HttpResponse {
@@ -205,7 +207,8 @@ pub async fn signed_in(
                 &format!(
                     "<h1>Signed in</h1><p>This browser is signed in to psbx as \
                      <strong>{}</strong>.</p><p class=\"muted\">Go back to the sign-in page \
-                     your MCP client opened and reload it to approve the client.</p>",
+                     your MCP client opened and reload it to approve the client, or \
+                     <a href=\"/app\">open the psbx app</a>.</p>",
                     page::escape(&account.name)
                 ),
             ),

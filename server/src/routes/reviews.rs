@@ -216,7 +216,10 @@ pub async fn hand_over(
     operation_id = "listReviews",
     params(ListQuery),
     security(("api_key" = [])),
-    responses((status = 200, description = "The account's reviews, newest first (at most 200)", body = ReviewList))
+    responses(
+        (status = 200, description = "The account's reviews, newest first (at most 200)", body = ReviewList),
+        (status = 400, description = "An unknown state or query parameter (`invalid_request`)", body = crate::error::ErrorBody),
+    )
 )]
 #[get("/reviews")]
 pub async fn list(

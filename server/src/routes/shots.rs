@@ -168,12 +168,23 @@ impl utoipa::IntoResponses for TakeErrors {
         all.extend(error_responses(&[
             (
                 400,
-                "Out of range or contradicting fields (`invalid_shot`), or the box's browser could not \
-                 open the page (`shot_refused`: the URL and the browser's error)",
+                "Out of range or contradicting fields (`invalid_shot`), or boxd refused the request (`invalid_request`)",
+            ),
+            (
+                413,
+                "The file would pass 200 MiB (`shot_too_large`): a smaller viewport, no fullPage, fewer seconds",
             ),
             (
                 502,
-                "Chromium or ffmpeg failed in the box (`shot_failed`: the last lines they wrote)",
+                "The page could not be opened (`shot_failed`: the URL and the browser's error), or Chromium or ffmpeg failed in the box (the last lines they wrote)",
+            ),
+            (
+                503,
+                "The box's image lacks Chromium, Xvfb or ffmpeg (`shot_unavailable`), or the box cannot be reached now",
+            ),
+            (
+                504,
+                "The page did not load within 30 s (`page_timeout`), or boxd did not answer in time",
             ),
         ]));
         all
@@ -296,6 +307,7 @@ pub fn file_answer(mime: &str, bytes: Vec<u8>) -> HttpResponse {
     responses(
         (status = 200, description = "The file: PNG, WebM or MP4 (`preview` and `poster`: PNG)",
             content(("image/png"), ("video/webm"), ("video/mp4"))),
+        (status = 400, description = "An unknown part or query parameter (`invalid_request`)", body = crate::error::ErrorBody),
         ShotErrors,
     )
 )]
