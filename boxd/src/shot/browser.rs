@@ -2,8 +2,10 @@
 //! virtual display (page recordings) with a throwaway profile, driven over
 //! its DevTools WebSocket ([`super::cdp`]): its first page is attached
 //! (flattened session), sized, sent to the URL, and waited for until its
-//! `load` event and a moment of network quiet. Dropping a [`Browser`] kills
-//! chromium's whole process group and removes the profile.
+//! `load` event and a moment of network quiet. A headless browser may take
+//! shot after shot: [`Browser::new_page`] closes the page of the last one and
+//! opens a fresh one. Dropping a [`Browser`] kills chromium's whole process
+//! group and removes the profile.
 
 use super::cdp::{Cdp, CdpError};
 use super::tool::{Tool, ToolError};
@@ -63,6 +65,8 @@ pub enum Mode<'a> {
 pub struct Browser {
     cdp: Cdp,
     session: String,
+    /// The page [`Browser::new_page`] opened last (closed by the next one).
+    opened: Option<String>,
     // Dropped in this order: the connection, chromium, then its profile.
     tool: Tool,
     _profile: tempfile::TempDir,
@@ -132,14 +136,57 @@ impl Browser {
         let mut browser = Self {
             cdp,
             session,
+            opened: None,
             tool,
             _profile: profile,
         };
-        browser.call("Page.enable", json!({})).await?;
-        browser
-            .call("Page.setLifecycleEventsEnabled", json!({"enabled": true}))
-            .await?;
+        browser.enable().await?;
         Ok(browser)
+    }
+
+    /// Page events on for the current page.
+    async fn enable(&mut self) -> Result<(), BrowserError> {
+        self.call("Page.enable", json!({})).await?;
+        self.call("Page.setLifecycleEventsEnabled", json!({"enabled": true}))
+            .await?;
+        Ok(())
+    }
+
+    #[cfg(test)]
+    pub fn pid(&self) -> Option<u32> {
+        self.tool.pid()
+    }
+
+    /// Whether chromium is still running.
+    pub fn alive(&mut self) -> bool {
+        !self.tool.exited()
+    }
+
+    /// Drives a new blank page from now on, closing the one opened before
+    /// (the first page stays: a browser with no page may end).
+    pub async fn new_page(&mut self) -> Result<(), BrowserError> {
+        if let Some(old) = self.opened.take() {
+            let close = browser_call(
+                &mut self.cdp,
+                "Target.closeTarget",
+                json!({"targetId": old}),
+            );
+            close.await?;
+        }
+        let created = browser_call(
+            &mut self.cdp,
+            "Target.createTarget",
+            json!({"url": "about:blank"}),
+        )
+        .await?;
+        let target = created
+            .get("targetId")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or(BrowserError::NoPage)?;
+        self.opened = Some(target.clone());
+        self.session = attach_to(&mut self.cdp, &target).await?;
+        self.enable().await
     }
 
     /// Sends a command to the page.
@@ -257,6 +304,11 @@ async fn attach(cdp: &mut Cdp) -> Result<String, BrowserError> {
             None => return Err(BrowserError::NoPage),
         }
     };
+    attach_to(cdp, &target).await
+}
+
+/// A flattened session on page `target`.
+async fn attach_to(cdp: &mut Cdp, target: &str) -> Result<String, BrowserError> {
     let attached = browser_call(
         cdp,
         "Target.attachToTarget",

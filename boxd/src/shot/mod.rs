@@ -11,6 +11,12 @@
 //! Every program runs in a process group of its own that is killed when the
 //! shot's future is dropped ([`tool`]): a shot the server gives up on leaves
 //! nothing running. Page recordings share the display, so they take turns.
+//!
+//! The headless browser of the last page screenshot is kept for the next one
+//! ([`KEEP_BROWSER`]): under TCG starting chromium takes seconds to tens of
+//! seconds, a fresh page in a running one a fraction of that. Screenshots of
+//! pages take turns on it; one that fails other than by the page's own error
+//! (`net::ERR_...`) drops it, and a kept browser that broke is replaced once.
 
 mod browser;
 mod cdp;
@@ -28,7 +34,15 @@ use psbx_wire::frame::code;
 use record::{RecordError, Region};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::time::Instant;
 use tool::ToolError;
+
+/// How long the headless browser is kept unused before it is closed.
+pub const KEEP_BROWSER: Duration = Duration::from_secs(120);
+/// How often the kept browser's idle time is checked.
+const REAP_EVERY: Duration = Duration::from_secs(10);
 
 /// Why a shot was not taken.
 #[derive(Debug, thiserror::Error)]
@@ -84,10 +98,19 @@ pub struct Taken {
     pub poster: Option<PathBuf>,
 }
 
-/// What takes shots: the box's display and the turn for page recordings.
+/// What takes shots: the box's display, the turn for page recordings, and
+/// the headless browser kept for the next page screenshot.
 pub struct Shooter {
     display: Display,
     window: tokio::sync::Mutex<()>,
+    headless: Arc<tokio::sync::Mutex<Kept>>,
+    reaper: std::sync::OnceLock<()>,
+}
+
+/// The headless browser kept between screenshots, and when it was last used.
+struct Kept {
+    browser: Option<Browser>,
+    used: Instant,
 }
 
 impl Shooter {
@@ -96,14 +119,70 @@ impl Shooter {
         Self {
             display: Display::new(display),
             window: tokio::sync::Mutex::new(()),
+            headless: Arc::new(tokio::sync::Mutex::new(Kept {
+                browser: None,
+                used: Instant::now(),
+            })),
+            reaper: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The pid of the kept headless browser.
+    #[cfg(test)]
+    pub async fn kept_browser(&self) -> Option<u32> {
+        self.headless
+            .lock()
+            .await
+            .browser
+            .as_ref()
+            .and_then(Browser::pid)
+    }
+
+    /// A screenshot of `url` by the kept headless browser (or a new one).
+    async fn page_screenshot(
+        &self,
+        request: &ShotRequest,
+        url: &str,
+        dir: &Path,
+    ) -> Result<Taken, ShotError> {
+        self.reaper.get_or_init(|| {
+            tokio::spawn(reap(Arc::downgrade(&self.headless)));
+        });
+        let mut kept = self.headless.lock().await;
+        // Out of the cache while it works: a shot dropped half-way kills it.
+        let mut reused = kept.browser.take();
+        if let Some(browser) = &mut reused
+            && !browser.alive()
+        {
+            reused = None;
+        }
+        let was_reused = reused.is_some();
+        let mut browser = match reused {
+            Some(browser) => browser,
+            None => Browser::start(Mode::Headless).await?,
+        };
+        let mut shot = screenshot(&mut browser, was_reused, request, url).await;
+        if was_reused && matches!(shot, Err(ShotError::Browser(BrowserError::Crashed(_)))) {
+            browser = Browser::start(Mode::Headless).await?;
+            shot = screenshot(&mut browser, false, request, url).await;
+        }
+        let keep = match &shot {
+            Ok(_) | Err(ShotError::Browser(BrowserError::Navigate { .. })) => true,
+            Err(_) => false,
+        };
+        if keep {
+            kept.browser = Some(browser);
+            kept.used = Instant::now();
+        }
+        drop(kept);
+        png_file(&shot?, dir).await
     }
 
     /// Takes the shot into the directory `dir`.
     pub async fn take(&self, request: &ShotRequest, dir: &Path) -> Result<Taken, ShotError> {
         request.check().map_err(ShotError::Bad)?;
         let taken = match (request.kind, &request.url) {
-            (ShotKind::Screenshot, Some(url)) => page_screenshot(request, url, dir).await?,
+            (ShotKind::Screenshot, Some(url)) => self.page_screenshot(request, url, dir).await?,
             (ShotKind::Screenshot, None) => {
                 let file = dir.join("display.png");
                 self.display.grab(&file).await?;
@@ -176,9 +255,30 @@ impl Shooter {
     }
 }
 
-/// A screenshot of `url` by headless chromium.
-async fn page_screenshot(request: &ShotRequest, url: &str, dir: &Path) -> Result<Taken, ShotError> {
-    let mut browser = Browser::start(Mode::Headless).await?;
+/// Closes the kept browser once it has not been used for [`KEEP_BROWSER`];
+/// ends with its shooter.
+async fn reap(kept: Weak<tokio::sync::Mutex<Kept>>) {
+    loop {
+        tokio::time::sleep(REAP_EVERY).await;
+        let Some(kept) = kept.upgrade() else { return };
+        let mut kept = kept.lock().await;
+        if kept.browser.is_some() && kept.used.elapsed() >= KEEP_BROWSER {
+            kept.browser = None;
+        }
+    }
+}
+
+/// A screenshot of `url` by a headless `browser` (on a fresh page when it
+/// took one before): the PNG's base64 data.
+async fn screenshot(
+    browser: &mut Browser,
+    fresh_page: bool,
+    request: &ShotRequest,
+    url: &str,
+) -> Result<String, ShotError> {
+    if fresh_page {
+        browser.new_page().await?;
+    }
     browser.viewport(request.width, request.height).await?;
     browser.open(url, PAGE_LOAD).await?;
     let params = if request.full_page {
@@ -200,12 +300,15 @@ async fn page_screenshot(request: &ShotRequest, url: &str, dir: &Path) -> Result
     } else {
         json!({"format": "png"})
     };
-    let shot = browser.call("Page.captureScreenshot", params).await?;
-    drop(browser);
-    let data = shot
-        .get("data")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ShotError::NotPng("no data".to_owned()))?;
+    let mut shot = browser.call("Page.captureScreenshot", params).await?;
+    match shot.get_mut("data").map(Value::take) {
+        Some(Value::String(data)) => Ok(data),
+        _ => Err(ShotError::NotPng("no data".to_owned())),
+    }
+}
+
+/// Writes a screenshot's base64 PNG `data` into `dir`.
+async fn png_file(data: &str, dir: &Path) -> Result<Taken, ShotError> {
     if data.len() as u64 / 4 * 3 > MAX_FILE_BYTES {
         return Err(ShotError::TooBig {
             what: "screenshot",

@@ -129,6 +129,80 @@ async fn a_page_is_shot_at_its_viewport() {
 }
 
 #[tokio::test]
+async fn one_browser_takes_shot_after_shot_on_fresh_pages() {
+    let (banded, tall) = (serve_page(BANDED).await, serve_page(TALL).await);
+    let gone = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let shooter = Shooter::new(FreeDisplay::take().number);
+    let first = ShotRequest {
+        url: Some(page(banded)),
+        width: 800,
+        height: 600,
+        ..ShotRequest::default()
+    };
+    let taken = shooter.take(&first, dir.path()).await.unwrap();
+    assert_eq!(pixel(&taken.file, 10, 10), [0, 0, 255]);
+    let browser = shooter.kept_browser().await.expect("the browser is kept");
+    // A page's own error keeps the browser.
+    let refused = ShotRequest {
+        url: Some(page(gone)),
+        ..ShotRequest::default()
+    };
+    assert_eq!(
+        shooter.take(&refused, dir.path()).await.unwrap_err().code(),
+        502
+    );
+    // The next page is shot at its own viewport, from a fresh page.
+    let second = ShotRequest {
+        url: Some(page(tall)),
+        width: 640,
+        height: 480,
+        full_page: true,
+        ..ShotRequest::default()
+    };
+    let taken = shooter.take(&second, dir.path()).await.unwrap();
+    assert_eq!((taken.header.width, taken.header.height), (640, 3000));
+    assert_eq!(pixel(&taken.file, 10, 10), [0, 255, 0]);
+    assert_eq!(
+        shooter.kept_browser().await,
+        Some(browser),
+        "the same chromium"
+    );
+    // A kept browser that died is replaced.
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(i32::try_from(browser).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let taken = shooter.take(&first, dir.path()).await.unwrap();
+    assert_eq!(pixel(&taken.file, 790, 590), [255, 0, 0]);
+    let replaced = shooter.kept_browser().await.unwrap();
+    assert_ne!(replaced, browser);
+    // Dropping the shooter ends its browser.
+    drop(shooter);
+    for _ in 0..100 {
+        if nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(replaced).unwrap()),
+            None,
+        )
+        .is_err()
+        {
+            return;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{replaced}/stat")).unwrap_or_default();
+        if stat.contains(") Z") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the kept chromium {replaced} outlived its shooter");
+}
+
+#[tokio::test]
 async fn a_full_page_is_as_tall_as_its_content() {
     let port = serve_page(TALL).await;
     let dir = tempfile::tempdir().unwrap();

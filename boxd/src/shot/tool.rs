@@ -180,6 +180,11 @@ impl Tool {
         self.lines.recv().await
     }
 
+    #[cfg(test)]
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Whether it has ended.
     pub fn exited(&mut self) -> bool {
         !matches!(self.child.try_wait(), Ok(None))
