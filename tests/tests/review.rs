@@ -6,6 +6,8 @@
 //! box under "Ready for you", circles something on the agent's screenshot,
 //! writes what is wrong and sends it; the agent's wait returns that text and
 //! the image with the circle. Then "Shut down" in the app stops the box.
+//! Between the two, the REST cases of shots (pixels, the whole page, mp4, a
+//! refused page: [`shots_through_rest`]).
 //! One booted box for all of it (boots of the production image are slow
 //! under TCG).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -15,7 +17,60 @@ use base64::engine::general_purpose::STANDARD;
 use psbx_tests::vm::BoxServer;
 use psbx_tests::wait;
 use serde_json::{Value, json};
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A page in the box: a blue band 100 px high over a red body, 3000 px tall.
+const PAGE: &str = "<!doctype html><html><body style='margin:0;background:#ff0000'>\
+<div style='height:100px;background:#0000ff'></div><p>hello from the box</p>\
+<div style='height:2800px'></div></body></html>";
+
+fn exec(s: &BoxServer, id: &str, body: Value) -> Value {
+    s.ok("POST", &format!("/v1/boxes/{id}/exec"), Some(body))
+}
+
+/// Takes a shot; its view and how long the call took.
+fn shot(s: &BoxServer, id: &str, what: &str, body: Value) -> Value {
+    let started = Instant::now();
+    let view = s.ok("POST", &format!("/v1/boxes/{id}/shots"), Some(body));
+    eprintln!("review: {what}: {:.1}s", started.elapsed().as_secs_f64());
+    view
+}
+
+/// The RGB colour of pixel (`x`, `y`) of an image or video's first frame.
+fn pixel(file: &Path, x: u32, y: u32) -> [u8; 3] {
+    let out = std::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-loglevel", "error", "-i"])
+        .arg(file)
+        .args(["-vf", &format!("crop=1:1:{x}:{y}"), "-frames:v", "1"])
+        .args(["-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stdout.len() == 3,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    [out.stdout[0], out.stdout[1], out.stdout[2]]
+}
+
+fn near(got: [u8; 3], want: [u8; 3]) -> bool {
+    got.iter().zip(want).all(|(g, w)| g.abs_diff(w) <= 40)
+}
+
+/// ffprobe's duration of a recording, in seconds.
+fn duration(file: &Path) -> f64 {
+    let out = std::process::Command::new("ffprobe")
+        .args(["-v", "error", "-show_entries", "format=duration", "-of"])
+        .args(["default=nw=1:nk=1"])
+        .arg(file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("ffprobe reads no duration: {text}"))
+}
 
 const PASSWORD: &str = "the-review-test-password";
 const FEEDBACK: &str = "the button is cut off";
@@ -65,6 +120,111 @@ fn fetch(s: &BoxServer, url: &str) -> Vec<u8> {
         .expect("fetching a shot's file");
     assert_eq!(res.status(), 200, "{url}");
     res.bytes().unwrap().to_vec()
+}
+
+/// Shots through REST on the same box: a page at its viewport (its pixels),
+/// the whole page, the display at its size, a display recording and a page
+/// recording (mp4) that ffprobe reads as long as asked, with the page in the
+/// poster, and a page nothing serves refused with Chromium's reason. Each
+/// call's time goes to stderr (TCG figures).
+fn shots_through_rest(s: &BoxServer, id: &str, dir: &Path) {
+    let page = format!(
+        "mkdir -p /work/www && cat >/work/www/index.html <<'EOF'\n{PAGE}\nEOF\n\
+         cd /work/www && exec python3 -m http.server 3001 --bind 127.0.0.1"
+    );
+    exec(s, id, json!({"cmd": page, "background": true}));
+    let up = exec(
+        s,
+        id,
+        json!({"cmd": "for i in $(seq 1 100); do curl -fsS -o /dev/null http://127.0.0.1:3001/ && echo up && break; sleep 0.2; done"}),
+    );
+    assert!(up.to_string().contains("up"), "{up}");
+
+    // A page at its viewport: the band at the top, the body below.
+    let view = shot(
+        s,
+        id,
+        "page screenshot 800x600 (chromium start included)",
+        json!({"url": "http://localhost:3001/", "width": 800, "height": 600}),
+    );
+    assert_eq!(
+        (view["width"].as_u64(), view["height"].as_u64()),
+        (Some(800), Some(600)),
+        "{view}"
+    );
+    assert_eq!(view["mime"], "image/png");
+    let png = dir.join("page.png");
+    std::fs::write(&png, fetch(s, view["url"].as_str().unwrap())).unwrap();
+    assert_eq!(pixel(&png, 10, 10), [0, 0, 255]);
+    assert_eq!(pixel(&png, 790, 590), [255, 0, 0]);
+
+    // The whole page.
+    let view = shot(
+        s,
+        id,
+        "full page screenshot",
+        json!({"url": "http://localhost:3001/", "width": 800, "height": 600, "fullPage": true}),
+    );
+    let height = view["height"].as_u64().unwrap();
+    assert!((2900..=3100).contains(&height), "{view}");
+
+    // The virtual display (Xvfb :99, from xvfb.service or started by boxd).
+    let view = shot(s, id, "display screenshot", json!({}));
+    assert_eq!(
+        (view["width"].as_u64(), view["height"].as_u64()),
+        (Some(1920), Some(1080)),
+        "{view}"
+    );
+
+    // A recording of the display, 3 s, that plays for about 3 s.
+    let view = shot(
+        s,
+        id,
+        "display recording 3s webm",
+        json!({"kind": "recording", "seconds": 3}),
+    );
+    assert_eq!(view["mime"], "video/webm", "{view}");
+    let webm = dir.join("display.webm");
+    std::fs::write(&webm, fetch(s, view["url"].as_str().unwrap())).unwrap();
+    let seconds = duration(&webm);
+    assert!((2.4..=3.8).contains(&seconds), "{seconds}s: {view}");
+    assert!(view["posterUrl"].is_string(), "{view}");
+
+    // A recording of the page (a chromium window on the display), mp4.
+    let view = shot(
+        s,
+        id,
+        "page recording 3s mp4 (chromium start included)",
+        json!({"kind": "recording", "seconds": 3, "format": "mp4",
+               "url": "http://localhost:3001/", "width": 800, "height": 600}),
+    );
+    assert_eq!(view["mime"], "video/mp4", "{view}");
+    let mp4 = dir.join("page.mp4");
+    std::fs::write(&mp4, fetch(s, view["url"].as_str().unwrap())).unwrap();
+    let seconds = duration(&mp4);
+    assert!((2.4..=3.8).contains(&seconds), "{seconds}s: {view}");
+    let poster = dir.join("poster.png");
+    std::fs::write(&poster, fetch(s, view["posterUrl"].as_str().unwrap())).unwrap();
+    let (top, bottom) = (pixel(&poster, 20, 20), pixel(&poster, 780, 580));
+    assert!(
+        near(top, [0, 0, 255]) && near(bottom, [255, 0, 0]),
+        "{top:?} {bottom:?}"
+    );
+
+    // Nothing serves this port: refused with chromium's reason.
+    let started = Instant::now();
+    let (status, answer) = s.call(
+        "POST",
+        &format!("/v1/boxes/{id}/shots"),
+        Some(json!({"url": "http://localhost:3999/"})),
+    );
+    eprintln!(
+        "review: refused page: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(status, 502, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("ERR_CONNECTION_REFUSED"), "{answer}");
 }
 
 #[test]
@@ -140,31 +300,13 @@ fn an_agent_shoots_a_page_hands_the_box_over_and_gets_the_circled_feedback() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("recording.webm");
     std::fs::write(&file, fetch(&s, recording["url"].as_str().unwrap())).unwrap();
-    let probe = std::process::Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-show_entries",
-            "format=duration",
-            "-of",
-            "csv=p=0",
-        ])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let duration: f64 = String::from_utf8_lossy(&probe.stdout)
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| {
-            panic!(
-                "ffprobe read no duration: {}",
-                String::from_utf8_lossy(&probe.stderr)
-            )
-        });
+    let seconds = duration(&file);
     assert!(
-        (2.0..=4.5).contains(&duration),
-        "a 3 s recording lasts {duration} s"
+        (2.0..=4.5).contains(&seconds),
+        "a 3 s recording lasts {seconds} s"
     );
+
+    shots_through_rest(&s, &box_id, dir.path());
 
     // The hand-over: the agent waits while the person answers in the app.
     let agent = {
@@ -254,5 +396,6 @@ fn an_agent_shoots_a_page_hands_the_box_over_and_gets_the_circled_feedback() {
     });
     assert_eq!(s.db_box_state(&box_id).as_deref(), Some("stopped"));
     let kept = s.ok("GET", &format!("/v1/boxes/{box_id}/shots"), None);
-    assert_eq!(kept["shots"].as_array().unwrap().len(), 3, "{kept}");
+    // The agent's three and the five taken through REST.
+    assert_eq!(kept["shots"].as_array().unwrap().len(), 8, "{kept}");
 }
