@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Fixture, fixture, state};
+use common::{Fixture, a_box, fixture, logs, state};
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{Service, ServiceResponse};
@@ -18,42 +18,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use psbx_actors::box_actor::state::BoxState;
 use psbx_actors::ids::{AccountId, BoxId};
-use psbx_actors::store::NewBox;
 use psbx_server::app;
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
 
 const PASSWORD: &str = "correct horse battery";
-
-/// Every log line the test process writes (its subscriber is global: each
-/// test runs in a process of its own under nextest).
-fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let writer = buffer.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Captured(writer.clone()))
-            .try_init();
-        buffer
-    })
-    .clone()
-}
-
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// A browser: its cookies, and every answer it saw.
 #[derive(Default)]
@@ -173,24 +141,6 @@ impl Browser {
         )
         .await
     }
-}
-
-/// A box of `account` in `state`, as a row (no VM).
-fn a_box(f: &Fixture, account: &AccountId, state: BoxState) -> String {
-    let unit = psbx_actors::settings::Unit {
-        vcpus: 1,
-        memory_mib: 256,
-        disk_gb: 1,
-    };
-    let id = BoxId::generate().unwrap();
-    f.store
-        .insert_box(&NewBox {
-            account_id: Some(account.clone()),
-            goal: Some("try the <home> page".into()),
-            ..NewBox::for_size(id.clone(), "test:///", "test", state, 1, unit)
-        })
-        .unwrap();
-    id.to_string()
 }
 
 /// The fixture with a password on its first account.

@@ -11,6 +11,10 @@
 //! server and actor crates, which an in-process server needs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::logs;
+
 use actix_web::HttpServer;
 use actix_web::dev::ServerHandle;
 use psbx_actors::connectors::Router;
@@ -26,40 +30,12 @@ use psbx_server::app::{self, AppState, Parts};
 use psbx_server::config::{BoxesConfig, Config};
 use psbx_tests::TestDatabase;
 use serde_json::{Value, json};
-use std::io::Write;
+
 use std::net::TcpListener;
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 const PASSWORD: &str = "correct horse battery";
-
-/// Every log line of this test process (each test runs in its own under nextest).
-fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let writer = buffer.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Captured(writer.clone()))
-            .try_init();
-        buffer
-    })
-    .clone()
-}
-
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// The app serving on loopback with a fake host; stopped when dropped.
 struct Served {

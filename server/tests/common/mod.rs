@@ -12,6 +12,8 @@ use psbx_actors::store::{Bootstrap, NewBox, PoolOptions, Store};
 use psbx_server::app::{self, AppState};
 use psbx_server::config::Config;
 use psbx_tests::TestDatabase;
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The public URL the test app believes it has.
 pub const URL: &str = "http://localhost:8080";
@@ -69,7 +71,7 @@ pub fn bearer(key: &str) -> (header::HeaderName, String) {
     (header::AUTHORIZATION, format!("Bearer {key}"))
 }
 
-/// A box of `account` in `state`, as a row (no VM).
+/// A box of `account` in `state`, as a row (no VM), with a goal pages must escape.
 pub fn a_box(f: &Fixture, account: &AccountId, state: BoxState) -> String {
     let unit = psbx_actors::settings::Unit {
         vcpus: 1,
@@ -80,8 +82,38 @@ pub fn a_box(f: &Fixture, account: &AccountId, state: BoxState) -> String {
     f.store
         .insert_box(&NewBox {
             account_id: Some(account.clone()),
+            goal: Some("try the <home> page".into()),
             ..NewBox::for_size(id.clone(), "test:///", "test", state, 1, unit)
         })
         .unwrap();
     id.to_string()
+}
+
+/// Every log line the test process writes (its subscriber is global: each
+/// test runs in a process of its own under nextest).
+pub fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let writer = buffer.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || Captured(writer.clone()))
+            .try_init();
+        buffer
+    })
+    .clone()
+}
+
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
