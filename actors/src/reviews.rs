@@ -152,15 +152,20 @@ fn invalid(message: impl Into<String>) -> ReviewError {
     ReviewError::Invalid(message.into())
 }
 
-/// `text` trimmed, at most `max` characters, or why not.
+/// `text` trimmed, once it is at most `max` characters and has no NUL
+/// (which PostgreSQL's text cannot hold), or why not.
 fn bounded(field: &str, text: &str, max: usize) -> Result<String, ReviewError> {
-    let text = text.trim();
     if text.chars().count() > max {
         return Err(invalid(format!(
             "{field} is longer than {max} characters: shorten it"
         )));
     }
-    Ok(text.to_owned())
+    if text.contains('\0') {
+        return Err(invalid(format!(
+            "{field} contains NUL (\\u0000): send text without it"
+        )));
+    }
+    Ok(text.trim().to_owned())
 }
 
 fn check_urls(urls: &[String]) -> Result<Vec<String>, ReviewError> {
@@ -172,15 +177,13 @@ fn check_urls(urls: &[String]) -> Result<Vec<String>, ReviewError> {
     }
     urls.iter()
         .map(|url| {
-            let url = url.trim();
-            let fine = url.len() <= URL_MAX
-                && url::Url::parse(url)
-                    .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
-            if fine {
-                Ok(url.to_owned())
+            if url.len() <= URL_MAX && psbx_wire::boxd::is_page_url(url) {
+                Ok(url.clone())
             } else {
                 Err(invalid(format!(
-                    "{url:?} in urls is not an http(s) URL of at most {URL_MAX} bytes: give the pages to look at, such as the box's URL"
+                    "{url:?} in urls is not an http(s) URL of at most {URL_MAX} bytes (a host name, \
+                     an optional port, a path without spaces or non-ASCII characters): give the \
+                     pages to look at, such as the box's URL"
                 )))
             }
         })

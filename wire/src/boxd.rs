@@ -45,7 +45,10 @@ use crate::dns::Transport;
 use serde::{Deserialize, Serialize};
 
 pub mod shot;
-pub use shot::{ShotAnswer, ShotHeader, ShotKind, ShotRefusal, ShotRequest, VideoFormat};
+pub use shot::{
+    PAGE_URL_PATTERN, ShotAnswer, ShotHeader, ShotKind, ShotRefusal, ShotRequest, VideoFormat,
+    is_page_url,
+};
 
 /// A service boxd serves: the target of the stream the server opens for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

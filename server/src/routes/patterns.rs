@@ -111,6 +111,50 @@ pub fn constraints() -> Vec<(&'static str, &'static str, Value)> {
             "/properties/entries/items",
             json!({"pattern": psbx_actors::box_access::entry_pattern()}),
         ),
+        (
+            "TakeShot",
+            "/properties/url",
+            json!({"pattern": psbx_wire::boxd::PAGE_URL_PATTERN}),
+        ),
+        (
+            "TakeShot",
+            "/properties/kind",
+            json!({"enum": ["screenshot", "recording", null]}),
+        ),
+        (
+            "TakeShot",
+            "/properties/format",
+            json!({"enum": ["webm", "mp4", null]}),
+        ),
+        // fullPage: a screenshot of a page only.
+        (
+            "TakeShot",
+            "",
+            json!({
+                "if": {"properties": {"fullPage": {"const": true}}, "required": ["fullPage"]},
+                "then": {
+                    "required": ["url"],
+                    "properties": {"url": {"type": "string"}, "kind": {"enum": ["screenshot", null]}},
+                },
+            }),
+        ),
+        ("HandOver", "/properties/title", json!({"pattern": COMMAND})),
+        (
+            "HandOver",
+            "/properties/summary",
+            json!({"pattern": NO_NUL}),
+        ),
+        (
+            "HandOver",
+            "/properties/urls/items",
+            json!({"pattern": psbx_wire::boxd::PAGE_URL_PATTERN, "maxLength": 2048}),
+        ),
+        ("AnswerItem", "/properties/text", json!({"pattern": NO_NUL})),
+        (
+            "AnswerItem",
+            "/properties/image",
+            json!({"contentEncoding": "base64", "contentMediaType": "image/png"}),
+        ),
     ]
 }
 

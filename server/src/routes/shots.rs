@@ -25,10 +25,10 @@ pub struct TakeShot {
     #[schema(max_length = 8192)]
     pub url: Option<String>,
     /// `screenshot` (default) or `recording`.
-    #[schema(value_type = Option<String>, pattern = "^(screenshot|recording)$")]
+    #[schema(value_type = Option<String>)]
     #[schemars(with = "Option<String>")]
     pub kind: Option<ShotKind>,
-    /// A recording's length in seconds (1 to 60, default 5).
+    /// A recording's length in seconds (1 to 60, default 5; checked for screenshots too).
     #[schema(minimum = 1, maximum = 60)]
     pub seconds: Option<u32>,
     /// The page's viewport in CSS pixels (320 to 3840, default 1280).
@@ -40,7 +40,7 @@ pub struct TakeShot {
     /// The whole page, not only the viewport (screenshots of a page; cut at 16384 px).
     pub full_page: Option<bool>,
     /// A recording's format: `webm` (default) or `mp4`.
-    #[schema(value_type = Option<String>, pattern = "^(webm|mp4)$")]
+    #[schema(value_type = Option<String>)]
     #[schemars(with = "Option<String>")]
     pub format: Option<VideoFormat>,
 }
@@ -51,7 +51,7 @@ impl TakeShot {
         let defaults = ShotRequest::default();
         ShotRequest {
             kind: self.kind.unwrap_or(defaults.kind),
-            url: self.url.filter(|u| !u.trim().is_empty()),
+            url: self.url,
             width: self.width.unwrap_or(defaults.width),
             height: self.height.unwrap_or(defaults.height),
             full_page: self.full_page.unwrap_or(false),
