@@ -27,7 +27,7 @@ fn first_start_creates_one_account_and_key_and_never_again() {
         "a second start re-initialised"
     );
     // Opening again (a restart) runs no migration twice and keeps the data.
-    let again = store(&db);
+    let again = Store::open(db.url(), PoolOptions::short_lived(3)).unwrap();
     assert_eq!(
         again.default_account().unwrap().unwrap().id,
         first.account.id
