@@ -146,9 +146,16 @@ async fn heartbeat(
     shots: psbx_actors::shots::Shots,
 ) {
     let mut tick = actix_web::rt::time::interval(HEARTBEAT);
+    let mut first = true;
     loop {
         tick.tick().await;
-        match shots.sweep().await {
+        // Not on the first tick, which runs as the server starts (a stop
+        // right after would cut the sweep's database calls off mid-way).
+        match if std::mem::take(&mut first) {
+            Ok(0)
+        } else {
+            shots.sweep().await
+        } {
             Ok(0) => {}
             Ok(n) => tracing::info!(deleted = n, "deleted the shots of stopped boxes"),
             Err(e) => {
