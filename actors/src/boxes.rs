@@ -5,7 +5,9 @@
 use crate::blocking::blocking;
 use crate::box_actor::link::LinkHandle;
 use crate::box_actor::state::BoxState;
-use crate::box_actor::{BoxSnapshot, Channel, Forget, Keep, Status, Stop, Touch};
+use crate::box_actor::{
+    BoxSnapshot, Channel, Forget, Keep, PING_TIMEOUT, Status, Stop, Touch, WOKEN_PATIENCE,
+};
 use crate::box_urls::{BoxAddress, BoxUrls};
 use crate::duration;
 use crate::environments::Environments;
@@ -295,6 +297,9 @@ impl Boxes {
                 addr.send(Status {
                     thaw: false,
                     touch: false,
+                    // A pooled box is just resumed: boxd may be starting
+                    // its session again.
+                    patience: WOKEN_PATIENCE,
                 })
                 .await,
             )?
@@ -356,9 +361,15 @@ impl Boxes {
     ) -> Result<BoxSnapshot, BoxError> {
         match self.actor(account, id).await? {
             Err(record) => Ok(self.snapshot_of_row(record)),
-            Ok(addr) => {
-                send(addr.send(Status { thaw, touch: true }).await)?.map(|s| self.dressed(s))
-            }
+            Ok(addr) => send(
+                addr.send(Status {
+                    thaw,
+                    touch: true,
+                    patience: PING_TIMEOUT,
+                })
+                .await,
+            )?
+            .map(|s| self.dressed(s)),
         }
     }
 

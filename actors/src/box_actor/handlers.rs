@@ -14,20 +14,24 @@ use crate::store::Transition;
 use actix::fut::{ActorFutureExt, WrapFuture, ready};
 use actix::prelude::*;
 use std::sync::Arc;
+use std::time::Duration;
 
 type Reply<T> = AtomicResponse<BoxActor, Result<T, BoxError>>;
 type Flow<T> = ResponseActFuture<BoxActor, Result<T, BoxError>>;
 
 /// How often a box's actor writes its activity at most: a touch within this
 /// long of the last one it wrote changes nothing.
-const TOUCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+const TOUCH_EVERY: Duration = Duration::from_secs(1);
 /// Read the box (and ask boxd how it is). `thaw`: wake a frozen box first;
-/// `touch`: count this as activity.
+/// `touch`: count this as activity; `patience`: how long boxd has to answer
+/// (a box just woken may be saying hello again first), else its health is
+/// unknown.
 #[derive(Message)]
 #[rtype(result = "Result<BoxSnapshot, BoxError>")]
 pub struct Status {
     pub thaw: bool,
     pub touch: bool,
+    pub patience: Duration,
 }
 
 /// Keep the box this long after its last activity.
@@ -158,8 +162,9 @@ impl BoxActor {
         )
     }
 
-    /// Counts activity now when `touch`, and pings boxd when running.
-    fn refresh(&mut self, touch: bool) -> Flow<BoxSnapshot> {
+    /// Counts activity now when `touch`, and pings boxd when running, waiting
+    /// `patience` for its answer.
+    fn refresh(&mut self, touch: bool, patience: Duration) -> Flow<BoxSnapshot> {
         if self.record.state.is_terminal() {
             return Box::pin(ready(Err(self.over())));
         }
@@ -168,7 +173,7 @@ impl BoxActor {
         } else {
             Box::pin(ready(Ok(())))
         };
-        Box::pin(touched.then(|result, act, _| -> Flow<BoxSnapshot> {
+        Box::pin(touched.then(move |result, act, _| -> Flow<BoxSnapshot> {
             if let Err(e) = result {
                 return Box::pin(ready(Err(e)));
             }
@@ -178,10 +183,10 @@ impl BoxActor {
             Box::pin(
                 async move {
                     match link {
-                        Some(link) => match link.ping(PING_TIMEOUT).await {
+                        Some(link) => match link.ping(patience).await {
                             // The hello of the session that answered: a boxd
                             // restarted since the last one says hello again.
-                            Ok(health) => (Some(health), link.hello(PING_TIMEOUT).await.ok()),
+                            Ok(health) => (Some(health), link.hello(patience).await.ok()),
                             Err(_) => (None, None),
                         },
                         None => (None, None),
@@ -272,7 +277,7 @@ impl Handler<Status> for BoxActor {
             Box::pin(ready(Ok(())))
         };
         AtomicResponse::new(Box::pin(thaw.then(move |result, act, _| match result {
-            Ok(()) => act.refresh(msg.touch),
+            Ok(()) => act.refresh(msg.touch, msg.patience),
             Err(e) => Box::pin(ready(Err(e))),
         })))
     }
@@ -296,7 +301,7 @@ impl Handler<Keep> for BoxActor {
                         .then(move |result, act, _| match result {
                             Ok(()) => {
                                 act.record.keep_secs = msg.keep_secs;
-                                act.refresh(true)
+                                act.refresh(true, PING_TIMEOUT)
                             }
                             Err(e) => Box::pin(ready(Err(e.into()))),
                         }),

@@ -63,7 +63,10 @@ impl BoxSnapshot {
 }
 
 /// How long a status call waits for boxd's pong.
-const PING_TIMEOUT: Duration = Duration::from_secs(5);
+pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the status read right after a start waits for it: a pooled box
+/// was resumed a moment ago, and a busy host may take seconds to run it.
+pub const WOKEN_PATIENCE: Duration = Duration::from_secs(15);
 
 pub struct BoxActor {
     record: BoxRecord,

@@ -89,17 +89,24 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         }
         .run();
         let stop_on_signal = stop_on_signal(http.handle(), hub.clone())?;
+        let (stop_heartbeat, heartbeat_stops) = tokio::sync::oneshot::channel();
         let heartbeat = actix_web::rt::spawn(heartbeat(
             store.clone(),
             server.id.clone(),
             hub.egress().clone(),
             shots,
+            heartbeat_stops,
         ));
         tracing::info!(%url, replica = %server.id, "serving");
         print_now(&banner::listening(&url));
         let done = http.await;
         stop_on_signal.abort();
-        heartbeat.abort();
+        // The heartbeat ends between ticks: one cut off inside its blocking
+        // database calls would leave them running as the process exits.
+        let _ = stop_heartbeat.send(());
+        if let Err(e) = heartbeat.await {
+            tracing::warn!(error = %e, "the heartbeat task failed");
+        }
         boxes.shutdown().await;
         // The box streams are closed now: what they sent is counted.
         if let Err(e) = hub.egress().flush(&store).await {
@@ -138,24 +145,22 @@ fn stop_on_signal(
 
 /// Every `HEARTBEAT`: this replica's row, the connector sessions of gone
 /// replicas, old takeover links, the egress counted since the last one, and
-/// the shots of boxes that stopped (but those reviews keep).
+/// the shots of boxes that stopped (but those reviews keep); until `stop`,
+/// which it heeds between ticks.
 async fn heartbeat(
     store: Store,
     id: psbx_actors::ids::ServerId,
     egress: Egress,
     shots: psbx_actors::shots::Shots,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let mut tick = actix_web::rt::time::interval(HEARTBEAT);
-    let mut first = true;
     loop {
-        tick.tick().await;
-        // Not on the first tick, which runs as the server starts (a stop
-        // right after would cut the sweep's database calls off mid-way).
-        match if std::mem::take(&mut first) {
-            Ok(0)
-        } else {
-            shots.sweep().await
-        } {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = &mut stop => return,
+        }
+        match shots.sweep().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(deleted = n, "deleted the shots of stopped boxes"),
             Err(e) => {
