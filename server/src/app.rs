@@ -108,7 +108,7 @@ impl AppState {
         let boxes = Arc::new(
             Boxes::new(
                 store.clone(),
-                config.boxes.settings(&config.data_dir)?,
+                config.boxes.settings(config.shared_dir())?,
                 host,
                 secrets.clone(),
                 environments.clone(),

@@ -39,8 +39,16 @@ pub struct Config {
     /// (`deploy/aws/box-role.yaml`, uploaded to S3); environments then offer a
     /// quick-create link.
     pub aws_box_role_template_url: Option<String>,
-    /// Where psbx keeps its state: the embedded PostgreSQL cluster, keys, images.
+    /// Where psbx keeps its state: the master key, TLS files, shots, and
+    /// (unless `shared_dir` says otherwise) the embedded PostgreSQL cluster,
+    /// images and box disks.
     pub data_dir: PathBuf,
+    /// Where the state other users must reach lives: the embedded cluster
+    /// (`pg/`, run as `postgres.user`), images (`images/`) and box disks
+    /// (`boxes/`, opened by libvirt's QEMU). Default: the data directory, or
+    /// as root `/var/lib/psbx/data-<hash>` when a directory above the data
+    /// directory is closed to other users (a clone under `/root`).
+    pub shared_dir: Option<PathBuf>,
     /// Where screenshots, recordings and reviewers' images are kept (the
     /// directory shot storage); default `<data_dir>/shots`.
     pub shots_dir: Option<PathBuf>,
@@ -89,6 +97,11 @@ impl Default for TakeoverConfig {
 }
 
 impl Config {
+    /// Where the cluster, images and box disks live (see `shared_dir`).
+    pub fn shared_dir(&self) -> &Path {
+        self.shared_dir.as_deref().unwrap_or(&self.data_dir)
+    }
+
     /// Where the shot storage keeps its files.
     pub fn shots_dir(&self) -> PathBuf {
         self.shots_dir
@@ -229,7 +242,7 @@ pub struct BoxesConfig {
     pub enabled: bool,
     /// `auto` (prove KVM with a short boot, else TCG), `kvm` or `tcg`.
     pub accel: AccelChoice,
-    /// Images: `<images_dir>/<image>/manifest.json`; default `<data_dir>/images`.
+    /// Images: `<images_dir>/<image>/manifest.json`; default `<shared_dir>/images`.
     pub images_dir: Option<PathBuf>,
     /// The image boxes start from (`scripts/image/<name>` builds it).
     pub image: String,
@@ -250,7 +263,7 @@ pub struct BoxesConfig {
     /// memory this share of the host's memory.
     pub cpu_overcommit: f64,
     pub memory_overcommit: f64,
-    /// Disk (GiB) under `data_dir/boxes` never promised to boxes: room for the
+    /// Disk (GiB) under `<shared_dir>/boxes` never promised to boxes: room for the
     /// embedded PostgreSQL and logs on the same file system.
     pub disk_margin_gb: u64,
     /// Disk boxes may still write (each up to `unit_disk_gb` × size plus its
@@ -314,17 +327,18 @@ impl Default for BoxesConfig {
 
 impl BoxesConfig {
     /// The settings the actors use, durations parsed.
-    pub fn settings(&self, data_dir: &Path) -> Result<BoxSettings, ConfigError> {
+    /// `shared_dir` holds `boxes/` and, by default, `images/`.
+    pub fn settings(&self, shared_dir: &Path) -> Result<BoxSettings, ConfigError> {
         let duration = |key: &str, text: &str| {
             psbx_actors::duration::parse(text)
                 .map_err(|e| ConfigError::Invalid(format!("boxes.{key}: {e}")))
         };
         let settings = BoxSettings {
-            boxes_dir: data_dir.join("boxes"),
+            boxes_dir: shared_dir.join("boxes"),
             images_dir: self
                 .images_dir
                 .clone()
-                .unwrap_or_else(|| data_dir.join("images")),
+                .unwrap_or_else(|| shared_dir.join("images")),
             image: self.image.clone(),
             unit: Unit {
                 vcpus: self.unit_vcpus,
@@ -437,6 +451,7 @@ impl Default for Config {
             connector_image: "psbx-connector:latest".to_owned(),
             aws_box_role_template_url: None,
             data_dir: PathBuf::from(".psbx"),
+            shared_dir: None,
             shots_dir: None,
             database_url: None,
             database_pool_size: 10,
@@ -513,6 +528,12 @@ impl Config {
         config.data_dir = std::path::absolute(&config.data_dir).map_err(|e| {
             ConfigError::Invalid(format!("data_dir {}: {e}", config.data_dir.display()))
         })?;
+        config.shared_dir = Some(match &config.shared_dir {
+            Some(dir) => std::path::absolute(dir).map_err(|e| {
+                ConfigError::Invalid(format!("shared_dir {}: {e}", dir.display()))
+            })?,
+            None => crate::shared_dir::default_for(&config.data_dir),
+        });
         config.validate()?;
         Ok(config)
     }
@@ -549,7 +570,7 @@ impl Config {
                     .to_owned(),
             ));
         }
-        self.boxes.settings(&self.data_dir)?;
+        self.boxes.settings(self.shared_dir())?;
         self.takeover.link_ttl()?;
         crate::client_addr::TrustedProxies::parse(&self.trusted_proxies)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;

@@ -50,10 +50,10 @@ impl Database {
                 cluster_to_stop: None,
             });
         }
-        let cluster = EmbeddedPostgres::new(&config.data_dir, &config.postgres)?;
+        let cluster = EmbeddedPostgres::new(config.shared_dir(), &config.postgres)?;
         let running = cluster.ensure_running(opener == Opener::Server)?;
         let stop = opener == Opener::Server || running.started_here;
-        let location = format!("embedded ({})", config.data_dir.join("pg").display());
+        let location = format!("embedded ({})", config.shared_dir().join("pg").display());
         match Store::open(&running.url, options) {
             Ok(store) => Ok(Self {
                 store: store.with_quotas(config.quotas.quotas()),

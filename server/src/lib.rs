@@ -21,4 +21,5 @@ pub mod pack;
 pub mod request_span;
 pub mod routes;
 pub mod server_info;
+pub mod shared_dir;
 pub mod tls;

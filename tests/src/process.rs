@@ -64,16 +64,27 @@ impl ServerProcess {
         if !args.contains(&"--listen") {
             command.args(["--listen", "127.0.0.1:0"]);
         }
-        command
-            .args(args)
-            .env_remove("DATABASE_URL")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        command.args(args);
         for (k, v) in envs {
             command.env(k, v);
         }
+        Self::spawn(command)
+    }
+
+    /// Runs `command` (which ends in `psbx serve`: `scripts/serve`, say) with
+    /// no DATABASE_URL and `RUST_LOG=info` unless it sets them, and waits (up
+    /// to 90 s) until it listens.
+    pub fn spawn(mut command: Command) -> Self {
+        if !command.get_envs().any(|(k, _)| k == "RUST_LOG") {
+            command.env("RUST_LOG", "info");
+        }
+        if !command.get_envs().any(|(k, _)| k == "DATABASE_URL") {
+            command.env_remove("DATABASE_URL");
+        }
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = command.spawn().expect("starting psbx serve");
         let stdout = child.stdout.take().expect("stdout");
         let stderr = child.stderr.take().expect("stderr");

@@ -322,8 +322,17 @@ impl Drop for BoxServer {
 
 /// Removes the libvirt domain of every box in a test database, and the box
 /// network rules of its installation (a killed server leaves them).
-struct DomainGuard {
+pub struct DomainGuard {
     url: String,
+}
+
+impl DomainGuard {
+    /// A guard for the boxes of the database at `url`.
+    pub fn new(url: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+        }
+    }
 }
 
 impl Drop for DomainGuard {

@@ -58,7 +58,7 @@ pub fn run_boxes(config: &Config, command: BoxesCommand) -> anyhow::Result<()> {
             }
         }
         BoxesCommand::Stop { id } => {
-            let settings = config.boxes.settings(&config.data_dir)?;
+            let settings = config.boxes.settings(config.shared_dir())?;
             let record =
                 psbx_actors::boxes::stop_directly(store, &settings, &config.libvirt_uri, &id)?;
             println!("{} is {}", record.id, record.state);

@@ -68,6 +68,9 @@ pub enum Command {
 pub enum ConfigCommand {
     /// Print the effective configuration (every source applied), secrets redacted.
     Show,
+    /// Print where this configuration keeps things, as `name=path` lines
+    /// (data_dir, shared_dir, images_dir, boxes_dir, shots_dir).
+    Paths,
 }
 
 /// Parses the command line and runs the command.
@@ -99,9 +102,18 @@ pub fn main() -> anyhow::Result<()> {
             if config.database_url.is_none() {
                 println!(
                     "# database: embedded PostgreSQL under {}",
-                    config.data_dir.join("pg").display()
+                    config.shared_dir().join("pg").display()
                 );
             }
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Paths) => {
+            let boxes = config.boxes.settings(config.shared_dir())?;
+            println!("data_dir={}", config.data_dir.display());
+            println!("shared_dir={}", config.shared_dir().display());
+            println!("images_dir={}", boxes.images_dir.display());
+            println!("boxes_dir={}", boxes.boxes_dir.display());
+            println!("shots_dir={}", config.shots_dir().display());
             Ok(())
         }
         Command::Keys(command) => {

@@ -30,6 +30,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
     let _lock = lock_data_dir(&config.data_dir)?;
+    crate::shared_dir::prepare(&config)?;
     let tls = tls::server_config(&config)?;
     let listener = TcpListener::bind(config.listen)
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -47,7 +48,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".to_owned());
     let server = store.register_server(&hostname, env!("CARGO_PKG_VERSION"))?;
-    let box_settings = config.boxes.settings(&config.data_dir)?;
+    let box_settings = config.boxes.settings(config.shared_dir())?;
     let vault = Vault::open_or_create(&config.master_key_path())?;
     let secrets = Secrets::new(store.clone(), vault)?;
 

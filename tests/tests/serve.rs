@@ -1,0 +1,214 @@
+//! `scripts/serve` as a new user runs it: from a clone under a directory
+//! other users cannot enter (root's home is 0700), on the embedded defaults.
+//! The embedded cluster (run as `postgres`) and the box files (opened by
+//! QEMU as another user) must live where those users reach; the first box,
+//! asked for the moment the server answers (its pool box still booting),
+//! starts from the production image.
+//!
+//! The clone is a copy of this checkout's `scripts/`; the binaries are the
+//! test build's (`PSBX_SERVE_BIN_DIR`), and the images come from
+//! `PSBX_TEST_IMAGES_DIR`, where scripts/test built them with the same boxd
+//! (so scripts/serve finds the Debian image current). The boxes' names go
+//! to a resolver nobody answers on loopback, and their traffic to test ranges
+//! only.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use psbx_tests::ServerProcess;
+use psbx_tests::vm::{DomainGuard, images_dir};
+use serde_json::json;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Everything the run made, removed however the test ends: the boxes'
+/// domains and rules (through the embedded database, while it runs), the
+/// server, its cluster, and the shared directory outside the clone.
+struct Cleanup {
+    server: Option<ServerProcess>,
+    shared: PathBuf,
+}
+
+impl Cleanup {
+    /// The embedded cluster's URL, read from its files, while it runs.
+    fn database_url(&self) -> Option<String> {
+        let pg = self.shared.join("pg");
+        let password = std::fs::read_to_string(pg.join("password")).ok()?;
+        let pid = std::fs::read_to_string(pg.join("data/postmaster.pid")).ok()?;
+        let port = pid.lines().nth(3)?.trim().to_owned();
+        Some(format!(
+            "postgres://psbx:{}@127.0.0.1:{port}/psbx",
+            password.trim()
+        ))
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(url) = self.database_url() {
+            drop(DomainGuard::new(&url));
+        }
+        if let Some(server) = self.server.take() {
+            server.kill();
+        }
+        let data = self.shared.join("pg/data");
+        if data.join("postmaster.pid").exists() {
+            let pg_ctl = std::fs::read_dir("/usr/lib/postgresql")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path().join("bin/pg_ctl"))
+                .find(|p| p.is_file());
+            if let Some(pg_ctl) = pg_ctl {
+                let _ = Command::new("runuser")
+                    .args(["-u", "postgres", "--"])
+                    .arg(pg_ctl)
+                    .args(["stop", "-m", "immediate", "-D"])
+                    .arg(&data)
+                    .status();
+            }
+        }
+        if self.shared.starts_with("/var/lib/psbx/") {
+            let _ = std::fs::remove_dir_all(&self.shared);
+        }
+    }
+}
+
+/// `psbx config paths` from `cwd`: name → path.
+fn paths(cwd: &Path) -> std::collections::HashMap<String, PathBuf> {
+    let out = Command::new(psbx_tests::binary("psbx"))
+        .current_dir(cwd)
+        .args(["config", "paths"])
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), PathBuf::from(v)))
+        .collect()
+}
+
+#[test]
+fn scripts_serve_from_a_closed_home_starts_a_debian_box_at_once() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test runs scripts/serve as root, as a new user on a fresh machine does"
+    );
+    let images = images_dir();
+    assert!(
+        images.join("debian/manifest.json").is_file(),
+        "{} has no production image: scripts/test builds it",
+        images.display()
+    );
+    let top = tempfile::tempdir().unwrap();
+    let home = top.path().join("home");
+    let clone = home.join("psbx");
+    std::fs::create_dir_all(&clone).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(repo.join("scripts"))
+        .arg(&clone)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+
+    let where_ = paths(&clone);
+    let shared = where_["shared_dir"].clone();
+    assert_eq!(where_["data_dir"], clone.join(".psbx"));
+    assert!(
+        shared.starts_with("/var/lib/psbx/"),
+        "the cluster and box files would stay under the closed {}: {where_:?}",
+        home.display()
+    );
+    let mut cleanup = Cleanup {
+        server: None,
+        shared: shared.clone(),
+    };
+
+    let bin_dir = psbx_tests::binary("psbx").parent().unwrap().to_owned();
+    // What scripts/serve does first, here where it may take its minutes when
+    // the image is not current (scripts/test made it so).
+    let image = Command::new(clone.join("scripts/image/debian"))
+        .arg(images.join("debian"))
+        .arg(bin_dir.join("boxd"))
+        .status()
+        .unwrap();
+    assert!(image.success(), "scripts/image/debian failed");
+    let mut serve = Command::new(clone.join("scripts/serve"));
+    serve
+        .current_dir(&clone)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("PSBX_SKIP_SETUP", "1")
+        .env("PSBX_SERVE_BIN_DIR", &bin_dir)
+        .env("PSBX_BOXES__IMAGES_DIR", &images)
+        .env("PSBX_BOXES__ACCEL", "tcg")
+        .env("PSBX_BOXES__EGRESS__RESOLVERS", "[\"127.0.0.1:9\"]")
+        .env(
+            "PSBX_BOXES__EGRESS__ONLY",
+            "[\"198.51.100.0/24\", \"203.0.113.0/24\"]",
+        )
+        .env_remove("PSBX_BOXES__IMAGE");
+    let server = cleanup.server.insert(ServerProcess::spawn(serve));
+    let key = server
+        .first_key()
+        .expect("a first start prints the first key");
+    let url = server.url.clone();
+    assert!(
+        shared.join("pg/data/PG_VERSION").is_file(),
+        "the cluster is not under {}",
+        shared.display()
+    );
+    let data_mode = std::fs::metadata(clone.join(".psbx"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        data_mode & 0o077,
+        0,
+        "the data dir (master key) is open to others"
+    );
+
+    let (status, health) = psbx_tests::api::call(&url, "", "GET", "/v1/health", None);
+    assert_eq!(status, 200, "{health}");
+    let (status, started) = psbx_tests::api::call(
+        &url,
+        &key,
+        "POST",
+        "/v1/boxes",
+        Some(json!({"name": "first"})),
+    );
+    assert_eq!(status, 201, "{started}");
+    assert_eq!(started["image"], "debian", "{started}");
+    assert_eq!(started["state"], "running", "{started}");
+    let id = started["id"].as_str().unwrap();
+    assert!(
+        shared.join("boxes").join(id).is_dir(),
+        "the box's files are not under {}",
+        shared.display()
+    );
+    let ran = psbx_tests::api::ok(
+        &url,
+        &key,
+        "POST",
+        &format!("/v1/boxes/{id}/exec"),
+        Some(json!({"cmd": ". /etc/os-release && echo \"$PRETTY_NAME\"", "timeout": "60s"})),
+    );
+    assert_eq!(ran["exitCode"], 0, "{ran}");
+    assert!(
+        ran["stdout"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Debian GNU/Linux 12"),
+        "{ran}"
+    );
+    let (status, stopped) =
+        psbx_tests::api::call(&url, &key, "DELETE", &format!("/v1/boxes/{id}"), None);
+    assert_eq!(status, 200, "{stopped}");
+
+    let (clean, log) = cleanup.server.take().unwrap().stop();
+    assert!(clean, "{log}");
+}
