@@ -89,6 +89,8 @@ fn world(pool_size: usize) -> World {
         pool_unit_sizes: vec![1],
         cpu_overcommit: 1.0,
         memory_overcommit: 1.0,
+        memory_margin_mib: 0,
+        pressure_available_mib: 0,
         disk_margin_gb: 0,
         disk_overcommit: 1.0,
         boot_timeout: MINUTE,
