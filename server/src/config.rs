@@ -270,8 +270,12 @@ pub struct BoxesConfig {
     pub disk_margin_gb: u64,
     /// Disk boxes may still write (each up to `unit_disk_gb` × size plus its
     /// memory for a freeze) may reach this multiple of the free space above
-    /// the margin; 1.0 never overcommits, overlays being thin a higher value
-    /// trades safety for boxes.
+    /// the margin; 1.0 never overcommits. 32.0: overlays are thin (an idle
+    /// Debian box writes well under 1 GB of its 40 GB), so a host with 30 GB
+    /// free fits many boxes; a start is also refused when the managed saves
+    /// of the boxes holding memory (what each uses) and its own would not fit
+    /// in the free space above the margin, so freezes always have room. What
+    /// overcommit risks is boxes filling their overlays.
     pub disk_overcommit: f64,
     /// Longest time from starting a box to boxd's hello.
     pub boot_timeout: String,
@@ -321,7 +325,7 @@ impl Default for BoxesConfig {
             memory_margin_mib: 2048,
             pressure_available_mib: 1024,
             disk_margin_gb: 5,
-            disk_overcommit: 1.0,
+            disk_overcommit: 32.0,
             boot_timeout: "120s".to_owned(),
             network: true,
             egress: EgressConfig::default(),

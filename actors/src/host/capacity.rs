@@ -13,7 +13,10 @@
 //! what it takes already), less `memory_margin_mib` kept free.
 //!
 //! Disk promises live here too; `HostShared::check_disk` checks them against
-//! the file system.
+//! the file system, and checks that the managed saves of the boxes holding
+//! memory ([`Ledger::saves_to_come_mib`]: what each uses, its promise while
+//! it boots) fit in the free space now, so that a freeze (for pressure or
+//! idleness) never finds the disk full.
 
 use crate::ids::BoxId;
 use crate::settings::Unit;
@@ -214,6 +217,18 @@ impl Ledger {
         }
     }
 
+    /// MiB the managed saves of the boxes holding host memory may take when
+    /// they freeze: what each uses (measured), else its full promise.
+    pub fn saves_to_come_mib(&self) -> u64 {
+        self.held
+            .values()
+            .map(|h| match (h.settled, h.rss_mib) {
+                (true, Some(rss)) => rss,
+                _ => h.unit.memory_mib,
+            })
+            .sum()
+    }
+
     /// The boxes holding host memory.
     pub fn held_ids(&self) -> Vec<BoxId> {
         self.held.keys().cloned().collect()
@@ -347,6 +362,17 @@ mod tests {
         );
         l.release(&id(1));
         assert_eq!(l.admit(unit(GIB), 20 * GIB), Ok(()));
+    }
+
+    #[test]
+    fn saves_count_what_settled_boxes_use_and_the_promise_of_others() {
+        let mut l = ledger();
+        l.hold(&id(1), unit(8 * GIB));
+        l.settle(&id(1));
+        l.measure(&id(1), 300);
+        l.hold(&id(2), unit(8 * GIB));
+        l.measure(&id(2), 100);
+        assert_eq!(l.saves_to_come_mib(), 300 + 8 * GIB);
     }
 
     #[test]

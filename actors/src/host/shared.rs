@@ -359,18 +359,37 @@ impl HostShared {
         let margin = self.settings.disk_margin_gb.saturating_mul(GIB);
         let room = free.saturating_sub(margin) as f64 * self.settings.disk_overcommit;
         let wanted = disk_bytes(unit);
+        let gib = |b: u64| b as f64 / GIB as f64;
+        // Now: the saves of every box holding memory, and this box's, fit
+        // in what is free above the margin.
+        let saves = cap
+            .saves_to_come_mib()
+            .saturating_add(unit.memory_mib)
+            .saturating_mul(MIB);
+        if saves.saturating_add(margin) > free {
+            return Err(BoxError::HostFull(format!(
+                "this host's disk has no room for the saved memory of one more box: {:.1} GiB are free in {},                  {} GiB of it kept free (boxes.disk_margin_gb), and the boxes holding memory may save {:.1} GiB                  when they freeze (this box {} MiB); free disk space, stop boxes, or lower boxes.unit_memory_mib",
+                gib(free),
+                self.settings.boxes_dir.display(),
+                self.settings.disk_margin_gb,
+                gib(saves),
+                unit.memory_mib
+            )));
+        }
         if (unwritten.saturating_add(wanted)) as f64 > room {
-            let gib = |b: u64| b as f64 / GIB as f64;
             return Err(BoxError::HostFull(format!(
                 "this host's disk cannot fit a box of {} GB of disk and {} MiB of saved memory ({:.1} GiB): \
-                 {:.1} GiB are free in {}, {} GiB of it kept free, and boxes may still write {:.1} GiB",
+                 {:.1} GiB are free in {}, {} GiB of it kept free (boxes.disk_margin_gb), and boxes may still \
+                 write {:.1} GiB (times boxes.disk_overcommit {}); free disk space, stop boxes, or raise \
+                 boxes.disk_overcommit (overlays are thin)",
                 unit.disk_gb,
                 unit.memory_mib,
                 gib(wanted),
                 gib(free),
                 self.settings.boxes_dir.display(),
                 self.settings.disk_margin_gb,
-                gib(unwritten)
+                gib(unwritten),
+                self.settings.disk_overcommit
             )));
         }
         Ok(())
