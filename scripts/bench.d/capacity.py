@@ -96,6 +96,11 @@ def main():
             assert box["state"] == "running", box
             ids.append(box["id"])
             cold.append(took)
+            if len(ids) == 1:
+                _, done = server.call("POST", f"/v1/boxes/{box['id']}/exec",
+                                      {"cmd": "grep -c '^virtio_balloon ' /proc/modules"})
+                print(f"virtio_balloon loaded in the box: {done.get('stdout', done)!r}".strip(),
+                      flush=True)
             time.sleep(SETTLE)
             line(server, ids, "running idle", took)
         running = len(ids)
