@@ -168,7 +168,7 @@ impl Host {
                 .map_err(|e| LibvirtError::from_virt(&e, Some(name)))?;
             Ok(stats
                 .iter()
-                .find(|s| s.tag == sys::VIR_DOMAIN_MEMORY_STAT_RSS as u32)
+                .find(|s| s.tag == sys::VIR_DOMAIN_MEMORY_STAT_RSS)
                 .map(|s| s.val / 1024))
         })
     }

@@ -104,6 +104,15 @@ def main():
             time.sleep(SETTLE)
             line(server, ids, "running idle", took)
         running = len(ids)
+        if refused is None and ids:
+            # What the ledger would still admit (defaults: margin 2048 MiB,
+            # 16 × 2 CPUs = 32 vCPUs), from the boxes' mean use.
+            _, avail = meminfo()
+            mean = max(1, sum(rss_mib(i) for i in ids) // len(ids))
+            by_memory = len(ids) + max(0, (avail - 2048 - 8192) // mean + 1)
+            by_cpu = (os.cpu_count() * 16) // 2
+            print(f"bound reached; by the ledger's rules about {min(by_memory, by_cpu)} would run "
+                  f"(memory: {by_memory} at {mean} MiB each, vCPUs: {by_cpu})", flush=True)
         print(f"running idle at once: {running}; "
               f"{'refused: ' + refused['error']['message'] if refused else 'stopped at the bound'}",
               flush=True)

@@ -96,7 +96,7 @@ struct Held {
 
 impl Held {
     /// What this box may still take beyond what it takes now.
-    fn to_come_mib(&self) -> u64 {
+    fn may_still_take_mib(&self) -> u64 {
         if self.settled && self.rss_mib.is_some() {
             0
         } else {
@@ -148,7 +148,7 @@ impl Ledger {
             promised_vcpus: u.promised_vcpus + u64::from(h.unit.vcpus),
             promised_mib: u.promised_mib + h.unit.memory_mib,
             measured_mib: u.measured_mib + h.rss_mib.unwrap_or(0),
-            booting_mib: u.booting_mib + h.to_come_mib(),
+            booting_mib: u.booting_mib + h.may_still_take_mib(),
             boxes: u.boxes + 1,
         })
     }
