@@ -368,7 +368,9 @@ impl HostShared {
             .saturating_mul(MIB);
         if saves.saturating_add(margin) > free {
             return Err(BoxError::HostFull(format!(
-                "this host's disk has no room for the saved memory of one more box: {:.1} GiB are free in {},                  {} GiB of it kept free (boxes.disk_margin_gb), and the boxes holding memory may save {:.1} GiB                  when they freeze (this box {} MiB); free disk space, stop boxes, or lower boxes.unit_memory_mib",
+                "this host's disk has no room for the saved memory of one more box: {:.1} GiB are free in {}, \
+                 {} GiB of it kept free (boxes.disk_margin_gb), and the boxes holding memory may save {:.1} GiB \
+                 when they freeze (this box {} MiB); free disk space, stop boxes, or lower boxes.unit_memory_mib",
                 gib(free),
                 self.settings.boxes_dir.display(),
                 self.settings.disk_margin_gb,
