@@ -35,8 +35,15 @@ pub struct BoxSettings {
     pub pool_unit_sizes: Vec<u32>,
     /// vCPUs promised to boxes may reach this many times the host's CPUs.
     pub cpu_overcommit: f64,
-    /// Memory promised to running boxes may reach this share of the host's.
+    /// Memory promised to boxes holding host memory may reach this multiple
+    /// of the host's (MemTotal).
     pub memory_overcommit: f64,
+    /// MiB a new box must leave available once it has its full unit, after
+    /// what booting boxes may still take (`host::capacity`).
+    pub memory_margin_mib: u64,
+    /// Under this MemAvailable (MiB) the idlest running boxes are frozen;
+    /// 0: never (`host::pressure`).
+    pub pressure_available_mib: u64,
     /// Disk kept free under `boxes_dir`, in GiB: boxes are not promised it.
     pub disk_margin_gb: u64,
     /// Disk promised to boxes but not written yet may reach this multiple of

@@ -89,6 +89,8 @@ fn world(pool_size: usize) -> World {
         pool_unit_sizes: vec![1],
         cpu_overcommit: 1.0,
         memory_overcommit: 1.0,
+        memory_margin_mib: 0,
+        pressure_available_mib: 0,
         disk_margin_gb: 0,
         disk_overcommit: 1.0,
         boot_timeout: MINUTE,
@@ -300,6 +302,7 @@ async fn a_box_freezes_after_its_idle_time_and_thaws_when_read() {
         .send(Status {
             thaw: true,
             touch: true,
+            patience: Duration::from_secs(5),
         })
         .await
         .unwrap()
@@ -349,6 +352,7 @@ async fn a_thaw_waits_for_boxd_and_fails_the_box_when_it_never_answers() {
         .send(Status {
             thaw: true,
             touch: true,
+            patience: Duration::from_secs(5),
         })
         .await
         .unwrap()
@@ -567,6 +571,7 @@ async fn lifecycle_calls_a_box_cannot_take_change_nothing() {
         .send(Status {
             thaw: true,
             touch: false,
+            patience: Duration::from_secs(5),
         })
         .await
         .unwrap()
@@ -593,6 +598,7 @@ async fn lifecycle_calls_a_box_cannot_take_change_nothing() {
         .send(Status {
             thaw: true,
             touch: true,
+            patience: Duration::from_secs(5),
         })
         .await;
     assert!(!matches!(thaw, Ok(Ok(_))), "a stopped box thawed");

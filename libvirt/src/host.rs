@@ -148,6 +148,31 @@ impl Host {
         }
     }
 
+    /// The resident memory of a running (or paused) domain's QEMU process, in
+    /// MiB: what it really takes of the host. `None` when it does not run.
+    pub fn memory_rss_mib(&self, name: &str) -> Result<Option<u64>, LibvirtError> {
+        self.with_conn(|c| {
+            let d = match Self::domain(c, name) {
+                Ok(d) => d,
+                Err(LibvirtError::NoDomain(_)) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            if !d
+                .is_active()
+                .map_err(|e| LibvirtError::from_virt(&e, Some(name)))?
+            {
+                return Ok(None);
+            }
+            let stats = d
+                .memory_stats(0)
+                .map_err(|e| LibvirtError::from_virt(&e, Some(name)))?;
+            Ok(stats
+                .iter()
+                .find(|s| s.tag == sys::VIR_DOMAIN_MEMORY_STAT_RSS)
+                .map(|s| s.val / 1024))
+        })
+    }
+
     /// Destroys and undefines the domain with its managed save. A domain that
     /// is gone is fine. Disk files are the caller's to delete.
     pub fn remove(&self, name: &str) -> Result<(), LibvirtError> {

@@ -206,7 +206,12 @@ impl DomainSpec {
         x.push_str(
             "    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>\n",
         );
-        x.push_str("    <memballoon model='none'/>\n  </devices>\n</domain>\n");
+        // The guest gives pages it frees back to the host (free page
+        // reporting): an idle box's QEMU process shrinks to what the guest
+        // uses, and the capacity ledger admits by that.
+        x.push_str(
+            "    <memballoon model='virtio' freePageReporting='on'/>\n  </devices>\n</domain>\n",
+        );
         x
     }
 }
@@ -257,6 +262,7 @@ mod tests {
         ));
         assert!(!xml.contains("<interface"), "a box without a NIC got one");
         assert!(xml.contains("<controller type='usb' model='none'/>"));
+        assert!(xml.contains("<memballoon model='virtio' freePageReporting='on'/>"));
         assert!(!xml.contains("host-passthrough"));
         assert!(
             !xml.contains("<seclabel type"),

@@ -259,17 +259,36 @@ pub struct BoxesConfig {
     /// Pre-booted boxes kept ready per pooled size, and which sizes have a pool.
     pub pool_size: usize,
     pub pool_unit_sizes: Vec<u32>,
-    /// vCPUs promised to running boxes may reach this multiple of the host's CPUs;
-    /// memory this share of the host's memory.
+    /// vCPUs promised to boxes holding host memory (pooled, booting,
+    /// running; frozen ones give theirs back) may reach this multiple of the
+    /// host's CPUs. 16.0: idle boxes take little CPU, and on a 2-core host
+    /// that is 16 boxes of the default 2-vCPU unit.
     pub cpu_overcommit: f64,
+    /// Memory promised to those boxes may reach this multiple of the host's
+    /// memory (the kernel's MemTotal). 8.0: boxes are admitted by what they
+    /// use (below), which caps them first; this only bounds the promises
+    /// (24 boxes of the default 8 GiB unit on a 24 GiB host).
     pub memory_overcommit: f64,
+    /// Memory (MiB) a new box must leave available (MemAvailable) once it has
+    /// its full unit, after what booting boxes may still take: running boxes
+    /// count what their QEMU processes use, booting ones their full unit.
+    pub memory_margin_mib: u64,
+    /// When the host's MemAvailable falls under this (MiB), the idlest running
+    /// boxes are frozen (their memory saved to disk) until it is back above;
+    /// 0 never freezes for pressure. Keep it under `memory_margin_mib`, or
+    /// admitting a box may freeze another.
+    pub pressure_available_mib: u64,
     /// Disk (GiB) under `<shared_dir>/boxes` never promised to boxes: room for the
     /// embedded PostgreSQL and logs on the same file system.
     pub disk_margin_gb: u64,
     /// Disk boxes may still write (each up to `unit_disk_gb` × size plus its
     /// memory for a freeze) may reach this multiple of the free space above
-    /// the margin; 1.0 never overcommits, overlays being thin a higher value
-    /// trades safety for boxes.
+    /// the margin; 1.0 never overcommits. 32.0: overlays are thin (an idle
+    /// Debian box writes well under 1 GB of its 40 GB), so a host with 30 GB
+    /// free fits many boxes; a start is also refused when the managed saves
+    /// of the boxes holding memory (what each uses) and its own would not fit
+    /// in the free space above the margin, so freezes always have room. What
+    /// overcommit risks is boxes filling their overlays.
     pub disk_overcommit: f64,
     /// Longest time from starting a box to boxd's hello.
     pub boot_timeout: String,
@@ -314,10 +333,12 @@ impl Default for BoxesConfig {
             max_keep: "7d".to_owned(),
             pool_size: 1,
             pool_unit_sizes: vec![1],
-            cpu_overcommit: 4.0,
-            memory_overcommit: 1.0,
+            cpu_overcommit: 16.0,
+            memory_overcommit: 8.0,
+            memory_margin_mib: 2048,
+            pressure_available_mib: 1024,
             disk_margin_gb: 5,
-            disk_overcommit: 1.0,
+            disk_overcommit: 32.0,
             boot_timeout: "120s".to_owned(),
             network: true,
             egress: EgressConfig::default(),
@@ -352,6 +373,8 @@ impl BoxesConfig {
             pool_unit_sizes: self.pool_unit_sizes.clone(),
             cpu_overcommit: self.cpu_overcommit,
             memory_overcommit: self.memory_overcommit,
+            memory_margin_mib: self.memory_margin_mib,
+            pressure_available_mib: self.pressure_available_mib,
             disk_margin_gb: self.disk_margin_gb,
             disk_overcommit: self.disk_overcommit,
             boot_timeout: duration("boot_timeout", &self.boot_timeout)?,

@@ -169,6 +169,11 @@ impl BoxServer {
         me
     }
 
+    /// The server's configuration file (a test may change it before a restart).
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+
     /// Starts the server (again) on the same data dir and database.
     pub fn restart(&mut self) {
         let data = self.dir.path().join("data");

@@ -298,3 +298,86 @@ fn boxes_start_from_the_pool_and_the_pool_leaves_with_the_server() {
         );
     }
 }
+
+/// The host's MemTotal and MemAvailable (MiB), as the kernel tells them.
+fn host_memory_mib() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib = |key: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    };
+    (kib("MemTotal:") / 1024, kib("MemAvailable:") / 1024)
+}
+
+#[test]
+fn a_start_waits_for_the_booting_pool_box_boxes_are_admitted_by_use_and_pressure_freezes_them() {
+    // A unit of 30% of the host's memory: four boxes promise more than the
+    // host has, and start because they use little (free page reporting).
+    let (total, available) = host_memory_mib();
+    let unit = total * 3 / 10;
+    assert!(
+        available > unit * 2 + 2048,
+        "this test needs {} MiB of host memory available, and {available} are",
+        unit * 2 + 2048
+    );
+    let config = format!(
+        "pool_size = 1\nidle_freeze = \"1h\"\nunit_memory_mib = {unit}\nmemory_overcommit = 8.0\n\
+         memory_margin_mib = 2048\npressure_available_mib = 0"
+    );
+    let mut s = BoxServer::start(&config);
+
+    // Right after the start, while the pool box boots: the start waits for it.
+    let (status, first) = s.call("POST", "/v1/boxes", Some(json!({"name": "first"})));
+    assert_eq!(status, 201, "{first}");
+    let pooled = s.server().wait_for_log("pool box ready", LONG);
+    assert!(
+        pooled.contains(first["id"].as_str().unwrap()),
+        "the first box did not come from the booting pool box: {pooled}"
+    );
+    s.server()
+        .wait_for_log("box started from the pool", Duration::from_secs(10));
+    let args = qemu_args(first["id"].as_str().unwrap());
+    assert!(
+        args.iter()
+            .any(|a| a.contains("virtio-balloon") && a.contains("free-page-reporting")),
+        "no balloon with free page reporting: {args:?}"
+    );
+
+    // Three more: 4 × 30% of the host promised; each is admitted by use.
+    let mut ids = vec![first["id"].as_str().unwrap().to_owned()];
+    for n in 0..3 {
+        let (status, b) = s.call("POST", "/v1/boxes", Some(json!({"name": format!("b{n}")})));
+        assert_eq!(
+            status, 201,
+            "box {n} of {unit} MiB on a {total} MiB host: {b}"
+        );
+        ids.push(b["id"].as_str().unwrap().to_owned());
+    }
+    // A box larger than what is available is refused, saying why.
+    let (status, big) = s.call("POST", "/v1/boxes", Some(json!({"size": 4})));
+    assert_eq!(status, 503, "{big}");
+    let message = big["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("MiB are available") && message.contains("boxes.memory_margin_mib"),
+        "{message}"
+    );
+
+    // Pressure: a threshold above what the host has freezes the idlest boxes.
+    let (clean, log) = s.server.take().unwrap().stop();
+    assert!(clean, "{log}");
+    let text = std::fs::read_to_string(s.config_path()).unwrap().replace(
+        "pressure_available_mib = 0",
+        &format!("pressure_available_mib = {}", total * 2),
+    );
+    std::fs::write(s.config_path(), text).unwrap();
+    s.restart();
+    s.server()
+        .wait_for_log("freezing the idlest running box", LONG);
+    for id in &ids {
+        wait::until("pressure to freeze every box", LONG, || {
+            (s.db_box_state(id).as_deref() == Some("frozen")).then_some(())
+        });
+        assert!(has_saved_memory(id), "{id} frozen without a managed save");
+    }
+}

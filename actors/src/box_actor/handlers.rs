@@ -54,9 +54,10 @@ pub struct Stop {
 #[rtype(result = "()")]
 pub struct Forget;
 
+/// Freeze the box now (its idle timer, or the host's memory pressure).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(super) struct Freeze;
+pub struct Freeze;
 
 #[derive(Message)]
 #[rtype(result = "()")]

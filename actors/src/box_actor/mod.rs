@@ -10,7 +10,7 @@ mod handlers;
 pub mod link;
 pub mod state;
 
-pub use handlers::{Channel, Forget, Keep, Status, Stop, Touch};
+pub use handlers::{Channel, Forget, Freeze, Keep, Status, Stop, Touch};
 
 use crate::blocking::blocking;
 use crate::exec::mask::Masker;
@@ -191,6 +191,10 @@ impl Actor for BoxActor {
         {
             // Adopted after a restart onto a host that shrank: keep it running.
             tracing::warn!(box_id = %self.record.id, error = %e, "running box exceeds capacity");
+        }
+        if self.record.state == BoxState::Running {
+            // boxd has said hello: what its QEMU process uses is what counts.
+            self.shared.settle(&self.record.id);
         }
         if matches!(self.record.state, BoxState::Running | BoxState::Frozen) {
             // Its files are on disk already, whatever the ledger said above.

@@ -179,6 +179,7 @@ async fn pool_boot(shared: Arc<HostShared>, size: u32) -> Result<PooledBox, BoxE
             .hello(shared.settings.boot_timeout)
             .await
             .map_err(|e| BoxError::Boot(e.to_string()))?;
+        shared.settle(&record.id);
         // The session ends before the pause, not during it.
         drop(link);
         let (h, name) = (shared.clone(), HostShared::domain_name(&record.id));
@@ -200,6 +201,17 @@ impl Handler<CreateBox> for HostSupervisor {
         if pooled.is_some() {
             ctx.notify(Refill);
         }
+        // No pooled box yet, but one is booting (the pool is still filling,
+        // right after the server started): it is ready sooner than a cold
+        // boot started now would be, and the host may have no room for both.
+        let booting = (pooled.is_none()
+            && self.filling.contains(&msg.size)
+            && !self.waiting.contains_key(&msg.size))
+        .then(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.waiting.insert(msg.size, tx);
+            rx
+        });
         let shared = self.shared.clone();
         let configure_with = Configure {
             env: std::mem::take(&mut msg.env),
@@ -209,6 +221,11 @@ impl Handler<CreateBox> for HostSupervisor {
         let mask = std::mem::take(&mut msg.mask);
         Box::pin(
             async move {
+                let pooled = match booting {
+                    // A failed pool boot drops the sender: start cold.
+                    Some(rx) => rx.await.ok(),
+                    None => pooled,
+                };
                 let booted = make(shared.clone(), pooled, msg).await?;
                 configure(&shared, booted, configure_with, mask).await
             }
@@ -315,10 +332,18 @@ impl Handler<Refill> for HostSupervisor {
                     match result {
                         Ok(pooled) => {
                             tracing::info!(box_id = %pooled.record.id, size, "pool box ready");
-                            act.pool.entry(size).or_default().push_back(pooled);
+                            let pooled = match act.waiting.remove(&size) {
+                                Some(waiter) => waiter.send(pooled).err(),
+                                None => Some(pooled),
+                            };
+                            if let Some(pooled) = pooled {
+                                act.pool.entry(size).or_default().push_back(pooled);
+                            }
                             ctx.notify(Refill);
                         }
                         Err(e) => {
+                            // A creation waiting for this box starts cold.
+                            act.waiting.remove(&size);
                             match e {
                                 BoxError::HostFull(_) => {
                                     tracing::debug!(size, "pool waits for room")

@@ -3,7 +3,10 @@
 //! or cold. Start-up (`start.rs`) connects to libvirt, settles KVM or TCG,
 //! reconciles libvirt with the store (`reconcile.rs`) and adopts live boxes.
 
+pub mod capacity;
 mod create;
+pub mod meminfo;
+mod pressure;
 mod reconcile;
 pub mod shared;
 mod start;
@@ -31,6 +34,11 @@ pub struct HostSupervisor {
     pool: HashMap<u32, VecDeque<PooledBox>>,
     /// Sizes whose pool is being refilled right now.
     filling: HashSet<u32>,
+    /// A creation waiting for the pool box of its size that is booting (at
+    /// most one per booting box; others start cold).
+    waiting: HashMap<u32, tokio::sync::oneshot::Sender<PooledBox>>,
+    /// A measurement of the boxes and the host's memory is under way.
+    sampling: bool,
 }
 
 /// How long a failed pool boot waits before the next try.
@@ -42,6 +50,8 @@ impl HostSupervisor {
             shared,
             pool: HashMap::new(),
             filling: HashSet::new(),
+            waiting: HashMap::new(),
+            sampling: false,
         }
     }
 }
@@ -51,6 +61,27 @@ impl Actor for HostSupervisor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.notify(create::Refill);
+        ctx.run_interval(pressure::SAMPLE_EVERY, |act, ctx| {
+            if act.sampling {
+                return;
+            }
+            act.sampling = true;
+            let shared = act.shared.clone();
+            let fut =
+                async move { crate::blocking::blocking(move || pressure::sample(&shared)).await }
+                    .into_actor(act)
+                    .map(|result, act, _| {
+                        act.sampling = false;
+                        match result {
+                            Ok(Some(pressure)) => pressure.relieve(&act.shared),
+                            Ok(None) => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "could not measure the boxes' memory")
+                            }
+                        }
+                    });
+            ctx.spawn(fut);
+        });
         if self.shared.network.is_some() {
             // Rules removed under the server (an `nft flush ruleset`) are put
             // back, and a change of the host's networks reaches them.

@@ -3,9 +3,11 @@
 //! ledger and the registry of live box actors, and the lifecycle steps they
 //! all take (`transition`, `await_hello_and_run`, `fail_box`, `teardown`).
 //!
-//! The capacity ledger promises three things. CPU and memory are held by
-//! boxes whose VM holds host memory (pooled, booting, running) and given back
-//! when a box freezes. Disk is held by every box that is not over, frozen
+//! The capacity ledger (its arithmetic in `capacity.rs`) promises three
+//! things. CPU and memory are held by boxes whose VM holds host memory
+//! (pooled, booting, running) and given back when a box freezes; memory is
+//! admitted by what boxes use (measured by the supervisor's sampler,
+//! `pressure.rs`) against the kernel's `MemAvailable`. Disk is held by every box that is not over, frozen
 //! ones included, from its creation to its end: its overlay may grow to
 //! `disk_gb` (unit_disk_gb × size), and its managed save takes as much as its
 //! memory, so a box holds `disk_gb` GiB plus `memory_mib` MiB. Holding the
@@ -35,6 +37,8 @@ use crate::connectors::Router;
 use crate::connectors::route::BoxRoute;
 use crate::error::{BoxError, io_error};
 use crate::exec::mask::Masker;
+use crate::host::capacity::{Ledger, Limits, Usage};
+use crate::host::meminfo::HostMemory;
 use crate::hypervisor::Hypervisor;
 use crate::ids::{AccountId, BoxId};
 use crate::image::Image;
@@ -66,19 +70,8 @@ pub struct HostShared {
     pub router: Router,
     /// The host's rules for boxes' network cards (none: boxes have no card).
     pub network: Option<Arc<BoxNetwork>>,
-    capacity: Mutex<Capacity>,
+    capacity: Mutex<Ledger>,
     registry: Mutex<HashMap<BoxId, Addr<BoxActor>>>,
-}
-
-/// Resources promised to boxes that hold host memory (pooled, booting,
-/// running), against what the host may give.
-struct Capacity {
-    cpus_limit: f64,
-    memory_limit_mib: f64,
-    /// CPU and memory, by box whose VM holds host memory.
-    held: HashMap<BoxId, Unit>,
-    /// Bytes of disk promised, by box that is not over.
-    disk: HashMap<BoxId, u64>,
 }
 
 const GIB: u64 = 1024 * 1024 * 1024;
@@ -137,12 +130,13 @@ impl HostShared {
         secrets: Secrets,
         router: Router,
     ) -> Arc<Self> {
-        let capacity = Capacity {
-            cpus_limit: f64::from(facts.cpus) * settings.cpu_overcommit,
-            memory_limit_mib: facts.memory_mib as f64 * settings.memory_overcommit,
-            held: HashMap::new(),
-            disk: HashMap::new(),
-        };
+        let capacity = Ledger::new(Limits {
+            cpus: facts.cpus,
+            total_mib: facts.memory_mib,
+            cpu_overcommit: settings.cpu_overcommit,
+            memory_overcommit: settings.memory_overcommit,
+            memory_margin_mib: settings.memory_margin_mib,
+        });
         Arc::new(Self {
             host,
             store,
@@ -294,36 +288,68 @@ impl HostShared {
     }
 
     /// Promises `unit` to box `id` (its CPU and memory, and its disk unless
-    /// it holds that already), or says why the host cannot.
+    /// it holds that already), or says why the host cannot
+    /// ([`Ledger::admit`]: promises capped by the overcommits, memory by what
+    /// the host has available now).
     pub fn reserve(&self, id: &BoxId, unit: Unit) -> Result<(), BoxError> {
-        let mut cap = self
-            .capacity
-            .lock()
-            .map_err(|_| BoxError::Internal("capacity ledger poisoned".into()))?;
-        if !cap.held.contains_key(id) {
-            let cpus: f64 = cap.held.values().map(|u| f64::from(u.vcpus)).sum();
-            let memory: f64 = cap.held.values().map(|u| u.memory_mib as f64).sum();
-            if cpus + f64::from(unit.vcpus) > cap.cpus_limit
-                || memory + unit.memory_mib as f64 > cap.memory_limit_mib
-            {
-                return Err(BoxError::HostFull(format!(
-                    "this host cannot fit a box of {} vCPU and {} MiB: {cpus} of {} vCPUs and {memory} of {} MiB \
-                     are already promised to running boxes",
-                    unit.vcpus, unit.memory_mib, cap.cpus_limit, cap.memory_limit_mib
-                )));
-            }
+        let mut cap = self.ledger()?;
+        if !cap.holds(id) {
+            let available = HostMemory::read()
+                .map_err(|e| BoxError::NoHost(e.to_string()))?
+                .available_mib;
+            cap.admit(unit, available)
+                .map_err(|e| BoxError::HostFull(e.to_string()))?;
         }
         if !cap.disk.contains_key(id) {
             self.check_disk(&cap, unit)?;
             cap.disk.insert(id.clone(), disk_bytes(unit));
         }
-        cap.held.insert(id.clone(), unit);
+        cap.hold(id, unit);
         Ok(())
+    }
+
+    fn ledger(&self) -> Result<std::sync::MutexGuard<'_, Ledger>, BoxError> {
+        self.capacity
+            .lock()
+            .map_err(|_| BoxError::Internal("capacity ledger poisoned".into()))
+    }
+
+    /// boxd of box `id` said hello: its measured use counts from now on.
+    pub fn settle(&self, id: &BoxId) {
+        if let Ok(mut cap) = self.capacity.lock() {
+            cap.settle(id);
+        }
+    }
+
+    /// The boxes holding host memory, to measure.
+    pub fn held_boxes(&self) -> Vec<BoxId> {
+        self.capacity
+            .lock()
+            .map(|cap| cap.held_ids())
+            .unwrap_or_default()
+    }
+
+    /// Records what box `id`'s QEMU process uses.
+    pub fn measured(&self, id: &BoxId, rss_mib: u64) {
+        if let Ok(mut cap) = self.capacity.lock() {
+            cap.measure(id, rss_mib);
+        }
+    }
+
+    /// What the boxes holding host memory add up to, and the limits.
+    pub fn usage(&self) -> Option<(Usage, Limits)> {
+        let cap = self.capacity.lock().ok()?;
+        Some((cap.usage(), cap.limits()))
+    }
+
+    /// The last measurement of box `id`'s QEMU process.
+    pub fn rss_mib(&self, id: &BoxId) -> Option<u64> {
+        self.capacity.lock().ok()?.rss_mib(id)
     }
 
     /// Refuses a box of `unit` whose disk does not fit next to what the
     /// boxes holding disk may still write.
-    fn check_disk(&self, cap: &Capacity, unit: Unit) -> Result<(), BoxError> {
+    fn check_disk(&self, cap: &Ledger, unit: Unit) -> Result<(), BoxError> {
         let unwritten: u64 = cap
             .disk
             .iter()
@@ -333,18 +359,39 @@ impl HostShared {
         let margin = self.settings.disk_margin_gb.saturating_mul(GIB);
         let room = free.saturating_sub(margin) as f64 * self.settings.disk_overcommit;
         let wanted = disk_bytes(unit);
+        let gib = |b: u64| b as f64 / GIB as f64;
+        // Now: the saves of every box holding memory, and this box's, fit
+        // in what is free above the margin.
+        let saves = cap
+            .saves_to_come_mib()
+            .saturating_add(unit.memory_mib)
+            .saturating_mul(MIB);
+        if saves.saturating_add(margin) > free {
+            return Err(BoxError::HostFull(format!(
+                "this host's disk has no room for the saved memory of one more box: {:.1} GiB are free in {}, \
+                 {} GiB of it kept free (boxes.disk_margin_gb), and the boxes holding memory may save {:.1} GiB \
+                 when they freeze (this box {} MiB); free disk space, stop boxes, or lower boxes.unit_memory_mib",
+                gib(free),
+                self.settings.boxes_dir.display(),
+                self.settings.disk_margin_gb,
+                gib(saves),
+                unit.memory_mib
+            )));
+        }
         if (unwritten.saturating_add(wanted)) as f64 > room {
-            let gib = |b: u64| b as f64 / GIB as f64;
             return Err(BoxError::HostFull(format!(
                 "this host's disk cannot fit a box of {} GB of disk and {} MiB of saved memory ({:.1} GiB): \
-                 {:.1} GiB are free in {}, {} GiB of it kept free, and boxes may still write {:.1} GiB",
+                 {:.1} GiB are free in {}, {} GiB of it kept free (boxes.disk_margin_gb), and boxes may still \
+                 write {:.1} GiB (times boxes.disk_overcommit {}); free disk space, stop boxes, or raise \
+                 boxes.disk_overcommit (overlays are thin)",
                 unit.disk_gb,
                 unit.memory_mib,
                 gib(wanted),
                 gib(free),
                 self.settings.boxes_dir.display(),
                 self.settings.disk_margin_gb,
-                gib(unwritten)
+                gib(unwritten),
+                self.settings.disk_overcommit
             )));
         }
         Ok(())
@@ -363,14 +410,14 @@ impl HostShared {
     /// Gives back a box's CPU and memory (it froze); its disk stays held.
     pub fn release(&self, id: &BoxId) {
         if let Ok(mut cap) = self.capacity.lock() {
-            cap.held.remove(id);
+            cap.release(id);
         }
     }
 
     /// Gives back everything a box held (it is over, or was never made).
     pub fn release_all(&self, id: &BoxId) {
         if let Ok(mut cap) = self.capacity.lock() {
-            cap.held.remove(id);
+            cap.release(id);
             cap.disk.remove(id);
         }
     }
@@ -428,6 +475,7 @@ impl HostShared {
             .hello(wait)
             .await
             .map_err(|e| BoxError::Boot(format!("{after}{e}")))?;
+        self.settle(&record.id);
         if record.state == BoxState::Running {
             return Ok((record, hello));
         }

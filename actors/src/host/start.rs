@@ -2,6 +2,7 @@
 //! host, reconcile, adopt the live boxes, start the supervisor (and its pool).
 
 use super::HostSupervisor;
+use super::meminfo::HostMemory;
 use super::reconcile::{self, Adopt};
 use super::shared::{HostFacts, HostShared};
 use crate::blocking::blocking;
@@ -49,7 +50,17 @@ pub async fn start_host(
     let (host, resources, accel) = blocking(move || {
         let host = Host::connect(&uri)?;
         warn_if_kvm_unreachable();
-        let resources = host.resources()?;
+        let mut resources = host.resources()?;
+        // libvirt's figure is a NUMA node's (about half of this kind of
+        // machine): the kernel's is what boxes are admitted against.
+        let kernel = HostMemory::read().map_err(|e| BoxError::NoHost(e.to_string()))?;
+        tracing::info!(
+            kernel_total_mib = kernel.total_mib,
+            kernel_available_mib = kernel.available_mib,
+            libvirt_node_mib = resources.memory_mib,
+            "host memory (boxes are admitted against the kernel's figures)"
+        );
+        resources.memory_mib = kernel.total_mib;
         let accel = choose_accel(&host, accel, &probe_settings);
         Ok::<_, BoxError>((host, resources, accel))
     })

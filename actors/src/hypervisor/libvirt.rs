@@ -37,6 +37,10 @@ impl Hypervisor for Host {
         Host::list(self)
     }
 
+    fn memory_rss_mib(&self, name: &str) -> Result<Option<u64>, LibvirtError> {
+        Host::memory_rss_mib(self, name)
+    }
+
     fn create_overlay(
         &self,
         base: &Path,

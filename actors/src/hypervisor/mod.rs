@@ -53,6 +53,11 @@ pub trait Hypervisor: Send + Sync {
     fn remove(&self, name: &str) -> Result<(), LibvirtError>;
     /// Every `psbx-` domain, defined or running.
     fn list(&self) -> Result<Vec<DomainInfo>, LibvirtError>;
+    /// The resident memory of a running domain's QEMU process, in MiB;
+    /// `None` when it does not run or the hypervisor cannot tell (the fake).
+    fn memory_rss_mib(&self, _name: &str) -> Result<Option<u64>, LibvirtError> {
+        Ok(None)
+    }
     /// Makes a box's qcow2 overlay on its image's base disk.
     fn create_overlay(&self, base: &Path, overlay: &Path, size_gb: u64)
     -> Result<(), LibvirtError>;
