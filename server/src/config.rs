@@ -552,9 +552,8 @@ impl Config {
             ConfigError::Invalid(format!("data_dir {}: {e}", config.data_dir.display()))
         })?;
         config.shared_dir = Some(match &config.shared_dir {
-            Some(dir) => std::path::absolute(dir).map_err(|e| {
-                ConfigError::Invalid(format!("shared_dir {}: {e}", dir.display()))
-            })?,
+            Some(dir) => std::path::absolute(dir)
+                .map_err(|e| ConfigError::Invalid(format!("shared_dir {}: {e}", dir.display())))?,
             None => crate::shared_dir::default_for(&config.data_dir),
         });
         config.validate()?;
