@@ -300,6 +300,7 @@ async fn a_box_freezes_after_its_idle_time_and_thaws_when_read() {
         .send(Status {
             thaw: true,
             touch: true,
+            patience: std::time::Duration::from_secs(5),
         })
         .await
         .unwrap()
@@ -349,6 +350,7 @@ async fn a_thaw_waits_for_boxd_and_fails_the_box_when_it_never_answers() {
         .send(Status {
             thaw: true,
             touch: true,
+            patience: std::time::Duration::from_secs(5),
         })
         .await
         .unwrap()
@@ -567,6 +569,7 @@ async fn lifecycle_calls_a_box_cannot_take_change_nothing() {
         .send(Status {
             thaw: true,
             touch: false,
+            patience: std::time::Duration::from_secs(5),
         })
         .await
         .unwrap()
@@ -593,6 +596,7 @@ async fn lifecycle_calls_a_box_cannot_take_change_nothing() {
         .send(Status {
             thaw: true,
             touch: true,
+            patience: std::time::Duration::from_secs(5),
         })
         .await;
     assert!(!matches!(thaw, Ok(Ok(_))), "a stopped box thawed");
