@@ -51,8 +51,8 @@ fn exec(s: &BoxServer, id: &str, cmd: &str) -> String {
 }
 
 /// The environment `dev`, with one connection (`office`, no connector runs
-/// for it) listing `endpoints`.
-fn environment(s: &BoxServer, endpoints: serde_json::Value) {
+/// for it yet) listing `endpoints`; returns the connection's token.
+fn environment(s: &BoxServer, endpoints: serde_json::Value) -> String {
     s.ok("POST", "/v1/environments", Some(json!({"name": "dev"})));
     let conn = s.ok(
         "POST",
@@ -67,6 +67,7 @@ fn environment(s: &BoxServer, endpoints: serde_json::Value) {
         ),
         Some(json!({ "endpoints": endpoints })),
     );
+    conn["token"].as_str().unwrap().to_owned()
 }
 
 fn table_present(table: &str) -> bool {
@@ -389,14 +390,22 @@ fn what_is_not_listed_stays_out_of_reach() {
 /// The production image (`scripts/image/debian`) on the box network: a git
 /// repository served over HTTP in the test's internet is cloned by name; Docker
 /// containers on the default bridge, on a user-defined network and in docker
-/// compose reach the internet by name (Docker's DNS forwards to boxd's) and
+/// compose (v2) reach the internet by name (Docker's DNS forwards to boxd's) and
 /// the environment's addresses, which boxd catches from containers as from the
 /// box's own programs; an unlisted private address times out from a container
-/// too. And nothing in the image calls out by itself: the only names the
-/// test's DNS server was asked are the test's own, and the host's rules
-/// dropped nothing outside the test ranges.
+/// too. Every tool the image promises runs: node, go (a hello built and run),
+/// python, php, jq, psql, pg_isready, redis-cli, a Chromium headless screenshot
+/// and a frame grabbed from Xvfb's :99; `psbx-testdb` starts PostgreSQL 16
+/// (reset empties it; `gotest` gives each Go package its own database), Redis
+/// and an S3 server the AWS CLI puts to and gets from; `psbx-toolchain` says
+/// what it cannot reach. Then the real connector in the office namespace
+/// carries `psbx-ro-psql` to a PostgreSQL there (`db.internal`, password auth):
+/// a select works, an insert fails as read-only, the password never shows.
+/// And nothing in the image calls out by itself: the only names the test's DNS
+/// server was asked are the test's own, and the host's rules dropped nothing
+/// outside the test ranges.
 #[test]
-fn the_production_image_on_the_box_network() {
+fn the_production_image_its_tools_and_the_box_network() {
     let images = psbx_tests::vm::images_dir();
     assert!(
         images.join("debian/manifest.json").is_file(),
@@ -429,8 +438,11 @@ fn the_production_image_on_the_box_network() {
     .stdout(std::process::Stdio::null())
     .stderr(std::process::Stdio::null());
     internet.spawn(http);
-    let mut office = Netns::new(&[]);
+    // Dropped after the namespace (which kills the server first).
+    let pgdir = tempfile::tempdir().unwrap();
+    let mut office = Netns::new(&[("db.internal", "127.0.0.1")]);
     let unlisted = office.listener(office.ns_ip, 9443, "unlisted");
+    dev_postgres(&mut office, pgdir.path());
     wait::until(
         "the web server in the namespace",
         Duration::from_secs(10),
@@ -438,14 +450,27 @@ fn the_production_image_on_the_box_network() {
     );
     unlisted.assert_answers_the_host();
 
-    let s = BoxServer::start(&format!(
-        "pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true\nimage = \"debian\"\n\
+    // On the office's link, where the connector in it reaches the server.
+    let s = BoxServer::start_on(
+        &format!("{}:0", office.host_ip),
+        "",
+        &format!(
+            "pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true\nimage = \"debian\"\n\
          unit_memory_mib = 1536\nunit_disk_gb = 8\nboot_timeout = \"300s\"\n\
          [boxes.egress]\nresolvers = [\"{dns}\"]\n{TEST_RANGES}"
-    ));
-    environment(
+        ),
+    );
+    let token = environment(
         &s,
         json!([{"host": "db.internal", "port": 5432}, {"host": "10.9.8.7", "port": 8080}]),
+    );
+    // The service whose setting psbx-ro-psql uses (uploaded before the box is claimed).
+    s.ok(
+        "PUT",
+        "/v1/environments/dev/services/api",
+        Some(json!({"dotenv": format!(
+            "DATABASE_URL=postgres://u:{DEV_PASSWORD}@db.internal:5432/db\nLOG_LEVEL=debug\n"
+        )})),
     );
     let started = s.ok(
         "POST",
@@ -509,7 +534,7 @@ fn the_production_image_on_the_box_network() {
             "docker compose",
             format!(
                 "mkdir -p /work/c && cat >/work/c/docker-compose.yml <<'EOF'\n{compose}EOF\n\
-                 cd /work/c && docker-compose up --no-color --abort-on-container-exit 2>&1"
+                 cd /work/c && docker compose up --no-color --abort-on-container-exit 2>&1"
             ),
         ),
     ];
@@ -538,12 +563,66 @@ fn the_production_image_on_the_box_network() {
     }
     assert_eq!(unlisted.accepted(), 1, "reached from a container");
 
+    tools(&s, &id);
+    // The office's connector comes up: psbx-ro-psql reaches dev's database.
+    let log = pgdir.path().join("connector.log");
+    let mut cmd = office.command(psbx_tests::binary("psbx-connector").to_str().unwrap());
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("PSBX_CONNECTOR_TOKEN", &token)
+        .env("PSBX_URL", s.url())
+        .env("PSBX_ALLOW_INSECURE", "1")
+        .env("PSBX_ALLOW", "db.internal:5432")
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(pgdir.path().join("connector.err")).unwrap());
+    office.spawn(cmd);
+    wait::until(
+        "the office's connector online",
+        Duration::from_secs(60),
+        || {
+            let env = s.ok("GET", "/v1/environments/dev", None);
+            (env["connections"][0]["online"] == true).then_some(())
+        },
+    );
+    let out = exec(
+        &s,
+        &id,
+        "psbx-ro-psql api -At -c 'select name from items order by name' -c 'show statement_timeout'; echo rc=$?",
+    );
+    assert!(
+        out.contains("alpha\nbeta\n1min\nrc=0"),
+        "a select through the connector: {out}"
+    );
+    let out = exec(
+        &s,
+        &id,
+        &format!(
+            "psbx-ro-psql api -c \"insert into items values ('gamma')\"; echo rc=$?; \
+             psbx-ro-psql api -At -c \"select 'postgres://u:{DEV_PASSWORD}@db.internal:5432/db', '{DEV_PASSWORD}'\"; \
+             psbx-ro-psql api -c '\\conninfo'; psbx-ro-psql nosuch; psbx-ro-psql --var LOG_LEVEL api"
+        ),
+    );
+    assert!(
+        out.contains("cannot execute INSERT in a read-only transaction") && out.contains("rc=1"),
+        "an insert through psbx-ro-psql: {out}"
+    );
+    assert!(out.contains("***|***"), "the echoed secrets masked: {out}");
+    assert!(
+        !out.contains(DEV_PASSWORD),
+        "the password shows in psbx-ro-psql's output: {out}"
+    );
+    assert!(
+        out.contains("no settings for nosuch") && out.contains("LOG_LEVEL is not a postgres://"),
+        "{out}"
+    );
+
     // Nothing called out by itself: every name asked is one of the test's,
     // and nothing was sent outside the test ranges.
     let asked = std::fs::read_to_string(&dns_log).unwrap();
     for name in asked.lines() {
         assert!(
-            ["git.example.test", "web.example.test"].contains(&name),
+            // dot.net: psbx-toolchain add dotnet, finding no internet.
+            ["git.example.test", "web.example.test", "dot.net"].contains(&name),
             "something in the box looked up {name:?}: {asked}"
         );
     }
@@ -564,6 +643,213 @@ fn the_production_image_on_the_box_network() {
         "the box sent outside the test ranges: {rules}"
     );
     s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
+}
+
+/// The password of dev's database user `u` (never in psbx-ro-psql's output).
+const DEV_PASSWORD: &str = "dev-Secret-4711pw";
+
+/// PostgreSQL 15 (the host's server binaries) on 127.0.0.1:5432 in `ns`, run
+/// as `postgres` with password auth, its data in `dir`: database `db` of user
+/// `u` (password [`DEV_PASSWORD`]) with table `items` (alpha, beta).
+fn dev_postgres(ns: &mut Netns, dir: &std::path::Path) {
+    let bin = std::path::Path::new("/usr/lib/postgresql/15/bin");
+    assert!(
+        bin.join("postgres").is_file(),
+        "no PostgreSQL 15 server at {}: apt-get install postgresql-15",
+        bin.display()
+    );
+    let run = |cmd: &mut Command, what: &str| {
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{what}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::write(dir.join("pw"), "super-pw\n").unwrap();
+    std::fs::set_permissions(dir.join("pw"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let data = dir.join("data");
+    let as_postgres = ["--reuid=postgres", "--regid=postgres", "--init-groups"];
+    run(
+        Command::new("setpriv")
+            .args(as_postgres)
+            .arg(bin.join("initdb"))
+            .args(["-U", "postgres", "-A", "scram-sha-256", "--no-sync", "-D"])
+            .arg(&data)
+            .arg("--pwfile")
+            .arg(dir.join("pw"))
+            .current_dir(dir),
+        "initdb of dev's database",
+    );
+    let mut server = ns.command("setpriv");
+    server
+        .args(as_postgres)
+        .arg(bin.join("postgres"))
+        .arg("-D")
+        .arg(&data)
+        .args(["-c", "listen_addresses=127.0.0.1", "-p", "5432", "-c"])
+        .arg(format!("unix_socket_directories={}", dir.display()))
+        .stdout(std::fs::File::create(dir.join("postgres.log")).unwrap())
+        .stderr(std::fs::File::create(dir.join("postgres.err")).unwrap())
+        .current_dir(dir);
+    ns.spawn(server);
+    let psql = |user: &str, password: &str, db: &str, sql: &str| {
+        let mut cmd = ns.command("psql");
+        cmd.args(["-h", "127.0.0.1", "-p", "5432", "-U", user, "-d", db])
+            .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
+            .env("PGPASSWORD", password);
+        cmd
+    };
+    wait::until("dev's PostgreSQL", Duration::from_secs(30), || {
+        psql("postgres", "super-pw", "postgres", "select 1")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    });
+    run(
+        &mut psql(
+            "postgres",
+            "super-pw",
+            "postgres",
+            &format!("create role u login password '{DEV_PASSWORD}'"),
+        ),
+        "the role u",
+    );
+    run(
+        &mut psql(
+            "postgres",
+            "super-pw",
+            "postgres",
+            "create database db owner u",
+        ),
+        "the database db",
+    );
+    run(
+        &mut psql(
+            "u",
+            DEV_PASSWORD,
+            "db",
+            "create table items (name text); insert into items values ('alpha'), ('beta')",
+        ),
+        "the table items",
+    );
+}
+
+/// Every tool the production image promises, run in the box `id`.
+fn tools(s: &BoxServer, id: &str) {
+    let out = exec(
+        s,
+        id,
+        "docker compose version; docker-compose version; git --version; node -e 'console.log(\"node\", process.version)'; \
+         python3 -c 'print(\"python\", 6 * 7)'; php -r 'echo \"php \" . (6 * 7) . \"\\n\";'; \
+         echo '{\"a\": {\"b\": 42}}' | jq .a.b; psql --version; pg_isready --version; redis-cli --version; \
+         mkdir -p /work/hello && cd /work/hello && printf 'package main\nimport \"fmt\"\nfunc main() { fmt.Println(\"hello from go\") }\n' >main.go && \
+         (test -f go.mod || go mod init hello >/dev/null 2>&1) && go build -o hello . && ./hello",
+    );
+    for want in [
+        "Docker Compose version 2.",
+        "git version",
+        "node v",
+        "python 42",
+        "php 42",
+        "\n42\n",
+        "psql (PostgreSQL) ",
+        "pg_isready (PostgreSQL) ",
+        "redis-cli ",
+        "hello from go",
+    ] {
+        assert!(out.contains(want), "{want:?} not in: {out}");
+    }
+    assert_eq!(
+        out.matches("Docker Compose version 2.").count(),
+        2,
+        "docker compose and docker-compose are both v2: {out}"
+    );
+    // A screenshot with headless Chromium, and a frame from the virtual display.
+    let out = exec(
+        s,
+        id,
+        "cd /work && chromium --headless --no-sandbox --disable-gpu --window-size=640,480 \
+           --screenshot=/work/shot.png 'data:text/html,<h1>shot</h1>' >/work/chromium.log 2>&1; \
+         ffmpeg -loglevel error -y -f x11grab -video_size 320x240 -i :99 -frames:v 1 /work/x99.png; \
+         for f in shot x99; do python3 -c \"import sys; d = open(sys.argv[1], 'rb').read(); \
+           print(sys.argv[1], 'png' if d[:8] == bytes.fromhex('89504e470d0a1a0a') and len(d) > 100 else 'not-png')\" /work/$f.png; done; \
+         tail -5 /work/chromium.log",
+    );
+    assert!(
+        out.contains("/work/shot.png png") && out.contains("/work/x99.png png"),
+        "{out}"
+    );
+    // psbx-testdb: PostgreSQL 16, reset, gotest, Redis, S3.
+    let out = exec(
+        s,
+        id,
+        "psbx-testdb up t --as APP_DB_URL && . /work/.sbx/testdb/t.env && \
+         psql \"$DATABASE_URL\" -At -c 'select version()' && test \"$APP_DB_URL\" = \"$TEST_DATABASE_URL\" && \
+         psql -c 'create table before_reset (a int)' && psbx-testdb up t && psbx-testdb reset t && \
+         psql -At -c \"select count(*) from pg_tables where tablename = 'before_reset'\" && \
+         psbx-testdb url && psbx-testdb list",
+    );
+    assert!(
+        out.contains("PostgreSQL 16.") && out.contains("t is already running"),
+        "{out}"
+    );
+    assert!(
+        out.contains("t is empty again\n0\npostgres://"),
+        "reset: {out}"
+    );
+    let out = exec(
+        s,
+        id,
+        "mkdir -p /work/gt/a /work/gt/b && cd /work/gt && printf 'module gt\\ngo 1.19\\n' >go.mod && \
+         for p in a b; do printf 'package %s\\nimport (\"os\"; \"os/exec\"; \"testing\")\\n\
+         func TestOwnDatabase(t *testing.T) {\\n\
+         out, err := exec.Command(\"psql\", \"-c\", \"create table mine (a int)\").CombinedOutput()\\n\
+         if err != nil { t.Fatal(string(out)) }\\n t.Log(\"database\", os.Getenv(\"PGDATABASE\"))\\n}\\n' $p >$p/a_test.go; done && \
+         psbx-testdb gotest -count=1 ./... && echo gotest-ok",
+    );
+    assert!(out.contains("gotest-ok"), "psbx-testdb gotest: {out}");
+    let out = exec(
+        s,
+        id,
+        "psbx-testdb up r --redis && . /work/.sbx/testdb/r.env && redis-cli -u \"$REDIS_URL\" PING && \
+         psbx-testdb up b --s3 && . /work/.sbx/testdb/b.env && echo 'put and got' >/work/obj.txt && \
+         aws s3 cp /work/obj.txt \"s3://$S3_BUCKET/obj.txt\" && aws s3 cp \"s3://$S3_BUCKET/obj.txt\" - && \
+         psbx-testdb reset b && aws s3 ls \"s3://$S3_BUCKET/\" | wc -l",
+    );
+    assert!(out.contains("PONG"), "psbx-testdb --redis: {out}");
+    let out = exec(
+        s,
+        id,
+        "psbx-testdb up m --mysql && . /work/.sbx/testdb/m.env && \
+         mariadb --protocol=tcp -h 127.0.0.1 -P \"$MYSQL_PORT\" -u \"$MYSQL_USER\" \"$MYSQL_DATABASE\" -N \
+           -e 'select version(); create table t (a int); select database()' && \
+         psbx-testdb reset m && mariadb --protocol=tcp -h 127.0.0.1 -P \"$MYSQL_PORT\" -u test -N \
+           -e \"select count(*) from information_schema.tables where table_schema = 'm'\" && psbx-testdb down m",
+    );
+    assert!(
+        out.contains("MariaDB") && out.contains("\nm\nm is empty again\n0\n"),
+        "psbx-testdb --mysql: {out}"
+    );
+    assert!(
+        out.contains("put and got\nb is empty again\n0"),
+        "psbx-testdb --s3: {out}"
+    );
+    // psbx-toolchain: the box has no internet here, and it says so.
+    let out = exec(
+        s,
+        id,
+        "psbx-toolchain list; psbx-toolchain add dotnet; echo rc=$?",
+    );
+    assert!(
+        out.contains("dotnet   not installed")
+            && out.contains("cannot reach https://dot.net/v1/dotnet-install.sh")
+            && out.contains("rc=1"),
+        "{out}"
+    );
 }
 
 /// Two installations on one host: each has its own table for its own uid,
