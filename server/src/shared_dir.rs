@@ -63,8 +63,7 @@ pub fn default_for(data_dir: &Path) -> PathBuf {
 /// `/var/lib/psbx/data-<16 hex digits of the data directory's SHA-256>`.
 fn relocated(data_dir: &Path) -> PathBuf {
     let digest = Sha256::digest(data_dir.as_os_str().as_encoded_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    Path::new(ROOT_SHARED).join(format!("data-{hex}"))
+    Path::new(ROOT_SHARED).join(format!("data-{}", hex::encode(&digest[..8])))
 }
 
 /// The first existing directory above `path` (not `path` itself, which psbx
