@@ -95,6 +95,22 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def pool_starts(server, name, runs, timeout=600):
+    """`runs` starts from the pool of `server` (each waits for a pooled box,
+    then stops the box started): their times. Stops the server."""
+    pool = []
+    try:
+        for _ in range(runs):
+            server.wait_log("pool box ready", timeout=timeout)
+            took, box = server.call("POST", "/v1/boxes", {"name": name})
+            assert box["state"] == "running", box
+            pool.append(took)
+            server.call("DELETE", f"/v1/boxes/{box['id']}")
+    finally:
+        server.stop()
+    return pool
+
+
 def report(name, samples, unit="s"):
     med = statistics.median(samples)
     print(f"{name:<28} median {med:8.3f} {unit}   min {min(samples):8.3f}   "
@@ -127,18 +143,7 @@ def main():
         return exec_round_trip()
     exec_round_trip()
     # Pool: wait for a pooled box each time, then start one.
-    server = Server("pool_size = 1\nidle_freeze = \"1h\"")
-    pool = []
-    try:
-        for _ in range(RUNS):
-            server.wait_log("pool box ready")
-            took, box = server.call("POST", "/v1/boxes", {"name": "bench-pool"})
-            assert box["state"] == "running", box
-            pool.append(took)
-            server.call("DELETE", f"/v1/boxes/{box['id']}")
-    finally:
-        server.stop()
-    report("start from the pool", pool)
+    report("start from the pool", pool_starts(Server("pool_size = 1\nidle_freeze = \"1h\""), "bench-pool", RUNS))
 
     # Cold starts, then freeze and thaw of the same boxes.
     server = Server("pool_size = 0\nidle_freeze = \"5s\"")

@@ -70,6 +70,19 @@ def start(server, name):
         return None, json.load(e)
 
 
+def start_until_refused(server, ids, started):
+    """Starts boxes until `ids` holds MAX of them or a start is refused;
+    `started(took, box)` follows each start, its id in `ids` already. The
+    refusal's body, or None at the bound."""
+    while len(ids) < MAX:
+        took, box = start(server, f"cap-{len(ids)}")
+        if took is None:
+            return box
+        ids.append(box["id"])
+        started(took, box)
+    return None
+
+
 def line(server, ids, what, took=None):
     total, avail = meminfo()
     rss = sum(rss_mib(i) for i in ids)
@@ -87,14 +100,9 @@ def main():
     ids, cold, freeze, thaw = [], [], [], []
     try:
         line(server, ids, "before")
-        refused = None
-        while len(ids) < MAX:
-            took, box = start(server, f"cap-{len(ids)}")
-            if took is None:
-                refused = box
-                break
+
+        def running_idle(took, box):
             assert box["state"] == "running", box
-            ids.append(box["id"])
             cold.append(took)
             if len(ids) == 1:
                 _, done = server.call("POST", f"/v1/boxes/{box['id']}/exec",
@@ -103,6 +111,8 @@ def main():
                       flush=True)
             time.sleep(SETTLE)
             line(server, ids, "running idle", took)
+
+        refused = start_until_refused(server, ids, running_idle)
         running = len(ids)
         if refused is None and ids:
             # What the ledger would still admit (defaults: margin 2048 MiB,
@@ -136,16 +146,12 @@ def main():
                 waiting.remove(box_id)
                 freeze.append(int(re.search(r"ms=(\d+)", got).group(1)) / 1000)
         line(server, [], "all frozen")
-        refused = None
-        while len(ids) < MAX:
-            took, box = start(server, f"cap-{len(ids)}")
-            if took is None:
-                refused = box
-                break
-            ids.append(box["id"])
+        def then_frozen(took, box):
             got = server.wait_log(f"frozen box_id={box['id']}")
             freeze.append(int(re.search(r"ms=(\d+)", got).group(1)) / 1000)
             line(server, [], "started, then frozen", took)
+
+        refused = start_until_refused(server, ids, then_frozen)
         print(f"held frozen: {len(ids)} ({running} of them ran at once); "
               f"{'refused: ' + refused['error']['message'] if refused else 'stopped at the bound'}",
               flush=True)
@@ -156,17 +162,9 @@ def main():
     finally:
         server.stop()
 
-    server = boxes.Server("pool_size = 1\nidle_freeze = \"1h\"", image="debian", unit="")
-    pool = []
-    try:
-        for _ in range(RUNS):
-            server.wait_log("pool box ready", timeout=900)
-            took, box = server.call("POST", "/v1/boxes", {"name": "cap-pool"})
-            assert box["state"] == "running", box
-            pool.append(took)
-            server.call("DELETE", f"/v1/boxes/{box['id']}")
-    finally:
-        server.stop()
+    pool = boxes.pool_starts(
+        boxes.Server("pool_size = 1\nidle_freeze = \"1h\"", image="debian", unit=""),
+        "cap-pool", RUNS, timeout=900)
     boxes.report("start cold", cold[:RUNS])
     boxes.report("start from the pool", pool)
     boxes.report("freeze (managed save)", freeze)
