@@ -325,12 +325,14 @@ mod tests {
                 port: Some(80),
                 target_port: Some(3000),
                 version: None,
+                mode: None,
             },
             ServiceSpec {
                 name: "api".into(),
                 port: Some(8080),
                 target_port: None,
                 version: None,
+                mode: None,
             },
         ];
         assert_eq!(port_in_box(&at(None), &services), 3000);

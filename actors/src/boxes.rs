@@ -6,7 +6,7 @@ use crate::blocking::blocking;
 use crate::box_actor::link::LinkHandle;
 use crate::box_actor::state::BoxState;
 use crate::box_actor::{
-    BoxSnapshot, Channel, Forget, Keep, PING_TIMEOUT, Status, Stop, Touch, WOKEN_PATIENCE,
+    BoxSnapshot, Channel, Forget, Keep, PING_TIMEOUT, Rewire, Status, Stop, Touch, WOKEN_PATIENCE,
 };
 use crate::box_urls::{BoxAddress, BoxUrls};
 use crate::duration;
@@ -22,6 +22,7 @@ use crate::secrets::{SecretError, Secrets};
 use crate::settings::{BoxSettings, SIZES};
 use crate::spec::BoxSpec;
 use crate::store::{BoxCursor, BoxRecord, Store};
+use crate::wiring::{self, WireChange};
 use psbx_wire::boxd::{Done, ExecRequest, Logs, Process, Service, Signal};
 use psbx_wire::mux::Stream;
 use std::sync::Arc;
@@ -189,9 +190,42 @@ impl Boxes {
         // Kept as the environment's error: the API answers a missing
         // environment named in the request as a bad request, not a 404.
         let env = self.environments.for_box(account, name).await?;
-        let claim = EnvironmentClaim::new(env);
+        let authorization = crate::ids::random_token(32).map_err(|e| {
+            BoxError::Internal(format!("no randomness for the box's AWS token: {e}"))
+        })?;
+        let claim = EnvironmentClaim::new(env, authorization);
         spec.claimed = Some(claim.summary.clone());
         Ok(claim)
+    }
+
+    /// Checks and normalises a start's services, external base URL and
+    /// links (`crate::wiring`): each linked box must be one of the account's
+    /// that is not over.
+    async fn check_wiring(&self, account: &AccountId, spec: &mut BoxSpec) -> Result<(), BoxError> {
+        if let Some(url) = spec.external_base_url.take() {
+            spec.external_base_url =
+                Some(wiring::check_external_base_url(&url).map_err(BoxError::Invalid)?);
+        }
+        spec.services =
+            wiring::check_services(std::mem::take(&mut spec.services), spec.external_base_url())
+                .map_err(BoxError::Invalid)?;
+        wiring::check_links(&mut spec.links, &spec.services).map_err(BoxError::Invalid)?;
+        for link in &spec.links {
+            self.linkable(account, &link.box_id).await?;
+        }
+        Ok(())
+    }
+
+    /// A box a link may point at: the account's, not over.
+    async fn linkable(&self, account: &AccountId, id: &str) -> Result<BoxRecord, BoxError> {
+        let record = self.record(account, id).await?;
+        if record.state.is_terminal() {
+            return Err(BoxError::Invalid(format!(
+                "box {id} is {}: a link must point at a box that runs",
+                record.state
+            )));
+        }
+        Ok(record)
     }
 
     fn host(&self) -> Result<&HostStart, BoxError> {
@@ -259,8 +293,9 @@ impl Boxes {
             Some(name) => Some(self.claim(&account, &name, &mut spec).await?),
             None => None,
         };
-        let (files, mask, endpoints) = claim
-            .map(|c| (c.files, c.mask, c.endpoints))
+        self.check_wiring(&account, &mut spec).await?;
+        let (files, mask, endpoints, aws) = claim
+            .map(|c| (c.files, c.mask, c.endpoints, c.aws))
             .unwrap_or_default();
         // What the box receives, sealed into its spec: the values masked after a restart.
         let masked: Vec<String> = env
@@ -288,11 +323,12 @@ impl Boxes {
                 files,
                 mask,
                 endpoints,
+                aws,
             })
             .await
             .map_err(|e| BoxError::Gone("host supervisor", e))??;
         // Read it back through its actor: the answer carries boxd's health.
-        match host.shared.actor(&made.record.id) {
+        let snapshot = match host.shared.actor(&made.record.id) {
             Some(addr) => send(
                 addr.send(Status {
                     thaw: false,
@@ -303,9 +339,10 @@ impl Boxes {
                 })
                 .await,
             )?
-            .map(|s| self.dressed(s)),
-            None => Ok(self.dressed(made)),
-        }
+            .map(|s| self.dressed(s))?,
+            None => self.dressed(made),
+        };
+        Ok(self.with_linked(snapshot).await)
     }
 
     /// The account's box as stored (no actor is asked: stopped boxes too).
@@ -359,8 +396,8 @@ impl Boxes {
         id: &str,
         thaw: bool,
     ) -> Result<BoxSnapshot, BoxError> {
-        match self.actor(account, id).await? {
-            Err(record) => Ok(self.snapshot_of_row(record)),
+        let snapshot = match self.actor(account, id).await? {
+            Err(record) => self.snapshot_of_row(record),
             Ok(addr) => send(
                 addr.send(Status {
                     thaw,
@@ -369,8 +406,29 @@ impl Boxes {
                 })
                 .await,
             )?
-            .map(|s| self.dressed(s)),
+            .map(|s| self.dressed(s))?,
+        };
+        Ok(self.with_linked(snapshot).await)
+    }
+
+    /// The snapshot with the state of each box its links point at (`gone`
+    /// for one that is no longer the account's).
+    async fn with_linked(&self, mut snapshot: BoxSnapshot) -> BoxSnapshot {
+        let Some(account) = snapshot.record.account_id.clone() else {
+            return snapshot;
+        };
+        for link in &snapshot.record.spec.links {
+            if snapshot.linked.contains_key(&link.box_id) {
+                continue;
+            }
+            let state = match self.record(&account, &link.box_id).await {
+                Ok(record) => record.state.to_string(),
+                Err(BoxError::NotFound(_)) => "gone".to_owned(),
+                Err(_) => "unknown".to_owned(),
+            };
+            snapshot.linked.insert(link.box_id.clone(), state);
         }
+        snapshot
     }
 
     pub async fn keep(
@@ -383,6 +441,31 @@ impl Boxes {
         match self.actor(account, id).await? {
             Err(record) => Err(over(&record)),
             Ok(addr) => send(addr.send(Keep { keep_secs }).await)?.map(|s| self.dressed(s)),
+        }
+    }
+
+    /// Changes a box's declared services or links (`crate::wiring::apply`):
+    /// each linked box must be another of the account's boxes that runs.
+    pub async fn wire(
+        &self,
+        account: &AccountId,
+        id: &str,
+        change: WireChange,
+    ) -> Result<BoxSnapshot, BoxError> {
+        for link in &change.links {
+            if link.box_id == id {
+                return Err(BoxError::Invalid(format!(
+                    "box {id} cannot link to itself: declare the name as a service instead"
+                )));
+            }
+            self.linkable(account, &link.box_id).await?;
+        }
+        match self.actor(account, id).await? {
+            Err(record) => Err(over(&record)),
+            Ok(addr) => {
+                let snapshot = send(addr.send(Rewire { change }).await)??;
+                Ok(self.with_linked(self.dressed(snapshot)).await)
+            }
         }
     }
 

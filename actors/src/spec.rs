@@ -1,6 +1,7 @@
-//! What a box was started with beyond its size and times: its services, the
-//! names of the secrets it received, the environment it was plugged into and
-//! what that environment gave it. Stored with the box as jsonb (`boxes.spec`);
+//! What a box was started with beyond its size and times: its services (and
+//! how each is wired), its links to other boxes, the names of the secrets it
+//! received, the environment it was plugged into and what that environment
+//! gave it. Stored with the box as jsonb (`boxes.spec`);
 //! the store converts at its boundary, everything else reads these fields.
 
 use crate::environments::claim::Claimed;
@@ -11,9 +12,17 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BoxSpec {
-    /// The services the caller declared (stored with the box).
+    /// The services the caller declared (at start and with `wire`), checked
+    /// and normalised (`crate::wiring`).
     #[serde(default)]
     pub services: Vec<ServiceSpec>,
+    /// Names in this box that lead to a port of another box of the account.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkSpec>,
+    /// The external base URL the caller gave at start (else the
+    /// environment's, `claimed.external_base_url`, is the one in effect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_base_url: Option<String>,
     /// Names of the account's secrets the box received as environment variables.
     #[serde(default)]
     pub secrets: Vec<String>,
@@ -51,6 +60,24 @@ pub struct ServiceSpec {
     /// A published version to run instead of a process of the caller's own.
     #[serde(default)]
     pub version: Option<String>,
+    /// Where callers' connections go: the box's process or the external
+    /// base URL (none for a name without a port, and for older rows: box).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+}
+
+/// Where a declared service's connections go (`box` or `external`): the
+/// same values boxd is told.
+pub use psbx_wire::boxd::WireMode as Mode;
+
+/// A name:port in this box that leads to `target_port` of box `box_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkSpec {
+    pub name: String,
+    pub port: u16,
+    pub box_id: String,
+    pub target_port: u16,
 }
 
 /// Values sealed by the vault for one account (hex-encoded nonce and ciphertext).
@@ -73,6 +100,16 @@ impl BoxSpec {
             environment,
             ..Self::default()
         }
+    }
+
+    /// The external base URL in effect: the start's own, else the
+    /// environment's.
+    pub fn external_base_url(&self) -> Option<&str> {
+        self.external_base_url.as_deref().or_else(|| {
+            self.claimed
+                .as_ref()
+                .and_then(|c| c.external_base_url.as_deref())
+        })
     }
 
     /// The spec as stored.

@@ -19,7 +19,7 @@ use psbx_actors::environments::Environments;
 use psbx_actors::error::BoxError;
 use psbx_actors::exec::run::ExecEvent;
 use psbx_actors::host::shared::HostShared;
-use psbx_actors::host::{Connected, CreateBox, HostStart, PoolLevels, supervise};
+use psbx_actors::host::{BoxServices, Connected, CreateBox, HostStart, PoolLevels, supervise};
 use psbx_actors::hypervisor::Hypervisor;
 use psbx_actors::hypervisor::fake::{Call, FakeHypervisor};
 use psbx_actors::ids::{AccountId, BoxId};
@@ -128,8 +128,14 @@ impl World {
             self.store.clone(),
             self.settings.clone(),
             self.server_id.clone(),
-            Secrets::new(self.store.clone(), Vault::from_key(&[7u8; 32])).unwrap(),
-            psbx_actors::connectors::Router::new(Default::default(), self.store.clone()),
+            BoxServices {
+                secrets: Secrets::new(self.store.clone(), Vault::from_key(&[7u8; 32])).unwrap(),
+                router: psbx_actors::connectors::Router::new(
+                    Default::default(),
+                    self.store.clone(),
+                ),
+                box_role: None,
+            },
         )
         .await
         .unwrap()
@@ -218,6 +224,7 @@ async fn create(
             files: vec![],
             endpoints: vec![],
             mask: vec![],
+            aws: None,
         })
         .await
         .unwrap()
@@ -796,6 +803,7 @@ async fn an_account_at_its_box_quota_is_refused_and_another_account_is_not() {
         files: vec![],
         endpoints: vec![],
         mask: vec![],
+        aws: None,
     };
     let theirs = host.supervisor.send(other).await.unwrap().unwrap();
     assert_eq!(theirs.record.state, BoxState::Running);

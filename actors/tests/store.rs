@@ -331,6 +331,7 @@ fn a_box_spec_reads_back_typed_and_a_malformed_one_is_an_error() {
                 port: Some(80),
                 target_port: Some(8080),
                 version: None,
+                mode: Some(psbx_actors::spec::Mode::Box),
             }],
             vec!["TOKEN".into()],
             Some("dev".into()),

@@ -1,6 +1,7 @@
 //! boxd, the agent inside every box. Its only link to the control plane is the
 //! virtio-serial port `org.psbx.boxd`, carrying a wire session (DESIGN.md §5);
-//! it has no network listener.
+//! what it listens on in the box is for the box itself (its DNS, the
+//! environment's entries, the AWS role's credentials, `aws`).
 //!
 //! It prints `boxd ready on <port>` on its stdout (the console) once the port
 //! is found, sets the box's network card up (`net`) and its DNS, then serves
@@ -10,6 +11,7 @@
 //! as streams it opens on the current session (`uplink.rs`); restarted in the
 //! same boot, it sets them up again from what it kept in `/run/psbx/`.
 
+mod aws;
 mod exec;
 mod kept;
 mod net;

@@ -45,9 +45,12 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
                 Service::Port(1),
                 Service::Pty,
                 Service::Shot,
+                Service::Wire,
             ]
             .map(|s| s.feature().to_owned())
-            .to_vec(),
+            .into_iter()
+            .chain([psbx_wire::boxd::TAKE_OVER_FEATURE.to_owned()])
+            .collect(),
         },
         env: RwLock::new(services::restore_env()),
         processes: Processes::kept_at(PathBuf::from(kept::PROCESSES)),
@@ -58,6 +61,12 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
     });
     state.private.start().await;
     state.private.restore(&state.uplink, &state.work).await;
+    if let Some(aws) = crate::aws::restore() {
+        match crate::aws::start(&aws, &state.uplink).await {
+            Ok(()) => println!("boxd: restored the AWS role from {}", crate::aws::KEPT),
+            Err(e) => eprintln!("boxd: cannot restore the AWS role: {e}"),
+        }
+    }
     loop {
         let io = match port::PortIo::open(&path) {
             Ok(io) => io,

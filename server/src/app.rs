@@ -61,6 +61,10 @@ pub struct AppState {
     pub shots: Shots,
     /// Boxes handed to a person, and their feedback.
     pub reviews: Reviews,
+    /// psbx as an OIDC issuer: its signing keys and tokens.
+    pub issuer: psbx_actors::oidc::Issuer,
+    /// The AWS calls made for accounts.
+    pub aws: crate::aws::Aws,
 }
 
 /// What the application is made of besides its configuration.
@@ -73,6 +77,9 @@ pub struct Parts {
     pub url: String,
     /// This replica (`srv_...`).
     pub server_id: ServerId,
+    /// The OIDC issuer, when the caller made it already (the host's box
+    /// role signs with it too); else made from the configuration.
+    pub issuer: Option<psbx_actors::oidc::Issuer>,
 }
 
 impl Parts {
@@ -83,8 +90,32 @@ impl Parts {
             hub,
             url: url.to_owned(),
             server_id,
+            issuer: None,
         }
     }
+
+    /// With the issuer the host uses.
+    pub fn with_issuer(self, issuer: psbx_actors::oidc::Issuer) -> Self {
+        Self {
+            issuer: Some(issuer),
+            ..self
+        }
+    }
+}
+
+/// The OIDC issuer of this server: its public URL, keys sealed by the vault.
+pub fn issuer_for(
+    config: &Config,
+    store: &Store,
+    secrets: &Secrets,
+    url: &str,
+) -> anyhow::Result<psbx_actors::oidc::Issuer> {
+    Ok(psbx_actors::oidc::Issuer::new(
+        store.clone(),
+        secrets.vault(),
+        url,
+        config.oidc.rotate_after()?,
+    ))
 }
 
 impl AppState {
@@ -102,7 +133,12 @@ impl AppState {
             hub,
             url,
             server_id,
+            issuer,
         } = parts;
+        let issuer = match issuer {
+            Some(issuer) => issuer,
+            None => issuer_for(config, &store, &secrets, &url)?,
+        };
         let environments = Environments::new(store.clone(), secrets.vault(), hub, &url);
         let urls = psbx_actors::box_urls::BoxUrls::new(&url, &config.box_domain, secrets.vault());
         let boxes = Arc::new(
@@ -146,6 +182,8 @@ impl AppState {
                 config.oauth.loopback_client_metadata,
             )),
             box_access: psbx_actors::box_access::BoxAccess::new(store.clone()),
+            issuer,
+            aws: crate::aws::Aws::new(&config.aws),
             trusted_proxies: crate::client_addr::TrustedProxies::parse(&config.trusted_proxies)?,
             shots,
             reviews,
@@ -221,6 +259,7 @@ pub fn build(
             .wrap(from_fn(require_mcp_credential)),
     )
     .configure(crate::oauth::routes)
+    .configure(routes::oidc::routes)
     .configure(routes::takeover::routes)
     .configure(pages::routes)
     .app_data(web::Data::new(ApiDocument::new(
@@ -239,6 +278,8 @@ pub fn build(
     .app_data(web::Data::new(state.trusted_proxies))
     .app_data(web::Data::new(state.shots))
     .app_data(web::Data::new(state.reviews))
+    .app_data(web::Data::new(state.issuer))
+    .app_data(web::Data::new(state.aws))
     // Every body has a limit; past it, 413 `payload_too_large`
     // (`limits::body`; the streamed uploads count their own).
     .app_data(crate::limits::body::json_config())

@@ -74,6 +74,8 @@ pub struct Config {
     pub boxes: BoxesConfig,
     pub quotas: QuotasConfig,
     pub oauth: OAuthConfig,
+    pub oidc: OidcConfig,
+    pub aws: AwsConfig,
     pub metrics: MetricsConfig,
     pub connectors: ConnectorsConfig,
     pub takeover: TakeoverConfig,
@@ -232,6 +234,72 @@ pub struct OAuthConfig {
     /// host (localhost, 127.0.0.1, [::1]). For tests and local development only:
     /// real clients publish their documents over https.
     pub loopback_client_metadata: bool,
+}
+
+/// The AWS accounts psbx reads ECS services from (`server/src/aws/`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AwsConfig {
+    /// The principal accounts' read-only roles trust: this server's own AWS
+    /// identity (`arn:aws:iam::<account>:root`, or its role), whose
+    /// credentials the SDK's default chain finds.
+    pub principal_arn: Option<String>,
+    /// Where `deploy/aws/readonly-role.yaml` is published (an S3 URL the
+    /// CloudFormation console can read): `GET /v1/aws` then offers a
+    /// quick-create link.
+    pub readonly_role_template_url: Option<String>,
+    /// One endpoint for every AWS call instead of AWS's own (a local
+    /// emulator; never set in production): the server's, and the STS calls
+    /// boxes make for their environment's role.
+    pub endpoint_url: Option<String>,
+    /// How long the credentials of a box's AWS role last, in seconds (what
+    /// boxd asks STS for; AWS takes 900 up to the role's
+    /// `MaxSessionDuration`). Default 3600.
+    pub box_session_seconds: Option<u32>,
+}
+
+impl AwsConfig {
+    /// [`AwsConfig::box_session_seconds`], checked.
+    pub fn box_session_seconds(&self) -> Result<u32, ConfigError> {
+        match self.box_session_seconds {
+            None => Ok(psbx_actors::box_role::DEFAULT_SESSION_SECONDS),
+            Some(s) if (1..=43_200).contains(&s) => Ok(s),
+            Some(s) => Err(ConfigError::Invalid(format!(
+                "aws.box_session_seconds = {s}: give 1 to 43200 seconds (AWS itself takes 900 or more)"
+            ))),
+        }
+    }
+}
+
+/// psbx as the OIDC issuer boxes' AWS roles trust (`/.well-known/jwks.json`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OidcConfig {
+    /// Replace the signing key once it is this old (`"30d"`); the old key
+    /// stays published for an hour, longer than its tokens live.
+    pub rotate_after: String,
+}
+
+impl Default for OidcConfig {
+    fn default() -> Self {
+        Self {
+            rotate_after: "30d".into(),
+        }
+    }
+}
+
+impl OidcConfig {
+    /// The rotation period, parsed.
+    pub fn rotate_after(&self) -> Result<std::time::Duration, ConfigError> {
+        let d = psbx_actors::duration::parse(&self.rotate_after)
+            .map_err(|e| ConfigError::Invalid(format!("oidc.rotate_after: {e}")))?;
+        if d < std::time::Duration::from_secs(1) {
+            return Err(ConfigError::Invalid(
+                "oidc.rotate_after must be at least 1s".into(),
+            ));
+        }
+        Ok(d)
+    }
 }
 
 /// Boxes: the image, sizes, timers, the pool and the host's limits.
@@ -488,6 +556,8 @@ impl Default for Config {
             boxes: BoxesConfig::default(),
             quotas: QuotasConfig::default(),
             oauth: OAuthConfig::default(),
+            oidc: OidcConfig::default(),
+            aws: AwsConfig::default(),
             metrics: MetricsConfig::default(),
             connectors: ConnectorsConfig::default(),
             takeover: TakeoverConfig::default(),

@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod aws;
 pub mod banner;
 pub mod box_urls;
 pub mod client_addr;

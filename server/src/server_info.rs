@@ -40,20 +40,36 @@ impl ServerInfo {
             .public_url
             .split_once("://")
             .map_or(self.public_url.as_str(), |(_, rest)| rest);
-        let mut console =
-            url::Url::parse("https://console.aws.amazon.com/cloudformation/home").ok()?;
-        console
-            .query_pairs_mut()
-            .append_pair("region", region.unwrap_or("us-east-1"));
-        let mut fragment = url::form_urlencoded::Serializer::new(String::new());
-        fragment
-            .append_pair("templateURL", template)
-            .append_pair("stackName", &format!("psbx-box-role-{env}"))
-            .append_pair("param_OidcProvider", issuer)
-            .append_pair("param_Subject", subject);
-        console.set_fragment(Some(&format!("/stacks/quickcreate?{}", fragment.finish())));
-        Some(console.to_string())
+        quick_create_url(
+            template,
+            &format!("psbx-box-role-{env}"),
+            region,
+            &[("OidcProvider", issuer), ("Subject", subject)],
+        )
     }
+}
+
+/// A CloudFormation console link that creates stack `stack` from `template`
+/// in `region` (default us-east-1) with `params` filled in.
+pub fn quick_create_url(
+    template: &str,
+    stack: &str,
+    region: Option<&str>,
+    params: &[(&str, &str)],
+) -> Option<String> {
+    let mut console = url::Url::parse("https://console.aws.amazon.com/cloudformation/home").ok()?;
+    console
+        .query_pairs_mut()
+        .append_pair("region", region.unwrap_or("us-east-1"));
+    let mut fragment = url::form_urlencoded::Serializer::new(String::new());
+    fragment
+        .append_pair("templateURL", template)
+        .append_pair("stackName", stack);
+    for (name, value) in params {
+        fragment.append_pair(&format!("param_{name}"), value);
+    }
+    console.set_fragment(Some(&format!("/stacks/quickcreate?{}", fragment.finish())));
+    Some(console.to_string())
 }
 
 #[cfg(test)]

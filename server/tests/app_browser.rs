@@ -112,8 +112,11 @@ impl Served {
                         store.clone(),
                         config.boxes.settings(&config.data_dir).unwrap(),
                         server.id.to_string(),
-                        secrets.clone(),
-                        Router::new(hub.clone(), store.clone()),
+                        psbx_actors::host::BoxServices {
+                            secrets: secrets.clone(),
+                            router: Router::new(hub.clone(), store.clone()),
+                            box_role: None,
+                        },
                     )
                     .await
                     .unwrap();

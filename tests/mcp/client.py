@@ -30,7 +30,10 @@ async def main():
         async with Client(streamable_http_client(URL, http_client=http), mode=MODE) as client:
             tools = await client.list_tools()
             schemas = {t.name: t.input_schema for t in tools.tools}
-            started = await client.call_tool("sandbox_start", {"name": "mcp " + MODE})
+            started = await client.call_tool(
+                "sandbox_start",
+                {"name": "mcp " + MODE, "services": [{"name": "api.svc.local", "port": 8080}]},
+            )
             box = started.structured_content
             progress = []
 
@@ -42,6 +45,13 @@ async def main():
                 {"id": box["id"], "cmd": "uname -a"},
                 progress_callback=on_progress,
             )
+            wired = await client.call_tool(
+                "sandbox_wire",
+                {"id": box["id"], "service": "web.svc.local", "port": 80, "targetPort": 3000},
+            )
+            external = await client.call_tool(
+                "sandbox_wire", {"id": box["id"], "service": "api.svc.local", "mode": "external"}
+            )
             environments = await client.call_tool("sandbox_environments", {})
             unknown = await client.call_tool("sandbox_status", {"id": "box_doesnotexist"})
             stopped = await client.call_tool("sandbox_stop", {"id": box["id"]})
@@ -52,6 +62,10 @@ async def main():
                 "started_error": started.is_error,
                 "exec": ran.structured_content,
                 "exec_text": text_of(ran),
+                "wired": wired.structured_content,
+                "wired_error": wired.is_error,
+                "external_error": external.is_error,
+                "external_text": text_of(external),
                 "environments": environments.structured_content,
                 "environments_text": text_of(environments),
                 "unknown_error": unknown.is_error,

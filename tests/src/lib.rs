@@ -10,6 +10,8 @@
 //! * [`wait`] — polling a check until a deadline, from sync and async tests.
 //! * [`log`] — a child's log lines, and waits for a line to appear.
 //! * [`api`] — REST calls with a bearer key.
+//! * [`dev`] — the user's dev network for environment tests: the REST calls
+//!   they make, the real connector in a namespace, the connections held there.
 //! * [`git`] — repositories made by a shell script, and the names in a tar stream.
 //! * [`python`] — the Python MCP clients under `tests/mcp/`, run with the venv.
 //! * [`browser`] — the Playwright scripts under `tests/browser/`, driving
@@ -22,8 +24,10 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 pub mod api;
+pub mod aws;
 pub mod browser;
 mod database;
+pub mod dev;
 pub mod git;
 pub mod log;
 pub mod netns;

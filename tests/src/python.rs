@@ -20,8 +20,13 @@ pub fn python() -> PathBuf {
 /// Runs `tests/mcp/<script>` with `args` and parses what it printed; a failing
 /// script fails the test with its stderr.
 pub fn run_json(script: &str, args: &[&str]) -> Value {
+    run_json_in("mcp", script, args)
+}
+
+/// [`run_json`] for a script in another directory under `tests/` (`aws`).
+pub fn run_json_in(dir: &str, script: &str, args: &[&str]) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("mcp")
+        .join(dir)
         .join(script);
     let out = Command::new(python())
         .arg(&path)
@@ -34,7 +39,7 @@ pub fn run_json(script: &str, args: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     let printed = String::from_utf8_lossy(&out.stdout);
-    crate::witness::assert_unseen(&format!("what the MCP client {script} saw"), &printed);
+    crate::witness::assert_unseen(&format!("what {dir}/{script} printed"), &printed);
     crate::witness::tokens_in(&printed);
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(

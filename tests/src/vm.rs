@@ -76,6 +76,7 @@ pub struct BoxServer {
     pub dir: tempfile::TempDir,
     config: PathBuf,
     listen: String,
+    envs: Vec<(String, String)>,
     // Dropped last: the guard needs the database to find the boxes.
     _guard: DomainGuard,
     pub db: TestDatabase,
@@ -99,6 +100,12 @@ impl BoxServer {
     /// Like [`BoxServer::start_with`], listening on `listen` (an address of a
     /// test's own network namespace link, for a connector in it).
     pub fn start_on(listen: &str, top: &str, extra: &str) -> Self {
+        Self::start_with_env(listen, top, extra, &[])
+    }
+
+    /// Like [`BoxServer::start_on`], with further environment variables for
+    /// the server process (on every restart too).
+    pub fn start_with_env(listen: &str, top: &str, extra: &str, envs: &[(&str, &str)]) -> Self {
         let images = images_dir();
         let db = TestDatabase::new();
         let dir = tempfile::tempdir().expect("tempdir");
@@ -158,6 +165,10 @@ impl BoxServer {
             dir,
             config,
             listen: listen.to_owned(),
+            envs: envs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
             _guard: guard,
             db,
         };
@@ -186,7 +197,9 @@ impl BoxServer {
                 "--data-dir",
                 data.to_str().expect("utf-8 path"),
             ],
-            &[("DATABASE_URL", self.db.url())],
+            &std::iter::once(("DATABASE_URL", self.db.url()))
+                .chain(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .collect::<Vec<_>>(),
         );
         self.server = Some(server);
     }
@@ -429,3 +442,30 @@ pub fn domains_of(installation: &str) -> Vec<String> {
 pub fn has_saved_memory(box_id: &str) -> bool {
     Path::new(&format!("/var/lib/libvirt/qemu/save/psbx-{box_id}.save")).exists()
 }
+
+/// Runs `cmd` in box `id` (five minutes at most: a docker build under TCG on
+/// a busy host takes minutes): stdout and stderr together, `[timed out]`
+/// after them when the limit ended it.
+pub fn exec_text(s: &BoxServer, id: &str, cmd: &str) -> String {
+    let answer = s.ok(
+        "POST",
+        &format!("/v1/boxes/{id}/exec"),
+        Some(serde_json::json!({ "cmd": cmd, "timeout": "300s" })),
+    );
+    format!(
+        "{}{}{}",
+        answer["stdout"]["text"].as_str().unwrap_or_default(),
+        answer["stderr"]["text"].as_str().unwrap_or_default(),
+        if answer["timedOut"] == true {
+            "[timed out]"
+        } else {
+            ""
+        }
+    )
+}
+
+/// A shell command that builds the docker image `bb` in a production box
+/// from the box's own busybox (no registry needed), printing `built`.
+pub const BUSYBOX_IMAGE: &str = "mkdir -p /work/bb && cp /bin/busybox /work/bb/ && \
+     printf 'FROM scratch\\nCOPY busybox /bin/busybox\\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\\n' \
+       >/work/bb/Dockerfile && docker build -q -t bb /work/bb >/dev/null && echo built";

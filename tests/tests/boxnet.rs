@@ -20,6 +20,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use psbx_tests::netns::{Listener, Netns};
+use psbx_tests::vm::exec_text as exec;
 use psbx_tests::vm::{BoxServer, delete_network_table, network_table};
 use psbx_tests::wait;
 use serde_json::json;
@@ -29,26 +30,6 @@ use std::time::{Duration, Instant};
 
 /// The test's address ranges: the only ones test boxes may reach.
 const TEST_RANGES: &str = "only = [\"198.51.100.0/24\", \"203.0.113.0/24\"]";
-
-/// Runs `cmd` in the box: stdout and stderr together.
-fn exec(s: &BoxServer, id: &str, cmd: &str) -> String {
-    let answer = s.ok(
-        "POST",
-        &format!("/v1/boxes/{id}/exec"),
-        // Generous: a docker build under TCG on a busy host takes minutes.
-        Some(json!({ "cmd": cmd, "timeout": "300s" })),
-    );
-    format!(
-        "{}{}{}",
-        answer["stdout"]["text"].as_str().unwrap_or_default(),
-        answer["stderr"]["text"].as_str().unwrap_or_default(),
-        if answer["timedOut"] == true {
-            "[timed out]"
-        } else {
-            ""
-        }
-    )
-}
 
 /// The environment `dev`, with one connection (`office`, no connector runs
 /// for it yet) listing `endpoints`; returns the connection's token.
@@ -417,6 +398,11 @@ fn the_production_image_its_tools_and_the_box_network() {
     let web = internet.routed([198, 51, 100]);
     let dns = internet.routed([198, 51, 100]);
     let dns_log = internet.dns_server(dns, &[("git.example.test", web), ("web.example.test", web)]);
+    // An address of the range the box declares as its own (172.16.0.0/16:9090):
+    // routed into the namespace, so a connection that got past the box would
+    // land here, not on this machine's network.
+    let range_addr = internet.routed([172, 16, 5]);
+    let range_listener = internet.listener(range_addr, 9090, "the range's address REACHED");
     // A git repository, served as files ("dumb" HTTP) with the greeting page.
     let site = tempfile::tempdir().unwrap();
     psbx_tests::git::sh(
@@ -449,6 +435,7 @@ fn the_production_image_its_tools_and_the_box_network() {
         || std::net::TcpStream::connect((web, 80)).ok(),
     );
     unlisted.assert_answers_the_host();
+    range_listener.assert_answers_the_host();
 
     // On the office's link, where the connector in it reaches the server.
     let s = BoxServer::start_on(
@@ -475,9 +462,24 @@ fn the_production_image_its_tools_and_the_box_network() {
     let started = s.ok(
         "POST",
         "/v1/boxes",
-        Some(json!({"name": "debian", "environment": "dev"})),
+        Some(json!({
+            "name": "debian",
+            "environment": "dev",
+            "services": [{"name": "172.16.0.0/16", "port": 9090, "targetPort": 9000}]
+        })),
     );
     let id = started["id"].as_str().unwrap().to_owned();
+    assert_eq!(started["services"][0]["kind"], "range", "{started}");
+    // The box's own service for the range.
+    s.ok(
+        "POST",
+        &format!("/v1/boxes/{id}/exec"),
+        Some(json!({
+            "cmd": "mkdir -p /work/range && echo in-the-box-range > /work/range/r.txt && \
+                    exec python3 -m http.server 9000 --directory /work/range",
+            "background": true
+        })),
+    );
 
     let out = exec(
         &s,
@@ -500,21 +502,17 @@ fn the_production_image_its_tools_and_the_box_network() {
     );
 
     // A container image made in the box from nothing but busybox.
-    let out = exec(
-        &s,
-        &id,
-        "mkdir -p /work/bb && cp /bin/busybox /work/bb/ && \
-         printf 'FROM scratch\\nCOPY busybox /bin/busybox\\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\\n' \
-           >/work/bb/Dockerfile && docker build -q -t bb /work/bb && echo built",
-    );
+    let out = exec(&s, &id, psbx_tests::vm::BUSYBOX_IMAGE);
     assert!(out.contains("built"), "{out}");
     // What each container does: the internet by name, the environment's name
     // and listed IP (caught by boxd: with no connector, reset and logged),
-    // an unlisted private IP (a timeout).
+    // an unlisted private IP (a timeout), an address of the box's declared
+    // range on its port (the box's own service).
     let probe = format!(
         "nslookup web.example.test; echo | nc -w 10 web.example.test 80 && echo web-ok; \
          nc -w 5 db.internal 5432 </dev/null; nc -w 5 10.9.8.7 8080 </dev/null; \
-         if nc -w 4 {} 9443 </dev/null; then echo unlisted-REACHED; else echo unlisted-out-of-reach; fi",
+         if nc -w 4 {} 9443 </dev/null; then echo unlisted-REACHED; else echo unlisted-out-of-reach; fi; \
+         timeout 20 wget -qO- http://{range_addr}:9090/r.txt",
         office.ns_ip
     );
     let compose =
@@ -541,6 +539,7 @@ fn the_production_image_its_tools_and_the_box_network() {
     for (i, (how, cmd)) in runs.iter().enumerate() {
         let out = exec(&s, &id, cmd);
         assert!(out.contains("web-ok"), "{how}: {out}");
+        assert!(out.contains("in-the-box-range"), "{how}: {out}");
         assert!(
             out.contains("unlisted-out-of-reach") && !out.contains("REACHED"),
             "{how}: {out}"
@@ -562,6 +561,11 @@ fn the_production_image_its_tools_and_the_box_network() {
         );
     }
     assert_eq!(unlisted.accepted(), 1, "reached from a container");
+    assert_eq!(
+        range_listener.accepted(),
+        1,
+        "the range's address was reached outside the box"
+    );
 
     // Nothing called out by itself: every name asked is one of the test's,
     // and nothing was sent outside the test ranges. (Checked before the

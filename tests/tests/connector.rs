@@ -16,6 +16,7 @@
 //! loopback, the box's channel and the namespace.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use psbx_tests::dev::{Api, held};
 use psbx_tests::netns::Netns;
 use psbx_tests::vm::BoxServer;
 use psbx_tests::wait;
@@ -23,65 +24,8 @@ use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-struct Api {
-    url: String,
-    key: String,
-}
-
-impl Api {
-    fn call(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
-        let body = Some(body).filter(|b| !b.is_null());
-        psbx_tests::api::call(&self.url, &self.key, method, &format!("/v1{path}"), body)
-    }
-
-    fn ok(&self, method: &str, path: &str, body: Value) -> Value {
-        let body = Some(body).filter(|b| !b.is_null());
-        psbx_tests::api::ok(&self.url, &self.key, method, &format!("/v1{path}"), body)
-    }
-
-    /// Runs `cmd` in the box: (exit code, stdout + stderr).
-    fn sh(&self, id: &str, cmd: &str) -> (i64, String) {
-        let answer = self.ok(
-            "POST",
-            &format!("/boxes/{id}/exec"),
-            json!({ "cmd": cmd, "timeout": "60s" }),
-        );
-        let out = format!(
-            "{}{}",
-            answer["stdout"]["text"].as_str().unwrap_or_default(),
-            answer["stderr"]["text"].as_str().unwrap_or_default()
-        );
-        (answer["exitCode"].as_i64().unwrap_or(-1), out)
-    }
-
-    fn connection(&self, name: &str) -> Value {
-        let env = self.ok("GET", "/environments/dev", json!(null));
-        env["connections"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no connection {name}: {env}"))
-    }
-
-    fn wait_online(&self, name: &str, online: bool, sessions: u64) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let c = self.connection(name);
-            if c["online"] == online && (!online || c["sessions"].as_u64() == Some(sessions)) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "connection {name} never became online={online} with {sessions} sessions: {c}"
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        }
-    }
-}
-
-/// A connector process in the namespace, its log in a file.
+/// A connector process in the namespace, its log in a file: the namespace's
+/// test targets allowed, then `extra`.
 fn connector(
     ns: &mut Netns,
     url: &str,
@@ -89,42 +33,14 @@ fn connector(
     extra: &[(&str, &str)],
     log: &std::path::Path,
 ) -> usize {
-    let mut cmd = ns.command(psbx_tests::binary("psbx-connector").to_str().unwrap());
-    cmd.env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("PSBX_CONNECTOR_TOKEN", token)
-        // The token names the server's public URL (loopback here), which
-        // the namespace cannot reach: PSBX_URL overrides it, as where the
-        // server has another name inside the user's network.
-        .env("PSBX_URL", url)
-        .env("PSBX_SESSIONS", "2")
-        // The server is plain http on the namespace's link (not loopback).
-        .env("PSBX_ALLOW_INSECURE", "1")
-        // The namespace's services are on its loopback, which the connector
-        // dials only when PSBX_ALLOW lists the target (`extra` may replace it).
-        .env(
-            "PSBX_ALLOW",
-            "db.internal:5432 closed.internal:5433 db.internal:6000",
-        )
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::from(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        ))
-        .stderr(Stdio::from(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        ));
-    for (k, v) in extra {
-        cmd.env(k, v);
-    }
-    ns.spawn(cmd)
+    // The namespace's services are on its loopback, which the connector
+    // dials only when PSBX_ALLOW lists the target (`extra` may replace it).
+    let mut env = vec![(
+        "PSBX_ALLOW",
+        "db.internal:5432 closed.internal:5433 db.internal:6000",
+    )];
+    env.extend_from_slice(extra);
+    psbx_tests::dev::connector(ns, url, token, &env, log)
 }
 
 /// The user's network and psbx beside it: a namespace with `hosts` and a TCP
@@ -391,22 +307,6 @@ fn a_box_reaches_the_users_network_through_the_connector() {
     );
 
     api.ok("DELETE", &format!("/boxes/{id}"), json!(null));
-}
-
-/// Connections the namespace's server holds on `port` (established).
-fn held(ns: &Netns, port: u16) -> usize {
-    let out = ns
-        .command("ss")
-        .args([
-            "-Htn",
-            "state",
-            "established",
-            &format!("( sport = :{port} )"),
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "ss: {out:?}");
-    String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
 /// A box that freezes lets go of its connections in the user's network

@@ -23,6 +23,11 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
             Some(json!({"cmd": "touch /work/b-was-here"})),
         ),
         ("POST", "/v1/boxes/{id}/keep", Some(json!({"keep": "1d"}))),
+        (
+            "POST",
+            "/v1/boxes/{id}/wire",
+            Some(json!({"service": "api.svc.local", "port": 8080})),
+        ),
         ("POST", "/v1/boxes/{id}/sync", None),
         ("POST", "/v1/boxes/{id}/takeover", None),
         ("POST", "/v1/boxes/{id}/shots", Some(json!({}))),
@@ -76,6 +81,12 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
             "/v1/environments/{env}/services/{name}",
             Some(json!({"dotenv": "B=1"})),
         ),
+        (
+            "POST",
+            "/v1/environments/{env}/services/import",
+            Some(json!({"cluster": "prod", "service": "api"})),
+        ),
+        ("POST", "/v1/environments/{env}/services/{name}/sync", None),
         ("DELETE", "/v1/environments/{env}/services/{name}", None),
     ]
 }
@@ -251,8 +262,10 @@ fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
         ["sandbox_shot", {"id": id}],
         ["sandbox_review", {"id": id}],
         ["sandbox_review", {"id": id, "title": "theirs"}],
+        ["sandbox_wire", {"id": id, "service": "api.svc.local", "port": 8080}],
         ["sandbox_stop", {"id": id}],
         ["sandbox_start", {"name": "b", "environment": "dev"}],
+        ["sandbox_start", {"name": "b", "links": [{"name": "api.svc.local", "port": 8080, "box": id}]}],
     ]);
     let seen = run_json(
         "calls_client.py",

@@ -3,7 +3,7 @@
 
 use psbx_tests::python::run_json;
 use psbx_tests::vm::BoxServer;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn run_client(s: &BoxServer, mode: &str) -> Value {
     run_json("client.py", &[&format!("{}/mcp", s.url()), &s.key, mode])
@@ -24,6 +24,7 @@ fn python_sdk_clients_start_a_box_run_a_command_and_stop_it_on_both_revisions() 
             "sandbox_start",
             "sandbox_status",
             "sandbox_stop",
+            "sandbox_wire",
         ] {
             assert!(
                 seen["tools"].as_array().unwrap().iter().any(|t| t == tool),
@@ -45,6 +46,35 @@ fn python_sdk_clients_start_a_box_run_a_command_and_stop_it_on_both_revisions() 
         }
         assert_eq!(seen["started_error"], false, "{seen}");
         assert_eq!(seen["started"]["state"], "running", "{seen}");
+        assert_eq!(seen["started"]["services"][0]["mode"], "box", "{seen}");
+        // sandbox_wire declares a name later: the box's view, the same shape.
+        assert_eq!(seen["wired_error"], false, "{seen}");
+        let web = &seen["wired"]["services"][1];
+        assert_eq!(
+            (&web["name"], &web["port"], &web["targetPort"], &web["mode"]),
+            (
+                &json!("web.svc.local"),
+                &json!(80),
+                &json!(3000),
+                &json!("box")
+            ),
+            "{seen}"
+        );
+        assert!(
+            web["address"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("198.1")),
+            "{seen}"
+        );
+        // External mode needs a base URL, and the error says so.
+        assert_eq!(seen["external_error"], true, "{seen}");
+        assert!(
+            seen["external_text"]
+                .as_str()
+                .unwrap()
+                .contains("no external base URL"),
+            "{seen}"
+        );
         assert_eq!(seen["exec"]["exitCode"], 0, "{seen}");
         assert!(
             seen["exec"]["output"]["text"]
@@ -53,11 +83,7 @@ fn python_sdk_clients_start_a_box_run_a_command_and_stop_it_on_both_revisions() 
                 .starts_with("Linux box "),
             "{seen}"
         );
-        assert_eq!(
-            seen["environments"]["environments"],
-            serde_json::json!([]),
-            "{seen}"
-        );
+        assert_eq!(seen["environments"]["environments"], json!([]), "{seen}");
         assert!(
             seen["environments_text"]
                 .as_str()

@@ -52,6 +52,11 @@ def only_documented_unavailability(ctx, response, case):
         ("POST", "/v1/boxes", 503, "host_full"),
         # The test image has no Chromium, Xvfb or ffmpeg.
         ("POST", "/v1/boxes/{id}/shots", 503, "shot_unavailable"),
+        # This server has no AWS identity: nothing is sent to AWS.
+        ("PUT", "/v1/aws", 503, "aws_not_configured"),
+        ("GET", "/v1/aws/ecs/services", 503, "aws_not_configured"),
+        ("POST", "/v1/environments/{env}/services/import", 503, "aws_not_configured"),
+        ("POST", "/v1/environments/{env}/services/{name}/sync", 503, "aws_not_configured"),
     }
     if (case.method, case.path, response.status_code, code) not in documented:
         raise AssertionError(
@@ -120,6 +125,24 @@ def map_case(ctx, case):
         if not case.body.get("approved") and not fixed:
             fixed = [{"text": "fuzzed feedback"}]
         case.body = {**case.body, "items": fixed}
+    elif case.path == "/v1/boxes" and case.method.upper() == "POST" and isinstance(case.body, dict):
+        # What the document cannot say: a declared name is a host name or a
+        # private range, a link names another box of the account, external
+        # mode needs a base URL. Valid ones, then (ports as integers).
+        body = {k: v for k, v in case.body.items() if k not in ("links", "externalBaseUrl")}
+        services = body.get("services")
+        if isinstance(services, list):
+            body["services"] = [
+                {"name": f"svc{i}.fuzz.internal", "port": 8000 + i, "mode": "box"}
+                for i in range(min(len(services), 5))
+            ]
+        case.body = body
+    elif case.path == "/v1/boxes/{id}/wire" and isinstance(case.body, dict):
+        # A change that names its service (the rest is the box's state).
+        case.body = {"service": "fuzzed.svc.local", "port": 8080}
+    elif case.path == "/v1/environments/{env}/services/import" and isinstance(case.body, dict):
+        # The ECS service's name is the stored name only when it is one.
+        case.body = {**case.body, "name": "fuzzed-import"}
     elif case.path == "/v1/environments/{env}/services/{name}" and isinstance(case.body, dict):
         case.body = {**case.body, "dotenv": f"FUZZED_VALUE={_text(case.body.get('dotenv', ''))}\n"}
     return case

@@ -17,6 +17,7 @@
 //! | `port:<n>`  | the client's bytes   | the bytes of the box's program on port n |
 //! | `pty`       | JSON line [`PtyRequest`], then [`PtyInput`]s | the terminal's output bytes |
 //! | `shot`      | JSON line [`ShotRequest`] | JSON line [`ShotAnswer`], then the file and its poster |
+//! | `wire`      | JSON [`Wiring`]      | JSON [`Done`]                            |
 //!
 //! `port:<n>` is a raw byte pipe to `127.0.0.1:<n>` in the box (box URLs):
 //! boxd refuses it with 502 ([`nothing_listens`]) when nothing listens there.
@@ -36,9 +37,15 @@
 //! [`ShotHeader::bytes`] bytes of the file and [`ShotHeader::poster_bytes`]
 //! of a PNG poster frame, then FIN.
 //!
+//! `wire` replaces the box's [`Wiring`] (its declared services, their modes,
+//! its links) after the claim: a name declared there keeps the address it
+//! had in the box, and the connections open through the connector to the
+//! host:port it now takes are closed (take-over in place).
+//!
 //! boxd opens streams the other way too ([`Outbound`]): `env:<host>:<port>`
 //! for each connection a program in the box makes to an environment address,
-//! and `dns:udp` / `dns:tcp` for each DNS query its resolver forwards
+//! `link:<host>:<port>` for each one to a name linked to another box, and
+//! `dns:udp` / `dns:tcp` for each DNS query its resolver forwards
 //! ([`crate::dns`]).
 
 use crate::dns::Transport;
@@ -68,6 +75,8 @@ pub enum Service {
     Pty,
     /// A screenshot or recording of a page or of the virtual display.
     Shot,
+    /// The box's declared services and links, replaced.
+    Wire,
 }
 
 /// The prefix of a [`Service::Port`] target.
@@ -80,7 +89,7 @@ pub fn nothing_listens(port: u16) -> String {
 
 impl Service {
     /// Every service that takes no argument, in the order of the table above.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::Info,
         Self::Health,
         Self::Configure,
@@ -92,6 +101,7 @@ impl Service {
         Self::Clock,
         Self::Pty,
         Self::Shot,
+        Self::Wire,
     ];
 
     /// The feature name boxd lists in its [`BoxInfo`] for it.
@@ -123,6 +133,7 @@ impl Service {
             Self::Clock => "clock",
             Self::Pty => "pty",
             Self::Shot => "shot",
+            Self::Wire => "wire",
             Self::Port(_) => "port",
         }
     }
@@ -160,6 +171,91 @@ pub enum Outbound {
     /// connection's connector is offline (the reason names it), 502 the
     /// connector could not reach the target.
     Env(PrivateEndpoint),
+    /// A connection a program in the box made to a name linked to a port of
+    /// another box: `link:<host>:<port>`. The server accepts (a byte pipe to
+    /// that box's port) or refuses: 404 no such link or the linked box is
+    /// stopped, 502 nothing listens there.
+    Link(PrivateEndpoint),
+    /// An identity token for the box's AWS role (`aws:token`): boxd sends
+    /// nothing; the server answers an [`AwsToken`] or refuses (404 the box
+    /// has no role, 503 the token cannot be signed now).
+    AwsToken,
+}
+
+/// The target of [`Outbound::AwsToken`].
+pub const AWS_TOKEN_TARGET: &str = "aws:token";
+
+/// What boxd needs for one `AssumeRoleWithWebIdentity` call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AwsToken {
+    /// The signed identity token (a JWT, ten minutes).
+    pub token: String,
+    pub role_arn: String,
+    /// `psbx-<box id>`.
+    pub session_name: String,
+    /// The STS endpoint the box sends it to (`https://sts.<region>.amazonaws.com/`).
+    pub sts_url: String,
+    /// How long the credentials are asked for.
+    pub duration_seconds: u32,
+}
+
+/// Where boxd serves the role's credentials, in the form of ECS's container
+/// credentials endpoint: the address is on the box's loopback device, so its
+/// programs and its containers (through their bridge) reach it, and nothing
+/// outside the box does.
+pub const AWS_CREDENTIALS_ADDR: std::net::Ipv4Addr = std::net::Ipv4Addr::new(169, 254, 170, 2);
+/// The path of the credentials on [`AWS_CREDENTIALS_ADDR`] (port 80).
+pub const AWS_CREDENTIALS_PATH: &str = "/v1/credentials";
+
+/// `AWS_CONTAINER_CREDENTIALS_FULL_URI`.
+pub fn aws_credentials_uri() -> String {
+    format!("http://{AWS_CREDENTIALS_ADDR}{AWS_CREDENTIALS_PATH}")
+}
+
+/// The box's AWS role as a claim gives it to boxd: the environment variables
+/// the server also wrote into every settings file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BoxAws {
+    /// `AWS_CONTAINER_AUTHORIZATION_TOKEN`: what a request for the
+    /// credentials must carry in its `Authorization` header.
+    pub authorization: String,
+    /// `AWS_REGION` and `AWS_DEFAULT_REGION` (none: the environment names none).
+    pub region: Option<String>,
+}
+
+impl BoxAws {
+    /// The variables SDKs and the CLI read, in the order they are written.
+    pub fn variables(&self) -> Vec<(String, String)> {
+        let mut vars = vec![
+            (
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI".to_owned(),
+                aws_credentials_uri(),
+            ),
+            (
+                "AWS_CONTAINER_AUTHORIZATION_TOKEN".to_owned(),
+                self.authorization.clone(),
+            ),
+        ];
+        if let Some(region) = &self.region {
+            vars.push(("AWS_REGION".to_owned(), region.clone()));
+            vars.push(("AWS_DEFAULT_REGION".to_owned(), region.clone()));
+        }
+        vars
+    }
+
+    /// `vars` (a service's settings, the commands' environment) with the
+    /// role's variables: the credentials' always (any of the same name
+    /// replaced), the region's where `vars` sets none of its own.
+    pub fn add_to(&self, vars: &mut Vec<(String, String)>) {
+        vars.retain(|(k, _)| !k.starts_with("AWS_CONTAINER_"));
+        for (key, value) in self.variables() {
+            if !vars.iter().any(|(k, _)| *k == key) {
+                vars.push((key, value));
+            }
+        }
+    }
 }
 
 /// Why a target is not one boxd opens.
@@ -179,6 +275,10 @@ impl Outbound {
             Self::Env(endpoint) => {
                 format!("{ENV_TARGET_PREFIX}{}:{}", endpoint.host, endpoint.port)
             }
+            Self::Link(endpoint) => {
+                format!("{LINK_TARGET_PREFIX}{}:{}", endpoint.host, endpoint.port)
+            }
+            Self::AwsToken => AWS_TOKEN_TARGET.to_owned(),
         }
     }
 
@@ -187,13 +287,21 @@ impl Outbound {
         if let Some(transport) = Transport::of_target(target) {
             return Ok(Self::Dns(transport));
         }
-        let rest = target
-            .strip_prefix(ENV_TARGET_PREFIX)
-            .ok_or_else(|| OutboundError::Unknown(target.to_owned()))?;
+        if target == AWS_TOKEN_TARGET {
+            return Ok(Self::AwsToken);
+        }
+        let (rest, kind): (&str, fn(PrivateEndpoint) -> Self) =
+            if let Some(rest) = target.strip_prefix(ENV_TARGET_PREFIX) {
+                (rest, Self::Env)
+            } else if let Some(rest) = target.strip_prefix(LINK_TARGET_PREFIX) {
+                (rest, Self::Link)
+            } else {
+                return Err(OutboundError::Unknown(target.to_owned()));
+            };
         let bad = || OutboundError::NotHostPort(rest.to_owned());
         let (host, port) = rest.rsplit_once(':').ok_or_else(bad)?;
         let port = port.parse().map_err(|_| bad())?;
-        Ok(Self::Env(PrivateEndpoint {
+        Ok(kind(PrivateEndpoint {
             host: host.to_owned(),
             port,
         }))
@@ -255,7 +363,111 @@ pub struct Configure {
     /// connections go out as `env:<host>:<port>` streams it opens.
     #[serde(default)]
     pub endpoints: Vec<PrivateEndpoint>,
+    /// The services declared in the box and its links (empty from a server
+    /// that predates them).
+    #[serde(default)]
+    pub wiring: Wiring,
+    /// The environment's AWS role, when it names one: boxd serves its
+    /// credentials and adds [`BoxAws::variables`] to every command.
+    #[serde(default)]
+    pub aws: Option<BoxAws>,
 }
+
+/// What the box runs itself and which names lead to other boxes: set at
+/// claim ([`Configure::wiring`]) and replaced by [`Service::Wire`]. A host
+/// here is lower-case; a declared host:port wins over an environment address
+/// of the same host:port, a link over both.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Wiring {
+    /// Declared host:port pairs and where their connections go.
+    #[serde(default)]
+    pub services: Vec<Declared>,
+    /// Declared names without a port: they resolve to the box's own address
+    /// for them, and every port stays in the box.
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// Private ranges whose port leads to a port in the box (fixed at claim).
+    #[serde(default)]
+    pub ranges: Vec<DeclaredRange>,
+    /// host:port pairs linked to another box: connections go out as
+    /// `link:<host>:<port>` streams.
+    #[serde(default)]
+    pub links: Vec<PrivateEndpoint>,
+    /// Where services in external mode forward HTTP to.
+    #[serde(default)]
+    pub external_base_url: Option<String>,
+}
+
+/// A declared host:port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Declared {
+    pub host: String,
+    pub port: u16,
+    /// The port the box's process listens on (box mode).
+    pub target_port: u16,
+    pub mode: WireMode,
+}
+
+/// Where a declared service's connections go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WireMode {
+    /// To the box's own process on the target port (boxd does not hold the
+    /// port).
+    Box,
+    /// boxd's HTTP proxy to the external base URL.
+    External,
+}
+
+impl WireMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Box => "box",
+            Self::External => "external",
+        }
+    }
+}
+
+/// A declared private range: connections to any address in it on `port`
+/// lead to the box's `target_port`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeclaredRange {
+    /// `a.b.c.d/n`, with no host bits set.
+    pub range: String,
+    pub port: u16,
+    pub target_port: u16,
+}
+
+impl Wiring {
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty()
+            && self.names.is_empty()
+            && self.ranges.is_empty()
+            && self.links.is_empty()
+    }
+}
+
+/// Whether `host` is a host name boxd gives an address: letters, digits,
+/// `-` and `_` in dot-separated labels of 1 to 63 bytes, at most 253 in all
+/// (lower-case is the caller's to make).
+pub fn is_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// The [`BoxInfo`] feature of a boxd that takes a name over in place
+/// ([`Service::Wire`]).
+pub const TAKE_OVER_FEATURE: &str = "take-over";
 
 /// An address of the box's environment: a lower-case DNS name or an IPv4
 /// literal, and a TCP port.
@@ -275,6 +487,8 @@ impl PrivateEndpoint {
 
 /// The prefix of [`Outbound::Env`] targets.
 pub const ENV_TARGET_PREFIX: &str = "env:";
+/// The prefix of [`Outbound::Link`] targets.
+pub const LINK_TARGET_PREFIX: &str = "link:";
 
 /// boxd's view of the box, the answer of [`Service::Health`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -288,6 +502,10 @@ pub struct Health {
     /// environment, and from a boxd that predates them).
     #[serde(default)]
     pub private_endpoints: Vec<PrivateEndpointHealth>,
+    /// The host names boxd's DNS answers (environment, declared and linked
+    /// names) and the address each has in the box.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub names: std::collections::BTreeMap<String, std::net::Ipv4Addr>,
 }
 
 /// A connection to an environment address that failed: the address, the
@@ -767,11 +985,40 @@ mod tests {
                 "logs",
                 "clock",
                 "pty",
-                "shot"
+                "shot",
+                "wire"
             ]
         );
         assert_eq!(Service::parse("Exec"), None);
         assert_eq!(Service::parse("env:db.internal:5432"), None);
+    }
+
+    #[test]
+    fn the_roles_variables_replace_credentials_and_keep_a_services_region() {
+        let aws = BoxAws {
+            authorization: "tok".into(),
+            region: Some("us-east-1".into()),
+        };
+        let mut vars = vec![
+            ("AWS_REGION".to_owned(), "eu-west-1".to_owned()),
+            (
+                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI".to_owned(),
+                "/v2/x".to_owned(),
+            ),
+            ("PORT".to_owned(), "8080".to_owned()),
+        ];
+        aws.add_to(&mut vars);
+        let got: Vec<String> = vars.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(
+            got,
+            [
+                "AWS_REGION=eu-west-1",
+                "PORT=8080",
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI=http://169.254.170.2/v1/credentials",
+                "AWS_CONTAINER_AUTHORIZATION_TOKEN=tok",
+                "AWS_DEFAULT_REGION=us-east-1",
+            ]
+        );
     }
 
     #[test]
@@ -789,6 +1036,15 @@ mod tests {
                 port: 80
             }))
         );
+        let link = Outbound::Link(PrivateEndpoint {
+            host: "api.svc.local".into(),
+            port: 8080,
+        });
+        assert_eq!(link.target(), "link:api.svc.local:8080");
+        assert_eq!(Outbound::parse("link:api.svc.local:8080"), Ok(link));
+        assert!(Outbound::parse("link:api.svc.local").is_err());
+        assert_eq!(Outbound::AwsToken.target(), "aws:token");
+        assert_eq!(Outbound::parse("aws:token"), Ok(Outbound::AwsToken));
         assert_eq!(Outbound::Dns(Transport::Udp).target(), "dns:udp");
         assert_eq!("dns:tcp".parse(), Ok(Outbound::Dns(Transport::Tcp)));
         assert_eq!(

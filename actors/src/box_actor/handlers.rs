@@ -1,7 +1,8 @@
 //! The messages a BoxActor answers: `Status` (thaws first when asked; asks
 //! boxd how it is), `Keep`, `Stop`, `Channel` (thaws when asked and hands out
 //! the link to boxd and the mask, in one turn), `Touch` (activity, without
-//! asking boxd), `Forget` (ended outside the actor), and its own timers'
+//! asking boxd), `Rewire` (new declared services or links: boxd first, then
+//! the stored spec), `Forget` (ended outside the actor), and its own timers'
 //! `Freeze` and `Expire`.
 
 use super::link::LinkHandle;
@@ -40,6 +41,18 @@ pub struct Status {
 pub struct Keep {
     pub keep_secs: i64,
 }
+
+/// Change the box's services and links (`crate::wiring::apply` on its spec
+/// as it is now, in the mailbox's order): boxd is told first (a refusal
+/// changes nothing), then the spec is stored.
+#[derive(Message)]
+#[rtype(result = "Result<BoxSnapshot, BoxError>")]
+pub struct Rewire {
+    pub change: crate::wiring::WireChange,
+}
+
+/// How long boxd may take to rewire the box (nft, new listeners).
+const REWIRE: Duration = Duration::from_secs(15);
 
 /// Stop the box for good: domain, disk and saved memory deleted.
 #[derive(Message)]
@@ -181,6 +194,7 @@ impl BoxActor {
             let link = (act.record.state == BoxState::Running)
                 .then(|| act.link_handle())
                 .flatten();
+            let box_id = act.record.id.clone();
             Box::pin(
                 async move {
                     match link {
@@ -188,7 +202,10 @@ impl BoxActor {
                             // The hello of the session that answered: a boxd
                             // restarted since the last one says hello again.
                             Ok(health) => (Some(health), link.hello(patience).await.ok()),
-                            Err(_) => (None, None),
+                            Err(e) => {
+                                tracing::warn!(%box_id, error = %e, "boxd did not answer the health read");
+                                (None, None)
+                            }
                         },
                         None => (None, None),
                     }
@@ -306,6 +323,52 @@ impl Handler<Keep> for BoxActor {
                             }
                             Err(e) => Box::pin(ready(Err(e.into()))),
                         }),
+                )
+            },
+        )))
+    }
+}
+
+impl Handler<Rewire> for BoxActor {
+    type Result = Reply<BoxSnapshot>;
+
+    fn handle(&mut self, msg: Rewire, _: &mut Context<Self>) -> Self::Result {
+        let thaw = self.thaw();
+        AtomicResponse::new(Box::pin(thaw.then(
+            move |result, act, _| -> Flow<BoxSnapshot> {
+                let link = match result.and_then(|()| act.channel()) {
+                    Ok((link, _)) => link,
+                    Err(e) => return Box::pin(ready(Err(e))),
+                };
+                let (store, id) = (act.shared.store.clone(), act.record.id.clone());
+                let spec = match crate::wiring::apply(&act.record.spec, &msg.change) {
+                    Ok(spec) => spec,
+                    Err(e) => return Box::pin(ready(Err(BoxError::Invalid(e)))),
+                };
+                let wiring = crate::wiring::boxd_wiring(&spec);
+                Box::pin(
+                    async move {
+                        let done: psbx_wire::boxd::Done = link
+                            .request(psbx_wire::boxd::Service::Wire, &wiring, REWIRE)
+                            .await?;
+                        if !done.ok {
+                            return Err(BoxError::CannotRun(format!(
+                                "boxd could not rewire the box: {}",
+                                done.error.unwrap_or_default()
+                            )));
+                        }
+                        let stored = spec.clone();
+                        blocking(move || store.set_box_spec(&id, &stored)).await?;
+                        Ok(spec)
+                    }
+                    .into_actor(act)
+                    .then(move |result, act, _| match result {
+                        Ok(spec) => {
+                            act.record.spec = spec;
+                            act.refresh(true, PING_TIMEOUT)
+                        }
+                        Err(e) => Box::pin(ready(Err(e))),
+                    }),
                 )
             },
         )))

@@ -10,7 +10,7 @@ mod handlers;
 pub mod link;
 pub mod state;
 
-pub use handlers::{Channel, Forget, Freeze, Keep, Status, Stop, Touch};
+pub use handlers::{Channel, Forget, Freeze, Keep, Rewire, Status, Stop, Touch};
 
 use crate::blocking::blocking;
 use crate::exec::mask::Masker;
@@ -34,6 +34,9 @@ pub struct BoxSnapshot {
     pub expires_at: DateTime<Utc>,
     /// The box's URLs while it lives (set by [`crate::boxes::Boxes`]).
     pub urls: Option<crate::box_urls::Urls>,
+    /// The state of each box its links point at, by id (read by
+    /// [`crate::boxes::Boxes`] for a single box's reads; empty in lists).
+    pub linked: std::collections::HashMap<String, String>,
 }
 
 impl BoxSnapshot {
@@ -58,6 +61,7 @@ impl BoxSnapshot {
             freezes_at,
             expires_at,
             urls: None,
+            linked: std::collections::HashMap::new(),
         }
     }
 }

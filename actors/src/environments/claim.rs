@@ -10,7 +10,7 @@ use super::settings::{Notable, secret_values};
 use super::{BoxEnvironment, Endpoint};
 use crate::secrets::vault::Vault;
 use crate::spec::SealedMask;
-use psbx_wire::boxd::{ConfigFile, PrivateEndpoint};
+use psbx_wire::boxd::{BoxAws, ConfigFile, PrivateEndpoint};
 use serde::{Deserialize, Serialize};
 
 /// The summary of a claim, as stored in the box's spec.
@@ -21,6 +21,17 @@ pub struct Claimed {
     pub external_base_url: Option<String>,
     pub connections: Vec<ClaimedConnection>,
     pub services: Vec<ClaimedService>,
+    /// The environment's AWS role at the claim (`box_role`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws: Option<ClaimedAws>,
+}
+
+/// The AWS role a box took from its environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedAws {
+    pub role_arn: String,
+    pub region: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,15 +65,26 @@ pub struct EnvironmentClaim {
     pub mask: Vec<String>,
     /// Every address of every connection, for boxd's entries.
     pub endpoints: Vec<PrivateEndpoint>,
+    /// The role's variables for boxd, when the environment names a role.
+    pub aws: Option<BoxAws>,
 }
 
 impl EnvironmentClaim {
-    pub fn new(env: BoxEnvironment) -> Self {
+    /// The claim of `env`; `authorization` is what requests for the AWS
+    /// role's credentials in the box must carry (used when it names a role).
+    pub fn new(env: BoxEnvironment, authorization: String) -> Self {
+        let aws = env.aws.as_ref().map(|role| BoxAws {
+            authorization,
+            region: role.region.clone(),
+        });
         let mut files = Vec::new();
         let mut mask = Vec::new();
         let mut services = Vec::new();
         for service in &env.services {
-            let [(env_path, env_text), (sh_path, sh_text)] = service.files();
+            let [(env_path, env_text), (sh_path, sh_text)] = match &aws {
+                Some(aws) => service.with_aws(aws).files(),
+                None => service.files(),
+            };
             files.push(ConfigFile {
                 path: env_path.clone(),
                 contents: env_text,
@@ -98,9 +120,11 @@ impl EnvironmentClaim {
                 external_base_url: env.external_base_url,
                 connections: env.connections,
                 services,
+                aws: env.aws,
             },
             files,
             mask,
+            aws,
         }
     }
 }
@@ -148,5 +172,46 @@ mod tests {
         assert_eq!(open_mask(&vault, "acct_a", Some(&sealed)), ["s3cretpass"]);
         assert!(open_mask(&vault, "acct_b", Some(&sealed)).is_empty());
         assert!(open_mask(&vault, "acct_a", None).is_empty());
+    }
+
+    #[test]
+    fn a_role_adds_its_variables_to_every_settings_file_and_nothing_to_the_mask() {
+        let env = BoxEnvironment {
+            name: "dev".into(),
+            external_base_url: None,
+            connections: vec![],
+            services: vec![super::super::BoxService {
+                name: "api".into(),
+                vars: vec![("DB_PASSWORD".into(), "hunter22secret".into())],
+            }],
+            aws: Some(ClaimedAws {
+                role_arn: "arn:aws:iam::123456789012:role/box".into(),
+                region: Some("us-east-1".into()),
+            }),
+        };
+        let claim = EnvironmentClaim::new(env, "tok123".into());
+        let env_file = &claim.files[0].contents;
+        assert_eq!(
+            env_file,
+            concat!(
+                "DB_PASSWORD=hunter22secret\n",
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI=http://169.254.170.2/v1/credentials\n",
+                "AWS_CONTAINER_AUTHORIZATION_TOKEN=tok123\n",
+                "AWS_REGION=us-east-1\n",
+                "AWS_DEFAULT_REGION=us-east-1\n",
+            )
+        );
+        assert!(
+            claim.files[1]
+                .contents
+                .contains("export AWS_REGION='us-east-1'\n")
+        );
+        assert_eq!(claim.mask, ["hunter22secret"]);
+        assert_eq!(claim.summary.services[0].keys_count, 1);
+        assert_eq!(claim.aws.unwrap().authorization, "tok123");
+        assert_eq!(
+            claim.summary.aws.unwrap().role_arn,
+            "arn:aws:iam::123456789012:role/box"
+        );
     }
 }

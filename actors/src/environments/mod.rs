@@ -13,10 +13,12 @@ use crate::connectors::{ConnectionStatus, Hub};
 use crate::ids::{AccountId, ConnectionId, ConnectorToken, EnvironmentId};
 use crate::secrets::vault::{Vault, VaultError};
 use crate::store::{
-    ConnectionRecord, EnvironmentChange, EnvironmentRecord, ServiceRecord, Store, StoreError,
+    ConnectionRecord, EnvironmentChange, EnvironmentRecord, NewService, ServiceRecord, Store,
+    StoreError,
 };
 use address::{Endpoint, RawEndpoint};
-use claim::ClaimedConnection;
+use claim::{ClaimedAws, ClaimedConnection};
+use psbx_wire::boxd::BoxAws;
 use settings::Suggestion;
 use std::sync::Arc;
 
@@ -348,6 +350,33 @@ impl Environments {
         }
         let vars = settings::dotenv::parse(dotenv)
             .map_err(|e| EnvError::Invalid(format!("dotenv {e}; nothing was stored")))?;
+        self.store_service(account, env, name, vars, None).await
+    }
+
+    /// Stores settings read from elsewhere (an ECS task definition) under
+    /// `name`, with where they came from; as an upload would, it replaces
+    /// what the name held. True when the name is new.
+    pub async fn put_imported_service(
+        &self,
+        account: &AccountId,
+        env: &str,
+        name: &str,
+        vars: Vec<(String, String)>,
+        source: &settings::SourceRef,
+    ) -> Result<(bool, ServiceRecord), EnvError> {
+        check_name("the service", name)?;
+        self.store_service(account, env, name, vars, Some(source))
+            .await
+    }
+
+    async fn store_service(
+        &self,
+        account: &AccountId,
+        env: &str,
+        name: &str,
+        vars: Vec<(String, String)>,
+        source: Option<&settings::SourceRef>,
+    ) -> Result<(bool, ServiceRecord), EnvError> {
         if vars.len() > MAX_KEYS {
             return Err(EnvError::Invalid(format!(
                 "{} variables given: a service has at most {MAX_KEYS}",
@@ -356,24 +385,46 @@ impl Environments {
         }
         let record = self.record(account, env).await?;
         // psbx's own credentials are not settings a box needs.
-        let (store, text) = (self.store.clone(), dotenv.to_owned());
+        let text: String = vars.iter().map(|(_, v)| format!("{v}\n")).collect();
+        let store = self.store.clone();
         blocking(move || store.refuse_credentials(&text)).await?;
         let names: Vec<&str> = vars.iter().map(|(k, _)| k.as_str()).collect();
         let names = serde_json::to_value(names)?;
         let plain = serde_json::to_vec(&vars)?;
         let sealed = self.vault.seal(&service_owner(&record.id, name), &plain)?;
+        let (kind, source_ref) = match source {
+            Some(source) => (source.kind.clone(), Some(source.to_value())),
+            None => ("dotenv".to_owned(), None),
+        };
         let (store, n) = (self.store.clone(), name.to_owned());
         Ok(blocking(move || {
             store.put_service(
                 &record.id,
-                &n,
-                &names,
-                &sealed.nonce,
-                &sealed.ciphertext,
-                "dotenv",
+                &NewService {
+                    name: &n,
+                    names: &names,
+                    nonce: &sealed.nonce,
+                    ciphertext: &sealed.ciphertext,
+                    source: &kind,
+                    source_ref: source_ref.as_ref(),
+                },
             )
         })
         .await?)
+    }
+
+    /// One service's settings as listed (names only).
+    pub async fn service(
+        &self,
+        account: &AccountId,
+        env: &str,
+        name: &str,
+    ) -> Result<ServiceRecord, EnvError> {
+        let record = self.record(account, env).await?;
+        let (store, n) = (self.store.clone(), name.to_owned());
+        blocking(move || store.service(&record.id, &n))
+            .await?
+            .ok_or_else(|| no_service(env, name))
     }
 
     pub async fn delete_service(
@@ -387,9 +438,7 @@ impl Environments {
         if blocking(move || store.delete_service(&record.id, &n)).await? {
             Ok(())
         } else {
-            Err(EnvError::NotFound(format!(
-                "environment {env:?} has no service {name:?}: GET /v1/environments/{env} lists its services"
-            )))
+            Err(no_service(env, name))
         }
     }
 
@@ -493,16 +542,27 @@ impl Environments {
             .into_iter()
             .map(|(name, vars)| BoxService::new(name, vars))
             .collect();
+        let aws = detail.record.aws_role_arn.map(|role_arn| ClaimedAws {
+            role_arn,
+            region: detail.record.aws_region,
+        });
         Ok(BoxEnvironment {
             name: detail.record.name,
             external_base_url: detail.record.external_base_url,
             connections,
             services,
+            aws,
         })
     }
 }
 
 /// Largest `.env` upload, and most variables in one service.
+fn no_service(env: &str, name: &str) -> EnvError {
+    EnvError::NotFound(format!(
+        "environment {env:?} has no service {name:?}: GET /v1/environments/{env} lists its services"
+    ))
+}
+
 const MAX_DOTENV: usize = 512 * 1024;
 const MAX_KEYS: usize = 2000;
 
@@ -521,6 +581,7 @@ pub struct BoxEnvironment {
     pub external_base_url: Option<String>,
     pub connections: Vec<ClaimedConnection>,
     pub services: Vec<BoxService>,
+    pub aws: Option<ClaimedAws>,
 }
 
 /// One service's settings as a box receives them.
@@ -533,6 +594,14 @@ pub struct BoxService {
 impl BoxService {
     fn new(name: String, vars: Vec<(String, String)>) -> Self {
         Self { name, vars }
+    }
+
+    /// Its settings with the AWS role's variables: the credentials' always,
+    /// the region's where the service sets none of its own.
+    fn with_aws(&self, aws: &BoxAws) -> Self {
+        let mut vars = self.vars.clone();
+        aws.add_to(&mut vars);
+        Self::new(self.name.clone(), vars)
     }
 
     /// `(path, contents)` of its `.env` and `.sh` files.

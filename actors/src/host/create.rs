@@ -13,7 +13,7 @@ use crate::ids::{AccountId, BoxId};
 use crate::spec::BoxSpec;
 use crate::store::{BoxRecord, NewBox, PoolClaim, Transition};
 use actix::prelude::*;
-use psbx_wire::boxd::{BoxInfo, ConfigFile, Configure, Done, PrivateEndpoint, Service};
+use psbx_wire::boxd::{BoxAws, BoxInfo, ConfigFile, Configure, Done, PrivateEndpoint, Service};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,8 @@ pub struct CreateBox {
     pub endpoints: Vec<PrivateEndpoint>,
     /// Further values to mask in output (an environment's secret-looking settings).
     pub mask: Vec<String>,
+    /// The environment's AWS role, for boxd.
+    pub aws: Option<BoxAws>,
 }
 
 /// Top the pool up to its configured level.
@@ -217,6 +219,8 @@ impl Handler<CreateBox> for HostSupervisor {
             env: std::mem::take(&mut msg.env),
             files: std::mem::take(&mut msg.files),
             endpoints: std::mem::take(&mut msg.endpoints),
+            wiring: crate::wiring::boxd_wiring(&msg.spec),
+            aws: msg.aws.take(),
         };
         let mask = std::mem::take(&mut msg.mask);
         Box::pin(

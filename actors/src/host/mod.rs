@@ -5,6 +5,7 @@
 
 pub mod capacity;
 mod create;
+pub mod links;
 pub mod meminfo;
 mod pressure;
 mod reconcile;
@@ -12,7 +13,7 @@ pub mod shared;
 mod start;
 
 pub use create::CreateBox;
-pub use start::{Connected, HostStart, start_host, supervise};
+pub use start::{BoxServices, Connected, HostStart, start_host, supervise};
 
 use crate::store::BoxRecord;
 use actix::prelude::*;

@@ -32,6 +32,7 @@ use crate::blocking::blocking;
 use crate::box_actor::BoxActor;
 use crate::box_actor::link::{BoxdLink, StreamHandler};
 use crate::box_actor::state::BoxState;
+use crate::box_role::{Asker, BoxRole};
 use crate::boxnet::{self, BoxNetwork};
 use crate::connectors::Router;
 use crate::connectors::route::BoxRoute;
@@ -70,9 +71,14 @@ pub struct HostShared {
     pub router: Router,
     /// The host's rules for boxes' network cards (none: boxes have no card).
     pub network: Option<Arc<BoxNetwork>>,
+    /// Signs the identity tokens of boxes whose environment names an AWS role.
+    pub box_role: Option<BoxRole>,
     capacity: Mutex<Ledger>,
-    registry: Mutex<HashMap<BoxId, Addr<BoxActor>>>,
+    registry: Arc<Registry>,
 }
+
+/// The live box actors of this host, by box.
+pub type Registry = Mutex<HashMap<BoxId, Addr<BoxActor>>>;
 
 const GIB: u64 = 1024 * 1024 * 1024;
 const MIB: u64 = 1024 * 1024;
@@ -129,6 +135,7 @@ impl HostShared {
         facts: HostFacts,
         secrets: Secrets,
         router: Router,
+        box_role: Option<BoxRole>,
     ) -> Arc<Self> {
         let capacity = Ledger::new(Limits {
             cpus: facts.cpus,
@@ -147,8 +154,9 @@ impl HostShared {
             secrets,
             router,
             network: facts.network,
+            box_role,
             capacity: Mutex::new(capacity),
-            registry: Mutex::new(HashMap::new()),
+            registry: Arc::default(),
         })
     }
 
@@ -229,6 +237,28 @@ impl HostShared {
             })
         });
         let relay = self.network.as_ref().map(|n| n.relay());
+        let links = account.map(|account| {
+            super::links::Links::new(
+                id.clone(),
+                account.clone(),
+                self.store.clone(),
+                self.registry.clone(),
+            )
+        });
+        let role = match (&self.box_role, account, &spec.environment, &spec.claimed) {
+            (Some(signer), Some(account), Some(environment), Some(claimed)) => {
+                claimed.aws.clone().map(|role| {
+                    let asker = Asker {
+                        box_id: id.clone(),
+                        account: account.clone(),
+                        environment: environment.clone(),
+                        role,
+                    };
+                    (signer.clone(), Arc::new(asker))
+                })
+            }
+            _ => None,
+        };
         let streams: StreamHandler = Arc::new(move |incoming: Incoming| {
             match (Outbound::parse(incoming.target()), &relay, &environment) {
                 (Ok(Outbound::Dns(transport)), Some(relay), _) => {
@@ -246,6 +276,20 @@ impl HostShared {
                     code::FORBIDDEN,
                     "this box was not started in an environment",
                 ),
+                (Ok(Outbound::Link(endpoint)), _, _) => match &links {
+                    Some(links) => links.spawn(incoming, endpoint),
+                    None => incoming.refuse(code::NOT_FOUND, "a pooled box has no links"),
+                },
+                (Ok(Outbound::AwsToken), _, _) => match &role {
+                    Some((signer, asker)) => {
+                        let (signer, asker) = (signer.clone(), asker.clone());
+                        tokio::spawn(async move { signer.serve(incoming, &asker).await });
+                    }
+                    None => incoming.refuse(
+                        code::NOT_FOUND,
+                        "this box's environment named no AWS role when the box started",
+                    ),
+                },
                 (Err(e), _, _) => incoming.refuse(code::BAD_REQUEST, &e.to_string()),
             }
         });

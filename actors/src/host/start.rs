@@ -7,6 +7,7 @@ use super::reconcile::{self, Adopt};
 use super::shared::{HostFacts, HostShared};
 use crate::blocking::blocking;
 use crate::box_actor::BoxActor;
+use crate::box_role::BoxRole;
 use crate::boxnet::BoxNetwork;
 use crate::connectors::Router;
 use crate::error::{BoxError, io_error};
@@ -37,14 +38,22 @@ pub struct Connected {
     pub accel: Accel,
 }
 
+/// What boxes' streams to the server need besides the host: the account
+/// secrets (a box's mask after a restart), the router of environment
+/// streams, and the signer of AWS identity tokens.
+pub struct BoxServices {
+    pub secrets: Secrets,
+    pub router: Router,
+    pub box_role: Option<BoxRole>,
+}
+
 pub async fn start_host(
     store: Store,
     settings: BoxSettings,
     uri: String,
     accel: AccelChoice,
     server_id: String,
-    secrets: Secrets,
-    router: Router,
+    services: BoxServices,
 ) -> Result<HostStart, BoxError> {
     let probe_settings = settings.clone();
     let (host, resources, accel) = blocking(move || {
@@ -71,7 +80,7 @@ pub async fn start_host(
         resources,
         accel,
     };
-    supervise(connected, store, settings, server_id, secrets, router).await
+    supervise(connected, store, settings, server_id, services).await
 }
 
 /// [`start_host`] after the connection: record the host, reconcile, adopt
@@ -81,8 +90,7 @@ pub async fn supervise(
     store: Store,
     settings: BoxSettings,
     server_id: String,
-    secrets: Secrets,
-    router: Router,
+    services: BoxServices,
 ) -> Result<HostStart, BoxError> {
     let Connected {
         host,
@@ -126,7 +134,12 @@ pub async fn supervise(
         memory_mib: resources.memory_mib,
         network,
     };
-    let shared = HostShared::new(host, store, settings, facts, secrets, router);
+    let BoxServices {
+        secrets,
+        router,
+        box_role,
+    } = services;
+    let shared = HostShared::new(host, store, settings, facts, secrets, router, box_role);
     let reconciling = shared.clone();
     let adopt = blocking(move || reconcile::reconcile(&reconciling)).await?;
     for box_ in adopt {

@@ -418,6 +418,15 @@ impl Store {
         Ok(())
     }
 
+    /// Stores a box's spec as changed after its start (its services and
+    /// links, `wire`).
+    pub fn set_box_spec(&self, id: &BoxId, spec: &BoxSpec) -> Result<(), StoreError> {
+        diesel::update(boxes::table.find(id.as_str()))
+            .set(boxes::spec.eq(spec.to_json()))
+            .execute(&mut self.conn()?)?;
+        Ok(())
+    }
+
     /// Forgets a pooled box entirely (it never belonged to anyone).
     pub fn delete_pooled_box(&self, id: &BoxId) -> Result<(), StoreError> {
         diesel::delete(

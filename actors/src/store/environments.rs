@@ -78,6 +78,8 @@ pub struct ServiceRecord {
     pub variable_names: serde_json::Value,
     pub source: String,
     pub updated_at: DateTime<Utc>,
+    /// Where imported settings came from (`SourceRef`), null for uploads.
+    pub source_ref: Option<serde_json::Value>,
 }
 
 /// A service's sealed settings, for a box being claimed.
@@ -87,6 +89,18 @@ pub struct SealedService {
     pub name: String,
     pub nonce: Vec<u8>,
     pub ciphertext: Vec<u8>,
+}
+
+/// A service's settings to store: its variable names, the sealed values,
+/// and where they came from (`dotenv`, or `ecs` with its `SourceRef`).
+#[derive(Debug, Clone, Copy)]
+pub struct NewService<'a> {
+    pub name: &'a str,
+    pub names: &'a serde_json::Value,
+    pub nonce: &'a [u8],
+    pub ciphertext: &'a [u8],
+    pub source: &'a str,
+    pub source_ref: Option<&'a serde_json::Value>,
 }
 
 /// What `PUT /v1/environments/{env}` may change; `None` leaves a field as is,
@@ -326,12 +340,16 @@ impl Store {
     pub fn put_service(
         &self,
         env: &EnvironmentId,
-        name: &str,
-        names: &serde_json::Value,
-        nonce: &[u8],
-        ciphertext: &[u8],
-        source: &str,
+        service: &NewService<'_>,
     ) -> Result<(bool, ServiceRecord), StoreError> {
+        let NewService {
+            name,
+            names,
+            nonce,
+            ciphertext,
+            source,
+            source_ref,
+        } = *service;
         let mut conn = self.conn()?;
         conn.transaction(|conn| {
             let existed = diesel::select(diesel::dsl::exists(
@@ -356,6 +374,7 @@ impl Store {
                     environment_services::nonce.eq(nonce),
                     environment_services::ciphertext.eq(ciphertext),
                     environment_services::source.eq(source),
+                    environment_services::source_ref.eq(source_ref),
                 ))
                 .on_conflict((
                     environment_services::environment_id,
@@ -367,6 +386,7 @@ impl Store {
                     environment_services::nonce.eq(nonce),
                     environment_services::ciphertext.eq(ciphertext),
                     environment_services::source.eq(source),
+                    environment_services::source_ref.eq(source_ref),
                     environment_services::updated_at.eq(diesel::dsl::now),
                 ))
                 .returning(ServiceRecord::as_returning())
@@ -381,6 +401,18 @@ impl Store {
             .order(environment_services::name)
             .select(ServiceRecord::as_select())
             .load(&mut self.conn()?)?)
+    }
+
+    pub fn service(
+        &self,
+        env: &EnvironmentId,
+        name: &str,
+    ) -> Result<Option<ServiceRecord>, StoreError> {
+        Ok(environment_services::table
+            .find((env, name))
+            .select(ServiceRecord::as_select())
+            .first(&mut self.conn()?)
+            .optional()?)
     }
 
     pub fn sealed_services(&self, env: &EnvironmentId) -> Result<Vec<SealedService>, StoreError> {

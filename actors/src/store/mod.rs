@@ -6,6 +6,7 @@
 
 mod accounts;
 mod api_keys;
+mod aws;
 mod box_access;
 mod boxes;
 mod credentials;
@@ -13,6 +14,7 @@ mod egress;
 mod environments;
 mod hosts;
 mod oauth;
+mod oidc_keys;
 mod quota;
 mod reviews;
 mod schema;
@@ -25,17 +27,19 @@ mod uploads;
 
 pub use accounts::{Account, Bootstrap};
 pub use api_keys::{ApiKey, Credential, KeyPage, NewApiKey, Principal};
+pub use aws::AwsRow;
 pub use box_access::BoxAccessRow;
 pub use boxes::{BoxCursor, BoxRecord, NewBox, PoolClaim, Transition};
 pub use environments::{
-    ConnectionRecord, EnvironmentChange, EnvironmentRecord, SealedService, ServiceRecord,
-    token_digest,
+    ConnectionRecord, EnvironmentChange, EnvironmentRecord, NewService, SealedService,
+    ServiceRecord, token_digest,
 };
 pub use hosts::HostRecord;
 pub use oauth::{
     ACCESS_TOKEN_TTL, CODE_TTL, CodeExchange, IssuedTokens, NewCode, OAuthClient, Refused,
     TOKEN_PREFIX as OAUTH_TOKEN_PREFIX,
 };
+pub use oidc_keys::{NewOidcKey, OidcKeyRow};
 pub use reviews::{ItemRow, ReviewRow};
 pub use secrets::SealedRow;
 pub use servers::Server;

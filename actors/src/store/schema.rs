@@ -190,6 +190,7 @@ diesel::table! {
         source -> Text,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        source_ref -> Nullable<Jsonb>,
     }
 }
 
@@ -230,7 +231,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     uploads,
     connector_sessions,
     box_egress,
-    box_access
+    box_access,
+    account_aws
 );
 
 diesel::table! {
@@ -332,3 +334,23 @@ diesel::joinable!(shots -> accounts (account_id));
 diesel::joinable!(review_items -> reviews (review_id));
 diesel::allow_tables_to_appear_in_same_query!(reviews, shots, review_items);
 diesel::allow_tables_to_appear_in_same_query!(boxes, shots);
+
+diesel::table! {
+    oidc_keys (kid) {
+        kid -> Text,
+        public_jwk -> Jsonb,
+        nonce -> Bytea,
+        sealed_key -> Bytea,
+        created_at -> Timestamptz,
+        retired_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    account_aws (account_id) {
+        account_id -> Text,
+        role_arn -> Text,
+        region -> Text,
+        connected_at -> Timestamptz,
+    }
+}

@@ -1,12 +1,14 @@
 //! Which address each environment address has in the box: every distinct host
 //! name gets one of its own from 198.18.0.0/15 (198.18.0.2, .3, …, in the
 //! order the names come; 198.18.0.1 is boxd's DNS), an IPv4 literal keeps its
-//! own. Addresses listed as literals are never handed to a name. A restarted
-//! boxd does not assign again: it takes the addresses from the setup it kept
-//! (`saved`), after [`check`]ing them.
+//! own. Addresses listed as literals are never handed to a name. Names the
+//! box's wiring adds (declared services, links) get the next free addresses
+//! ([`extend`]); a name keeps its address for as long as the box runs, also
+//! when the wiring changes. A restarted boxd does not assign again: it takes
+//! the addresses from the setup it kept (`saved`), after [`check`]ing them.
 
 use super::error::{KeptError, SetupError};
-use psbx_wire::boxd::PrivateEndpoint;
+use psbx_wire::boxd::{PrivateEndpoint, is_host_name};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
@@ -50,7 +52,7 @@ pub fn assign(endpoints: &[PrivateEndpoint]) -> Result<Vec<Assigned>, SetupError
         } else if let Some(addr) = names.get(&host) {
             *addr
         } else {
-            if !is_dns_name(&host) {
+            if !is_host_name(&host) {
                 return Err(SetupError::NotAHost(endpoint.host.clone()));
             }
             while literals.contains(&Ipv4Addr::from(next)) {
@@ -120,6 +122,88 @@ pub fn check(endpoints: &[PrivateEndpoint], assigned: &[Assigned]) -> Result<(),
     Ok(())
 }
 
+/// A name the box's wiring added and its address.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Named {
+    pub host: String,
+    pub addr: Ipv4Addr,
+}
+
+/// Gives each of `wanted` that has no address yet (among the environment's
+/// names or `extra`) the next free one, appended to `extra`.
+pub fn extend(
+    assigned: &[Assigned],
+    extra: &mut Vec<Named>,
+    wanted: &[String],
+) -> Result<(), SetupError> {
+    let mut used: BTreeSet<Ipv4Addr> = assigned.iter().map(|a| a.addr).collect();
+    used.extend(extra.iter().map(|n| n.addr));
+    let mut known: BTreeSet<String> = names(assigned).into_keys().collect();
+    known.extend(extra.iter().map(|n| n.host.clone()));
+    let mut next = u32::from(DNS_ADDR) + 1;
+    for host in wanted {
+        if known.contains(host) {
+            continue;
+        }
+        if !is_host_name(host) {
+            return Err(SetupError::NotAHost(host.clone()));
+        }
+        while used.contains(&Ipv4Addr::from(next)) {
+            next += 1;
+        }
+        if next > last_name_address() {
+            return Err(SetupError::RangeFull);
+        }
+        let addr = Ipv4Addr::from(next);
+        used.insert(addr);
+        known.insert(host.clone());
+        extra.push(Named {
+            host: host.clone(),
+            addr,
+        });
+    }
+    Ok(())
+}
+
+/// Checks names added by the wiring, read back from a file: each a name the
+/// environment does not have, at an address of its own from the range.
+pub fn check_extra(assigned: &[Assigned], extra: &[Named]) -> Result<(), SetupError> {
+    let mut by_addr: BTreeMap<Ipv4Addr, &str> = assigned
+        .iter()
+        .map(|a| (a.addr, a.endpoint.host.as_str()))
+        .collect();
+    let env_names = names(assigned);
+    for n in extra {
+        if !is_host_name(&n.host) || env_names.contains_key(&n.host) {
+            return Err(KeptError::TwoAddresses(n.host.clone()).into());
+        }
+        if !(u32::from(DNS_ADDR) + 1..=last_name_address()).contains(&u32::from(n.addr)) {
+            return Err(KeptError::OutOfPlace {
+                host: n.host.clone(),
+                addr: n.addr,
+            }
+            .into());
+        }
+        if let Some(owner) = by_addr.insert(n.addr, &n.host) {
+            return Err(KeptError::SharedAddress {
+                host: n.host.clone(),
+                owner: owner.to_owned(),
+                addr: n.addr,
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Every host name the box answers and its address: the environment's and
+/// the wiring's.
+pub fn all_names(assigned: &[Assigned], extra: &[Named]) -> BTreeMap<String, Ipv4Addr> {
+    let mut all = names(assigned);
+    all.extend(extra.iter().map(|n| (n.host.clone(), n.addr)));
+    all
+}
+
 /// The last address a name can get: the range's last but its broadcast.
 fn last_name_address() -> u32 {
     u32::from(RANGE.0) + (1u32 << (32 - RANGE.1)) - 2
@@ -132,20 +216,6 @@ pub fn names(assigned: &[Assigned]) -> BTreeMap<String, Ipv4Addr> {
         .filter(|a| a.endpoint.host.parse::<Ipv4Addr>().is_err())
         .map(|a| (a.endpoint.host.clone(), a.addr))
         .collect()
-}
-
-/// Letters, digits, `-` and `_` in dot-separated labels of 1 to 63 bytes, at
-/// most 253 in all.
-fn is_dns_name(host: &str) -> bool {
-    !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
 }
 
 #[cfg(test)]
@@ -206,6 +276,42 @@ mod tests {
         assert!(assign(&[ep("a b", 1)]).is_err());
         assert!(assign(&[ep("a;drop", 1)]).is_err());
         assert!(assign(&[ep("", 1)]).is_err());
+    }
+
+    #[test]
+    fn wired_names_get_free_addresses_and_keep_them() {
+        let assigned = assign(&[ep("db.internal", 5432), ep("198.18.0.3", 80)]).unwrap();
+        let mut extra = Vec::new();
+        let wanted = ["api.lan".to_owned(), "db.internal".to_owned()];
+        extend(&assigned, &mut extra, &wanted).unwrap();
+        assert_eq!(
+            extra,
+            [Named {
+                host: "api.lan".into(),
+                addr: Ipv4Addr::new(198, 18, 0, 4)
+            }]
+        );
+        extend(
+            &assigned,
+            &mut extra,
+            &["web.lan".to_owned(), "api.lan".to_owned()],
+        )
+        .unwrap();
+        assert_eq!(extra[1].addr, Ipv4Addr::new(198, 18, 0, 5));
+        assert_eq!(extra.len(), 2);
+        check_extra(&assigned, &extra).unwrap();
+        assert_eq!(all_names(&assigned, &extra).len(), 3);
+        assert!(extend(&assigned, &mut extra, &["a b".to_owned()]).is_err());
+        let mut bad = extra.clone();
+        bad[1].addr = bad[0].addr;
+        assert!(check_extra(&assigned, &bad).is_err());
+        bad[1].addr = Ipv4Addr::new(198, 18, 0, 3);
+        assert!(check_extra(&assigned, &bad).is_err(), "a listed literal");
+        bad[1] = Named {
+            host: "db.internal".into(),
+            addr: Ipv4Addr::new(198, 18, 0, 9),
+        };
+        assert!(check_extra(&assigned, &bad).is_err(), "an environment name");
     }
 
     #[test]

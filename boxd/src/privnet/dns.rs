@@ -56,6 +56,11 @@ impl Dns {
         }
     }
 
+    /// The names it answers now.
+    pub fn names(&self) -> BTreeMap<String, Ipv4Addr> {
+        self.names.read().map(|n| n.clone()).unwrap_or_default()
+    }
+
     /// The answer to one query message; `None` to stay silent (garbage).
     pub async fn answer(&self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
         let message = match Message::from_vec(query) {

@@ -1,7 +1,10 @@
-//! An entry: boxd's listener on 127.0.0.1 for one environment address (the
-//! nftables rules send the address's connections to it). Each connection it
-//! accepts becomes an `env:<host>:<port>` stream opened on the current
-//! session, and the bytes are copied both ways with half-close. When the
+//! An entry: boxd's listener on 127.0.0.1 for one environment address, or
+//! one name linked to another box (the nftables rules send the address's
+//! connections to it). Each connection it accepts becomes an
+//! `env:<host>:<port>` (or `link:<host>:<port>`) stream opened on the current
+//! session, and the bytes are copied both ways with half-close. An entry the
+//! box's wiring no longer needs is closed: it stops listening and resets the
+//! connections it carries (a name taken over in place). When the
 //! stream cannot be had — refused by the server (403, 503, 502, ...), no
 //! session, no answer — the box's connection is reset (SO_LINGER 0), a line
 //! goes to `/work/.sbx/logs/private-endpoints.log` and the failure is counted.
@@ -9,7 +12,7 @@
 //! box's connection is reset at once rather than left hanging.
 
 use crate::uplink::Uplink;
-use psbx_wire::boxd::{EndpointFailure, PrivateEndpoint, PrivateEndpointHealth};
+use psbx_wire::boxd::{EndpointFailure, Outbound, PrivateEndpoint, PrivateEndpointHealth};
 use psbx_wire::frame::code;
 use psbx_wire::mux::OpenError;
 use std::io::Write as _;
@@ -19,6 +22,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 
 /// How long the server may take to accept or refuse a stream (it waits for
 /// the connector's dial, which has its own timeout, shorter than this).
@@ -30,7 +34,11 @@ const SESSION_WAIT: Duration = Duration::from_secs(10);
 /// One entry and its counters.
 pub struct Entry {
     pub endpoint: PrivateEndpoint,
+    /// A link to another box (`link:` streams), not an environment address.
+    pub link: bool,
     pub local: SocketAddr,
+    /// Cancelled when the entry is no longer needed.
+    pub closed: CancellationToken,
     open: AtomicU32,
     opened: AtomicU64,
     failures: AtomicU64,
@@ -38,6 +46,15 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The target of the streams its connections open.
+    fn target(&self) -> String {
+        if self.link {
+            Outbound::Link(self.endpoint.clone()).target()
+        } else {
+            self.endpoint.target()
+        }
+    }
+
     pub fn health(&self) -> PrivateEndpointHealth {
         PrivateEndpointHealth {
             host: self.endpoint.host.clone(),
@@ -56,11 +73,17 @@ impl Entry {
     }
 }
 
-/// Opens an entry for `endpoint` on 127.0.0.1 (an ephemeral port).
-pub async fn bind(endpoint: PrivateEndpoint) -> std::io::Result<(Arc<Entry>, TcpListener)> {
+/// Opens an entry for `endpoint` on 127.0.0.1 (an ephemeral port); `link`
+/// for a name linked to another box.
+pub async fn bind(
+    endpoint: PrivateEndpoint,
+    link: bool,
+) -> std::io::Result<(Arc<Entry>, TcpListener)> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
     let entry = Arc::new(Entry {
         endpoint,
+        link,
+        closed: CancellationToken::new(),
         local: listener.local_addr()?,
         open: AtomicU32::new(0),
         opened: AtomicU64::new(0),
@@ -70,7 +93,7 @@ pub async fn bind(endpoint: PrivateEndpoint) -> std::io::Result<(Arc<Entry>, Tcp
     Ok((entry, listener))
 }
 
-/// Serves an entry's connections forever.
+/// Serves an entry's connections until it is closed.
 pub async fn serve(
     entry: Arc<Entry>,
     listener: TcpListener,
@@ -78,16 +101,12 @@ pub async fn serve(
     log: PathBuf,
     failures: Arc<super::Failures>,
 ) {
-    loop {
-        let Ok((tcp, _)) = listener.accept().await else {
-            // Out of descriptors, say: try again shortly.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
+    super::accept::until_closed(&listener, &entry.closed.clone(), |tcp| {
         let (entry, uplink, log, failures) =
             (entry.clone(), uplink.clone(), log.clone(), failures.clone());
         tokio::spawn(async move { connection(&entry, tcp, &uplink, &log, &failures).await });
-    }
+    })
+    .await;
 }
 
 /// Counts a connection as open while it lives.
@@ -109,7 +128,7 @@ async fn connection(
     entry.opened.fetch_add(1, Ordering::Relaxed);
     entry.open.fetch_add(1, Ordering::Relaxed);
     let _open = OpenGuard(&entry.open);
-    let target = entry.endpoint.target();
+    let target = entry.target();
     let Some(live) = uplink.current(SESSION_WAIT).await else {
         return fail(
             entry,
@@ -140,9 +159,15 @@ async fn connection(
     let clean = tokio::select! {
         copied = tokio::io::copy_bidirectional(&mut tcp, &mut stream) => copied.is_ok(),
         () = uplink.gone(live.generation) => false,
+        () = entry.closed.cancelled() => false,
     };
     if !clean {
-        stream.reset("the box's connection ended");
+        let reason = if entry.closed.is_cancelled() {
+            "the box took the address over"
+        } else {
+            "the box's connection ended"
+        };
+        stream.reset(reason);
         let _ = tcp.set_zero_linger();
     }
 }
@@ -227,7 +252,7 @@ mod tests {
             host: "db.internal".into(),
             port: 5432,
         };
-        let (entry, listener) = bind(endpoint).await.unwrap();
+        let (entry, listener) = bind(endpoint, false).await.unwrap();
         tokio::spawn(serve(
             entry.clone(),
             listener,
@@ -319,5 +344,41 @@ mod tests {
         assert!(!log.exists());
         let health = entry.health();
         assert_eq!((health.opened, health.failures), (2, 0));
+    }
+
+    #[tokio::test]
+    async fn a_closed_entry_resets_its_connections_and_stops_listening() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("private-endpoints.log");
+        let (uplink, _server) = test_server(|incoming| {
+            assert_eq!(incoming.target(), "env:db.internal:5432");
+            let mut stream = incoming.accept();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 || stream.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        })
+        .await;
+        let entry = entry_for(&uplink, &log).await;
+        let mut tcp = TcpStream::connect(entry.local).await.unwrap();
+        tcp.write_all(b"x").await.unwrap();
+        let mut buf = [0u8; 1];
+        tcp.read_exact(&mut buf).await.unwrap();
+        entry.closed.cancel();
+        let read = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
+            .await
+            .unwrap();
+        assert_eq!(
+            read.unwrap_err().kind(),
+            std::io::ErrorKind::ConnectionReset
+        );
+        // The listener goes with the serving task.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(TcpStream::connect(entry.local).await.is_err());
+        assert!(!log.exists(), "a take-over is not a failure");
     }
 }

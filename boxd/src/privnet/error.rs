@@ -15,6 +15,14 @@ pub enum SetupError {
     RangeFull,
     #[error("this box's environment addresses are set already")]
     AlreadySet,
+    #[error("{host}:{port} is in external mode, but the box has no external base URL")]
+    NoExternalBase { host: String, port: u16 },
+    #[error("cannot forward {host}:{port} to the external base URL: {reason}")]
+    External {
+        host: String,
+        port: u16,
+        reason: String,
+    },
     #[error("cannot open an entry for {host}:{port}: {source}")]
     Entry {
         host: String,
@@ -56,7 +64,7 @@ pub enum SetupError {
 /// What is wrong with a kept setup's addresses.
 #[derive(Debug, thiserror::Error)]
 pub enum KeptError {
-    #[error("it lists no endpoints")]
+    #[error("it lists no endpoints and no wiring")]
     NoEndpoints,
     #[error("the addresses are not those of the endpoints")]
     NotTheEndpoints,

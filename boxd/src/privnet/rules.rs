@@ -39,7 +39,9 @@ use std::net::Ipv4Addr;
 use std::process::Stdio;
 use tokio::io::AsyncWriteExt;
 
-/// One rule: connections to `addr:port` go to 127.0.0.1:`entry_port`.
+/// One rule: connections to `addr:port` go to 127.0.0.1:`entry_port` (an
+/// entry of boxd's, or the box's own process for a declared service in box
+/// mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Redirect {
     pub addr: Ipv4Addr,
@@ -55,16 +57,38 @@ pub const NIC: &str = "eth0";
 pub const PRIVATE: &str =
     "10.0.0.0/8, 100.64.0.0/10, 169.254.0.0/16, 172.16.0.0/12, 192.168.0.0/16";
 
-/// The nft script that replaces table `ip psbx` with these redirects, the
-/// filter for the listed IPv4 addresses `literals`, and the operator's
-/// `allowed` ranges let through the card (checked ranges, `a.b.c.d/n`).
-pub fn ruleset(redirects: &[Redirect], literals: &[Ipv4Addr], allowed: &[String]) -> String {
+/// A declared range: connections to any address of `range` on `port` go to
+/// 127.0.0.1:`target_port` (after the redirects, which are exact).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RangeRedirect {
+    pub range: ipnet::Ipv4Net,
+    pub port: u16,
+    pub target_port: u16,
+}
+
+/// The nft script that replaces table `ip psbx` with these redirects and
+/// declared ranges, the filter for the listed IPv4 addresses `literals`, and
+/// the operator's `allowed` ranges let through the card (checked ranges,
+/// `a.b.c.d/n`).
+pub fn ruleset(
+    redirects: &[Redirect],
+    ranges: &[RangeRedirect],
+    literals: &[Ipv4Addr],
+    allowed: &[String],
+) -> String {
     let mut rules = String::new();
     for r in redirects {
         let _ = writeln!(
             rules,
             "\t\tip daddr {} tcp dport {} dnat to 127.0.0.1:{}",
             r.addr, r.port, r.entry_port
+        );
+    }
+    for r in ranges {
+        let _ = writeln!(
+            rules,
+            "\t\tip daddr {} tcp dport {} dnat to 127.0.0.1:{}",
+            r.range, r.port, r.target_port
         );
     }
     let mut filter = String::new();
@@ -89,7 +113,7 @@ pub fn ruleset(redirects: &[Redirect], literals: &[Ipv4Addr], allowed: &[String]
     // NAT chains only with something to send to an entry: their hooks put
     // every connection of the box through conntrack, which under TCG took a
     // third of an upload's time.
-    let nat = if redirects.is_empty() {
+    let nat = if redirects.is_empty() && ranges.is_empty() {
         String::new()
     } else {
         format!(
@@ -112,17 +136,22 @@ pub fn ruleset(redirects: &[Redirect], literals: &[Ipv4Addr], allowed: &[String]
 /// `route_localnet`.
 pub async fn prepare_kernel() -> Result<(), SetupError> {
     let cidr = format!("{DNS_ADDR}/{}", RANGE.1);
-    let added = run("ip", &["addr", "add", &cidr, "dev", "lo"], None).await;
-    if let Err(e) = added {
-        let shown = run("ip", &["-4", "addr", "show", "dev", "lo"], None)
-            .await
-            .unwrap_or_default();
-        if !shown.contains(&cidr) {
-            return Err(SetupError::Loopback { cidr, reason: e });
-        }
+    if let Err(reason) = on_loopback(&cidr).await {
+        return Err(SetupError::Loopback { cidr, reason });
     }
     std::fs::write("/proc/sys/net/ipv4/conf/all/route_localnet", "1")
         .map_err(SetupError::RouteLocalnet)
+}
+
+/// Puts `cidr` on `lo`; one there already is not an error.
+pub async fn on_loopback(cidr: &str) -> Result<(), String> {
+    let Err(e) = run("ip", &["addr", "add", cidr, "dev", "lo"], None).await else {
+        return Ok(());
+    };
+    let shown = run("ip", &["-4", "addr", "show", "dev", "lo"], None)
+        .await
+        .unwrap_or_default();
+    if shown.contains(cidr) { Ok(()) } else { Err(e) }
 }
 
 /// Routes the listed IPv4 addresses through `lo`.
@@ -138,13 +167,17 @@ pub async fn route_literals(literals: &[Ipv4Addr]) -> Result<(), SetupError> {
 
 /// Replaces table `ip psbx`, letting the kernel command line's
 /// `psbx.allow=` ranges through.
-pub async fn apply(redirects: &[Redirect], literals: &[Ipv4Addr]) -> Result<(), SetupError> {
+pub async fn apply(
+    redirects: &[Redirect],
+    ranges: &[RangeRedirect],
+    literals: &[Ipv4Addr],
+) -> Result<(), SetupError> {
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
     let allowed = crate::net::allowed_from_cmdline(&cmdline).map_err(SetupError::Allowed)?;
     run(
         "nft",
         &["-f", "-"],
-        Some(&ruleset(redirects, literals, &allowed)),
+        Some(&ruleset(redirects, ranges, literals, &allowed)),
     )
     .await
     .map(drop)
@@ -206,6 +239,11 @@ mod tests {
                     entry_port: 40002,
                 },
             ],
+            &[RangeRedirect {
+                range: "172.16.0.0/16".parse().unwrap(),
+                port: 9090,
+                target_port: 9000,
+            }],
             &[Ipv4Addr::new(10, 9, 8, 7)],
             &[],
         );
@@ -227,11 +265,13 @@ mod tests {
              \t\ttype nat hook output priority -110; policy accept;\n\
              \t\tip daddr 198.18.0.2 tcp dport 5432 dnat to 127.0.0.1:40001\n\
              \t\tip daddr 10.9.8.7 tcp dport 8080 dnat to 127.0.0.1:40002\n\
+             \t\tip daddr 172.16.0.0/16 tcp dport 9090 dnat to 127.0.0.1:9000\n\
              \t}\n\
              \tchain prerouting {\n\
              \t\ttype nat hook prerouting priority -110; policy accept;\n\
              \t\tip daddr 198.18.0.2 tcp dport 5432 dnat to 127.0.0.1:40001\n\
              \t\tip daddr 10.9.8.7 tcp dport 8080 dnat to 127.0.0.1:40002\n\
+             \t\tip daddr 172.16.0.0/16 tcp dport 9090 dnat to 127.0.0.1:9000\n\
              \t}\n\
              \tchain out {\n\
              \t\ttype filter hook output priority 10; policy accept;\n\
@@ -246,7 +286,7 @@ mod tests {
              }\n"
         );
         // At boot: no redirects, no listed addresses, no NAT; the filter already there.
-        let boot = ruleset(&[], &[], &[]);
+        let boot = ruleset(&[], &[], &[], &[]);
         assert!(
             !boot.contains("set listed") && !boot.contains("@listed") && !boot.contains(" nat "),
             "{boot}"
@@ -256,7 +296,7 @@ mod tests {
             "{boot}"
         );
         // The operator's allowed ranges go through the card, ahead of the drop.
-        let mirror = ruleset(&[], &[], &["10.20.0.5/32".to_owned()]);
+        let mirror = ruleset(&[], &[], &[], &["10.20.0.5/32".to_owned()]);
         assert!(
             mirror.contains(
                 "\t\toifname \"eth0\" ip daddr { 10.20.0.5/32 } accept\n\t\toifname \"eth0\" ip daddr @private drop\n"

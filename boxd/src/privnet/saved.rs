@@ -1,26 +1,33 @@
 //! The box's setup kept for a restarted boxd: once a claim's addresses are in
-//! place, the claim's endpoints and the address each one got are written to
+//! place (and again after every change of the box's wiring), the claim's
+//! endpoints, the wiring and the address each name got are written to
 //! `/run/psbx/privnet.json` (`crate::kept`: it outlives boxd, not the box's
 //! boot). A boxd
 //! that starts and finds it sets the same addresses up again (`restore` in
 //! `mod.rs`): programs in the box cached what the names resolved to.
 
-use super::addresses::{self, Assigned};
+use super::addresses::{self, Assigned, Named};
 use super::error::KeptError;
-use psbx_wire::boxd::PrivateEndpoint;
+use psbx_wire::boxd::{PrivateEndpoint, Wiring};
 use std::path::Path;
 
 /// Where the setup is kept.
 pub const PATH: &str = "/run/psbx/privnet.json";
 
 /// What a restarted boxd needs to set the same addresses up again.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Saved {
     /// The claim's endpoints as they came (a later claim is compared with
     /// them).
     pub endpoints: Vec<PrivateEndpoint>,
     /// Each address and where it is in the box.
     pub assigned: Vec<Assigned>,
+    /// The box's declared services and links (none from an older boxd).
+    #[serde(default)]
+    pub wiring: Wiring,
+    /// The addresses of the wiring's names that are not environment names.
+    #[serde(default)]
+    pub extra: Vec<Named>,
 }
 
 /// The setup kept at `path`: `Ok(None)` when there is none, an error when the
@@ -29,10 +36,11 @@ pub fn read(path: &Path) -> Result<Option<Saved>, String> {
     let Some(saved) = crate::kept::read::<Saved>(path)? else {
         return Ok(None);
     };
-    if saved.endpoints.is_empty() {
+    if saved.endpoints.is_empty() && saved.wiring.is_empty() {
         return Err(KeptError::NoEndpoints.to_string());
     }
     addresses::check(&saved.endpoints, &saved.assigned).map_err(|e| e.to_string())?;
+    addresses::check_extra(&saved.assigned, &saved.extra).map_err(|e| e.to_string())?;
     Ok(Some(saved))
 }
 
@@ -60,6 +68,8 @@ mod tests {
         Saved {
             endpoints,
             assigned,
+            wiring: Wiring::default(),
+            extra: Vec::new(),
         }
     }
 

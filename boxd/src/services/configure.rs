@@ -29,16 +29,24 @@ async fn apply(state: &Boxd, configure: Configure) -> Result<(), String> {
     write_files(&state.work, &configure.files)?;
     state
         .private
-        .configure(&configure.endpoints, &state.uplink, &state.work)
+        .configure(
+            &configure.endpoints,
+            &configure.wiring,
+            &state.uplink,
+            &state.work,
+        )
         .await
         .map_err(|e| e.to_string())?;
-    kept::keep(
-        Path::new(kept::ENV),
-        &configure.env,
-        "the commands' environment",
-    );
-    if let Ok(mut env) = state.env.write() {
-        *env = configure.env;
+    let mut env = configure.env;
+    if let Some(aws) = &configure.aws {
+        crate::aws::start(aws, &state.uplink)
+            .await
+            .map_err(|e| e.to_string())?;
+        aws.add_to(&mut env);
+    }
+    kept::keep(Path::new(kept::ENV), &env, "the commands' environment");
+    if let Ok(mut held) = state.env.write() {
+        *held = env;
     }
     Ok(())
 }

@@ -10,7 +10,10 @@ pub fn boot_id() -> String {
         .unwrap_or_else(|_| "unknown".to_owned())
 }
 
-fn read(private_endpoints: Vec<PrivateEndpointHealth>) -> Health {
+fn read(
+    private_endpoints: Vec<PrivateEndpointHealth>,
+    names: std::collections::BTreeMap<String, std::net::Ipv4Addr>,
+) -> Health {
     let first_number = |path: &str| -> f64 {
         std::fs::read_to_string(path)
             .ok()
@@ -32,10 +35,15 @@ fn read(private_endpoints: Vec<PrivateEndpointHealth>) -> Health {
         mem_total_kb: mem("MemTotal"),
         mem_available_kb: mem("MemAvailable"),
         private_endpoints,
+        names,
     }
 }
 
 /// Answers `health`: the box now, and its entries.
 pub async fn serve(incoming: psbx_wire::mux::Incoming, state: &super::Boxd) {
-    super::answer_json(incoming.accept(), &read(state.private.health())).await;
+    super::answer_json(
+        incoming.accept(),
+        &read(state.private.health(), state.private.names()),
+    )
+    .await;
 }

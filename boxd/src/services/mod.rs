@@ -7,7 +7,7 @@
 //! records, `sync` reads a request line and then a tar, `logs` answers with
 //! the log's bytes. `port:<n>` splices the stream to a port of the box's
 //! loopback, `pty` runs a shell on a terminal, `shot` takes a screenshot or
-//! recording.
+//! recording, `wire` replaces the box's declared services and links.
 
 mod clock;
 mod configure;
@@ -21,6 +21,7 @@ mod pty;
 mod shot;
 mod signal;
 mod sync;
+mod wire;
 
 pub use configure::restore_env;
 
@@ -71,6 +72,7 @@ pub async fn handle(incoming: Incoming, state: Arc<Boxd>) {
         Service::Port(port) => port::serve(incoming, port).await,
         Service::Pty => pty::serve(incoming.accept(), &state).await,
         Service::Shot => shot::serve(incoming.accept(), &state).await,
+        Service::Wire => wire::serve(incoming, &state).await,
     }
 }
 

@@ -9,9 +9,10 @@ use crate::database::{Database, Opener};
 use crate::tls;
 use actix_web::HttpServer;
 use anyhow::Context;
+use psbx_actors::box_role::BoxRole;
 use psbx_actors::connectors::egress::Egress;
 use psbx_actors::connectors::{Hub, Router};
-use psbx_actors::host::start_host;
+use psbx_actors::host::{BoxServices, start_host};
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::Store;
@@ -52,17 +53,29 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let vault = Vault::open_or_create(&config.master_key_path())?;
     let secrets = Secrets::new(store.clone(), vault)?;
 
+    let issuer = app::issuer_for(&config, &store, &secrets, &url)?;
+    let box_session_seconds = config.aws.box_session_seconds()?;
+
     let result: anyhow::Result<()> = actix_web::rt::System::new().block_on(async {
         let hub = Hub::with_limits(config.connectors.limits());
         let host = if config.boxes.enabled {
+            let services = BoxServices {
+                secrets: secrets.clone(),
+                router: Router::new(hub.clone(), store.clone()),
+                box_role: Some(BoxRole::new(
+                    issuer.clone(),
+                    store.clone(),
+                    config.aws.endpoint_url.clone(),
+                    box_session_seconds,
+                )),
+            };
             start_host(
                 store.clone(),
                 box_settings.clone(),
                 config.libvirt_uri.clone(),
                 config.boxes.accel,
                 server.id.to_string(),
-                secrets.clone(),
-                Router::new(hub.clone(), store.clone()),
+                services,
             )
             .await
             .map_err(|e| {
@@ -72,7 +85,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         } else {
             Err("boxes are disabled in this server's configuration (boxes.enabled)".to_owned())
         };
-        let parts = app::Parts::new(store.clone(), secrets, hub.clone(), &url, server.id.clone());
+        let parts = app::Parts::new(store.clone(), secrets, hub.clone(), &url, server.id.clone())
+            .with_issuer(issuer);
         let state = AppState::assemble(&config, parts, host)?;
         let boxes = state.boxes.clone();
         let shots = state.shots.clone();

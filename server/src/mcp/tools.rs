@@ -4,9 +4,10 @@
 
 use super::exec::{self, ExecArgs};
 use super::schema;
-use crate::routes::boxes::{BoxView, ServiceSpec, start_spec};
+use crate::routes::boxes::{BoxView, ServiceSpec, StartWiring, start_spec};
 use crate::routes::environments::{EnvironmentList, EnvironmentView};
 use crate::routes::exec::ProcessView;
+use crate::routes::wire::{LinkBody, ModeBody, WireBody};
 use crate::server_info::ServerInfo;
 use psbx_actors::box_actor::BoxSnapshot;
 use psbx_actors::box_actor::link::LinkError;
@@ -50,10 +51,40 @@ pub struct StartArgs {
     pub keep: Option<String>,
     /// Names of the account's secrets the box receives as environment variables.
     pub secrets: Option<Vec<String>>,
-    /// Services the box runs (their names are how other programs reach them).
+    /// Services the box runs: the host names other programs call them by
+    /// (api.svc.local resolves to the box itself; with targetPort when the
+    /// process listens on another port than callers dial), or a private range
+    /// (172.16.0.0/16 with a port). mode: box or external (default external
+    /// when there is an externalBaseUrl).
     pub services: Option<Vec<ServiceSpec>>,
+    /// Names in this box that lead to a port of another box of this account:
+    /// [{name, port, box, targetPort?}].
+    pub links: Option<Vec<LinkBody>>,
+    /// Where services in external mode forward HTTP to (default: the environment's).
+    pub external_base_url: Option<String>,
     /// The environment (see sandbox_environments) to plug the box into.
     pub environment: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WireArgs {
+    /// The box id, box_...
+    pub id: String,
+    /// A declared service to change, or a name to declare now (taken over
+    /// in place: it keeps its address, connections through the connector
+    /// are closed).
+    pub service: Option<String>,
+    /// box: the box's own process on targetPort; external: forward HTTP to the externalBaseUrl.
+    pub mode: Option<ModeBody>,
+    /// The port callers dial (which declaration, or a new one).
+    pub port: Option<u16>,
+    /// The port the box's process listens on.
+    pub target_port: Option<u16>,
+    /// A published version to run instead of a process of your own.
+    pub version: Option<String>,
+    /// Links to add: [{name, port, box, targetPort?}].
+    pub links: Option<Vec<LinkBody>>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -251,16 +282,24 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
+        let spec = match start_spec(
+            StartWiring {
+                services: a.services.unwrap_or_default(),
+                links: a.links.unwrap_or_default(),
+                external_base_url: a.external_base_url,
+            },
+            a.secrets.unwrap_or_default(),
+            a.environment,
+        ) {
+            Ok(spec) => spec,
+            Err(e) => return Ok(failed(e.message())),
+        };
         let request = CreateRequest {
             name: a.name,
             goal: a.goal,
             size: a.size,
             keep: a.keep,
-            spec: start_spec(
-                a.services.unwrap_or_default(),
-                a.secrets.unwrap_or_default(),
-                a.environment,
-            ),
+            spec,
         };
         Ok(box_result(
             self.boxes.create(who.account_id, request).await,
@@ -342,6 +381,37 @@ impl PsbxMcp {
         );
         result.content.extend(review_content);
         Ok(result)
+    }
+
+    #[tool(
+        description = "Change how a box's declared services are wired, or link it to other boxes.                        {service, mode: \"box\"|\"external\"} switches a service (in box mode boxd does not                        hold the port: it does not matter whether its process runs yet); {service, port,                        targetPort?} declares a name later, taken over in place on boxes whose                        health.features has take-over (it keeps its address, connections open through the                        connector are closed, new ones reach the box); {links: [{name, port, box,                        targetPort?}]} makes name:port in this box lead to a port of another box of this                        account. Returns the box as sandbox_status does."
+    )]
+    async fn sandbox_wire(
+        &self,
+        Parameters(a): Parameters<WireArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let Some(who) = account(&ctx) else {
+            return Ok(unauthenticated());
+        };
+        let change = WireBody {
+            service: a.service,
+            mode: a.mode,
+            port: a.port,
+            target_port: a.target_port,
+            version: a.version,
+            links: a.links.unwrap_or_default(),
+        }
+        .change();
+        let change = match change {
+            Ok(change) => change,
+            Err(e) => return Ok(failed(e.message())),
+        };
+        Ok(box_result(
+            self.boxes.wire(&who.account_id, &a.id, change).await,
+            &self.environments,
+        )
+        .await)
     }
 
     #[tool(description = "Stop a box for good: its disk is deleted.")]

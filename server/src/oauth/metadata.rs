@@ -32,7 +32,12 @@ pub async fn protected_resource_v1(oauth: web::Data<OAuth>) -> HttpResponse {
 }
 
 pub async fn authorization_server(oauth: web::Data<OAuth>) -> HttpResponse {
-    HttpResponse::Ok().json(json!({
+    HttpResponse::Ok().json(authorization_server_metadata(&oauth))
+}
+
+/// RFC 8414's document (the OIDC discovery document adds to it).
+pub fn authorization_server_metadata(oauth: &OAuth) -> serde_json::Value {
+    json!({
         "issuer": oauth.issuer,
         "authorization_endpoint": oauth.endpoint("/oauth/authorize"),
         "token_endpoint": oauth.endpoint("/oauth/token"),
@@ -47,5 +52,5 @@ pub async fn authorization_server(oauth: web::Data<OAuth>) -> HttpResponse {
         "revocation_endpoint_auth_methods_supported": ["none"],
         "authorization_response_iss_parameter_supported": true,
         "client_id_metadata_document_supported": true,
-    }))
+    })
 }

@@ -2,6 +2,7 @@
 
 use super::paging::{self, ListQuery};
 use super::patterns;
+pub use super::wire::{LinkBody, ModeBody};
 use crate::auth::Auth;
 use crate::error::ApiError;
 use actix_web::{HttpResponse, delete, get, post, web};
@@ -16,25 +17,34 @@ use psbx_actors::environments::claim::{Claimed, ServiceFiles};
 use psbx_actors::environments::settings::Notable;
 use psbx_actors::ids::BoxId;
 use psbx_actors::spec::{self, BoxSpec};
+use psbx_actors::wiring;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use utoipa::ToSchema;
 
-/// A service the box runs, as the caller describes it. Stored with the box and
-/// shown back; psbx does not start declared services yet.
+/// A service the box runs, as the caller describes it: a host name callers
+/// dial (`api.svc.local`), which then resolves in the box to the box itself,
+/// or a private address range (`172.16.0.0/16`) whose `port` leads to it.
 #[derive(Debug, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServiceSpec {
-    /// The service's name, or the internal host name callers use for it (api.svc.local).
+    /// The internal host name callers use for it (`api.svc.local`), or a
+    /// private IPv4 range inside 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or
+    /// 100.64.0.0/10 (`172.16.0.0/16`; a range needs a port).
+    #[schema(max_length = 253)]
     pub name: String,
     /// The port callers dial.
-    #[schema(maximum = 65535)]
+    #[schema(minimum = 1, maximum = 65535)]
     pub port: Option<u16>,
-    /// The port the process in the box listens on, when not `port`.
-    #[schema(maximum = 65535)]
+    /// The port the process in the box listens on, when not `port` (required
+    /// when callers dial 80 and the process listens elsewhere).
+    #[schema(minimum = 1, maximum = 65535)]
     pub target_port: Option<u16>,
     /// A published version to run instead of a process of your own.
     pub version: Option<String>,
+    /// `box` or `external`; default `external` when the box has an external
+    /// base URL (its own or its environment's), else `box`.
+    pub mode: Option<ModeBody>,
 }
 
 impl From<ServiceSpec> for spec::ServiceSpec {
@@ -44,21 +54,43 @@ impl From<ServiceSpec> for spec::ServiceSpec {
             port: s.port,
             target_port: s.target_port,
             version: s.version,
+            mode: s.mode.map(Into::into),
         }
     }
 }
 
+/// What a box is started with beyond its size and times, as stored with it
+/// (the services and links are checked by the start).
+pub struct StartWiring {
+    pub services: Vec<ServiceSpec>,
+    pub links: Vec<LinkBody>,
+    pub external_base_url: Option<String>,
+}
+
 /// What a box is started with beyond its size and times, as stored with it.
 pub fn start_spec(
-    services: Vec<ServiceSpec>,
+    wiring: StartWiring,
     secrets: Vec<String>,
     environment: Option<String>,
-) -> BoxSpec {
-    BoxSpec::new(
-        services.into_iter().map(Into::into).collect(),
+) -> Result<BoxSpec, ApiError> {
+    for service in &wiring.services {
+        patterns::no_nul("services[].name", &service.name)?;
+        patterns::no_nul(
+            "services[].version",
+            service.version.as_deref().unwrap_or_default(),
+        )?;
+    }
+    for link in &wiring.links {
+        patterns::no_nul("links[].name", &link.name)?;
+    }
+    let mut spec = BoxSpec::new(
+        wiring.services.into_iter().map(Into::into).collect(),
         secrets,
         environment,
-    )
+    );
+    spec.links = wiring.links.into_iter().map(Into::into).collect();
+    spec.external_base_url = wiring.external_base_url;
+    Ok(spec)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -74,8 +106,15 @@ pub struct StartBox {
     pub size: Option<u32>,
     /// Keep the box this long after its last use, e.g. `"3d"` (default `"24h"`, at most `"7d"`).
     pub keep: Option<String>,
+    /// Services the box runs, by the names callers use (at most 50).
     #[serde(default)]
     pub services: Vec<ServiceSpec>,
+    /// Names in this box that lead to a port of another box of this account (at most 50).
+    #[serde(default)]
+    pub links: Vec<LinkBody>,
+    /// Where services in external mode forward HTTP to (`https://dev.example.com`);
+    /// default the environment's.
+    pub external_base_url: Option<String>,
     /// Names of the account's secrets the box receives.
     #[serde(default)]
     pub secrets: Vec<String>,
@@ -99,6 +138,9 @@ pub struct BoxHealth {
     pub boot_id: Option<String>,
     pub boxd_version: Option<String>,
     pub protocol: Option<u32>,
+    /// What boxd can do; `take-over` when a name declared later with
+    /// `wire` is taken over in place.
+    pub features: Vec<String>,
     pub uptime_s: Option<f64>,
     pub load1: Option<f64>,
     pub mem_total_kb: Option<u64>,
@@ -145,8 +187,14 @@ pub struct BoxView {
     /// the box is stopped.
     #[schema(nullable)]
     pub url: Option<String>,
-    /// The services declared at start, each with its URL.
-    pub services: Vec<ServiceView>,
+    /// The services declared at start or with `wire`, each with its mode,
+    /// address in the box and URL.
+    pub services: Vec<DeclaredServiceView>,
+    /// Names in this box that lead to a port of another box.
+    pub links: Vec<LinkView>,
+    /// Where services in external mode forward HTTP to (the start's own, else
+    /// the environment's).
+    pub external_base_url: Option<String>,
     /// The environment the box was started in, as it took it at claim.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub environment: Option<BoxEnvironmentView>,
@@ -157,15 +205,22 @@ pub struct BoxView {
     pub egress_bytes: Option<u64>,
 }
 
-/// A service declared at start.
+/// A declared service.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ServiceView {
+pub struct DeclaredServiceView {
     pub name: String,
+    /// `name` (a host name) or `range` (an address range).
+    pub kind: &'static str,
     /// The port callers dial.
     pub port: Option<u16>,
     /// The port the process in the box listens on, when not `port`.
     pub target_port: Option<u16>,
+    /// `box` or `external` (null for a name without a port).
+    pub mode: Option<&'static str>,
+    /// The address the name resolves to in the box (null for a range, or
+    /// while boxd does not answer).
+    pub address: Option<String>,
     /// A published version run instead of a process of the caller's own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
@@ -173,6 +228,22 @@ pub struct ServiceView {
     /// without a port, or once the box is stopped).
     #[schema(nullable)]
     pub url: Option<String>,
+}
+
+/// A name in the box that leads to a port of another box.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkView {
+    pub name: String,
+    pub port: u16,
+    /// The linked box.
+    #[serde(rename = "box")]
+    pub box_id: String,
+    pub target_port: u16,
+    /// The linked box's state (`running`, `frozen`, `stopped`, ...; null in lists).
+    pub state: Option<String>,
+    /// The address the name resolves to in the box.
+    pub address: Option<String>,
 }
 
 /// A box's environment: what it can reach through which connection, and its
@@ -191,6 +262,21 @@ pub struct BoxEnvironmentView {
     pub next: Option<String>,
     pub external_base_url: Option<String>,
     pub services: Vec<BoxServiceView>,
+    /// The environment's AWS role, when it named one at the start: SDKs and
+    /// the CLI in the box (and containers started with a settings file) use
+    /// it through `AWS_CONTAINER_CREDENTIALS_FULL_URI`.
+    pub aws: Option<BoxAwsView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoxAwsView {
+    pub role_arn: String,
+    pub region: Option<String>,
+    /// `psbx-<box id>`: what `aws sts get-caller-identity` shows after `assumed-role/<role>/`.
+    pub session_name: String,
+    /// Where boxd serves the role's credentials in the box.
+    pub credentials_uri: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -223,7 +309,12 @@ pub struct BoxServiceView {
 impl BoxEnvironmentView {
     /// The claim, with the connections' status now (by connection name;
     /// unknown ones are offline).
-    fn new(c: Claimed, status: &HashMap<String, ConnectionStatus>) -> Self {
+    fn new(
+        c: Claimed,
+        status: &HashMap<String, ConnectionStatus>,
+        spec: &BoxSpec,
+        box_id: &str,
+    ) -> Self {
         let connections: Vec<BoxConnectionView> = c
             .connections
             .into_iter()
@@ -236,7 +327,12 @@ impl BoxEnvironmentView {
                     last_seen_at: now.last_seen_at,
                     connector_version: now.connector_version,
                     rtt_ms: now.rtt_ms,
-                    reachable: conn.addresses,
+                    // Less what the box runs itself or links elsewhere.
+                    reachable: conn
+                        .addresses
+                        .into_iter()
+                        .filter(|a| !wiring::takes(spec, a))
+                        .collect(),
                 }
             })
             .collect();
@@ -281,6 +377,12 @@ impl BoxEnvironmentView {
                     notable: s.notable,
                 })
                 .collect(),
+            aws: c.aws.map(|role| BoxAwsView {
+                role_arn: role.role_arn,
+                region: role.region,
+                session_name: psbx_actors::box_role::session_name(box_id),
+                credentials_uri: psbx_wire::boxd::aws_credentials_uri(),
+            }),
         }
     }
 }
@@ -289,6 +391,7 @@ impl BoxView {
     /// The box, its environment's connections read again now.
     pub async fn live(snapshot: BoxSnapshot, envs: &Environments) -> Self {
         let claimed = snapshot.record.spec.claimed.clone();
+        let spec = snapshot.record.spec.clone();
         let account = snapshot.record.account_id.clone();
         let mut view = Self::from(snapshot);
         if let (Some(claimed), Some(account)) = (claimed, account) {
@@ -303,7 +406,7 @@ impl BoxView {
                         .collect()
                 })
                 .unwrap_or_default();
-            view.environment = Some(BoxEnvironmentView::new(claimed, &status));
+            view.environment = Some(BoxEnvironmentView::new(claimed, &status, &spec, &view.id));
             view.egress_bytes = envs.egress_bytes(&view.id).await.ok();
         }
         view
@@ -317,27 +420,57 @@ impl From<BoxSnapshot> for BoxView {
         let (url, service_urls) = s
             .urls
             .map_or((None, Vec::new()), |u| (Some(u.url), u.services));
+        let names = s.health.as_ref().map(|h| &h.names);
+        let address = |name: &str| names.and_then(|n| n.get(name)).map(ToString::to_string);
         let services = r
             .spec
             .services
             .iter()
             .enumerate()
-            .map(|(i, svc)| ServiceView {
-                name: svc.name.clone(),
-                port: svc.port,
-                target_port: svc.target_port,
-                version: svc.version.clone(),
-                url: service_urls.get(i).cloned().flatten(),
+            .map(|(i, svc)| {
+                let range = matches!(
+                    wiring::parse_name("", &svc.name),
+                    Ok(wiring::Name::Range(_))
+                );
+                DeclaredServiceView {
+                    name: svc.name.clone(),
+                    kind: if range { "range" } else { "name" },
+                    port: svc.port,
+                    target_port: svc.target_port,
+                    // Older rows have no mode: box.
+                    mode: svc
+                        .port
+                        .map(|_| svc.mode.unwrap_or(spec::Mode::Box).as_str()),
+                    address: (!range).then(|| address(&svc.name)).flatten(),
+                    version: svc.version.clone(),
+                    url: service_urls.get(i).cloned().flatten(),
+                }
             })
             .collect();
+        let links = r
+            .spec
+            .links
+            .iter()
+            .map(|l| LinkView {
+                name: l.name.clone(),
+                port: l.port,
+                box_id: l.box_id.clone(),
+                target_port: l.target_port,
+                state: s.linked.get(&l.box_id).cloned(),
+                address: address(&l.name),
+            })
+            .collect();
+        let external_base_url = r.spec.external_base_url().map(str::to_owned);
         let environment = r
             .spec
             .claimed
             .clone()
-            .map(|c| BoxEnvironmentView::new(c, &HashMap::new()));
+            .map(|c| BoxEnvironmentView::new(c, &HashMap::new(), &r.spec, r.id.as_str()));
         Self {
             url,
             services,
+            links,
+            external_base_url,
             environment,
             egress_bytes: None,
             id: r.id.to_string(),
@@ -364,6 +497,11 @@ impl From<BoxSnapshot> for BoxView {
                 boot_id: s.hello.as_ref().map(|h| h.boot_id.clone()).or(r.boot_id),
                 boxd_version: s.hello.as_ref().map(|h| h.version.clone()),
                 protocol: s.hello.as_ref().map(|h| h.protocol),
+                features: s
+                    .hello
+                    .as_ref()
+                    .map(|h| h.features.clone())
+                    .unwrap_or_default(),
                 uptime_s: s.health.as_ref().map(|h| h.uptime_s),
                 load1: s.health.as_ref().map(|h| h.load1),
                 mem_total_kb: s.health.as_ref().map(|h| h.mem_total_kb),
@@ -393,7 +531,8 @@ pub struct BoxList {
     security(("api_key" = [])),
     responses(
         (status = 201, body = BoxView),
-        (status = 404, description = "A secret or the environment the box is to receive is not in this account (`secret_not_found`, `environment_not_found`)", body = crate::error::ErrorBody),
+        (status = 400, description = "A service, link or externalBaseUrl is not valid (`invalid_request`): a name that is neither a host name nor a private range, a range without a port, external mode without an external base URL, a name:port declared twice or both declared and linked, a link to a box that is stopped", body = crate::error::ErrorBody),
+        (status = 404, description = "A secret or the environment the box is to receive is not in this account (`secret_not_found`, `environment_not_found`), or a linked box is not one of its boxes (`box_not_found`)", body = crate::error::ErrorBody),
         (status = 409, description = "The environment lists more addresses than a box takes (`environment_too_large`)", body = crate::error::ErrorBody),
         (status = 429, description = "An account quota (boxes, units) is used up (`quota_exceeded`)", body = crate::error::ErrorBody),
         (status = 503, description = "The host is full: CPU, memory or disk (`host_full`), this server runs no boxes (`boxes_unavailable`), or its box network rules are not in place (`box_network_unavailable`)", body = crate::error::ErrorBody),
@@ -411,14 +550,15 @@ pub async fn start(
         patterns::strict_duration("keep", kept, boxes.settings().max_keep)?;
     }
     patterns::no_nul("goal", body.goal.as_deref().unwrap_or_default())?;
-    for service in &body.services {
-        patterns::no_nul("services[].name", &service.name)?;
-        patterns::no_nul(
-            "services[].version",
-            service.version.as_deref().unwrap_or_default(),
-        )?;
-    }
-    let spec = start_spec(body.services, body.secrets, body.environment);
+    let spec = start_spec(
+        StartWiring {
+            services: body.services,
+            links: body.links,
+            external_base_url: body.external_base_url,
+        },
+        body.secrets,
+        body.environment,
+    )?;
     let request = CreateRequest {
         name: body.name,
         goal: body.goal,

@@ -10,6 +10,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, delete, get, post, put, web};
 use chrono::{DateTime, Utc};
 use psbx_actors::environments::address::{Endpoint, RawEndpoint};
+use psbx_actors::environments::settings::SourceRef;
 use psbx_actors::environments::{Connection, EnvError, Environment, Environments};
 use psbx_actors::ids::ConnectorToken;
 use psbx_actors::store::{EnvironmentChange, ServiceRecord};
@@ -86,9 +87,41 @@ pub struct ServiceView {
     pub name: String,
     pub keys_count: usize,
     pub keys: Vec<String>,
-    /// `dotenv` (uploaded).
+    /// `dotenv` (uploaded) or `ecs` (imported).
     pub source: String,
+    /// Where imported settings came from (null for uploads).
+    pub source_ref: Option<SourceRefView>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// The ECS service a service's settings were imported from; `sync` reads it again.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceRefView {
+    /// `ecs`.
+    pub kind: String,
+    pub region: String,
+    pub cluster: String,
+    /// The ECS service's name.
+    pub service: String,
+    /// The task definition read, with its revision.
+    pub task_definition: String,
+    /// The container read (give `container` to import another).
+    pub container: String,
+    /// Every container of the task definition.
+    pub containers: Vec<String>,
+    /// What could not be read ("Not imported"), with the reason.
+    pub skipped: Vec<SkippedView>,
+}
+
+/// Something the task definition refers to that was not imported.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SkippedView {
+    /// `environmentFile`.
+    pub kind: String,
+    /// As the task definition names it (`arn:aws:s3:::bucket/app.env`).
+    pub source: String,
+    pub reason: String,
 }
 
 impl From<&ServiceRecord> for ServiceView {
@@ -100,6 +133,24 @@ impl From<&ServiceRecord> for ServiceView {
             keys_count: keys.len(),
             keys,
             source: s.source.clone(),
+            source_ref: SourceRef::from_value(s.source_ref.as_ref()).map(|r| SourceRefView {
+                kind: r.kind,
+                region: r.region,
+                cluster: r.cluster,
+                service: r.service,
+                task_definition: r.task_definition,
+                container: r.container,
+                containers: r.containers,
+                skipped: r
+                    .skipped
+                    .into_iter()
+                    .map(|k| SkippedView {
+                        kind: k.kind,
+                        source: k.source,
+                        reason: k.reason,
+                    })
+                    .collect(),
+            }),
             updated_at: s.updated_at,
         }
     }
@@ -139,7 +190,7 @@ impl EnvironmentView {
             .filter(|(_, view)| view.online)
             .flat_map(|(c, _)| c.record.endpoints.iter().map(EndpointView::from))
             .collect();
-        let subject = format!("tenant:{}:env:{}", r.account_id, r.name);
+        let subject = psbx_actors::box_role::subject(&r.account_id, &r.name);
         Self {
             name: r.name.clone(),
             reachable,
@@ -229,7 +280,7 @@ fn check_change(body: UpdateEnvironment) -> Result<EnvironmentChange, ApiError> 
     })
 }
 
-fn role_arn_ok(arn: &str) -> bool {
+pub(crate) fn role_arn_ok(arn: &str) -> bool {
     let mut parts = arn.splitn(6, ':');
     let fields: Vec<&str> = parts.by_ref().collect();
     matches!(fields.as_slice(), ["arn", partition, "iam", "", account, resource]
@@ -240,7 +291,7 @@ fn role_arn_ok(arn: &str) -> bool {
                 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-/".contains(&b))))
 }
 
-fn region_ok(region: &str) -> bool {
+pub(crate) fn region_ok(region: &str) -> bool {
     let parts: Vec<&str> = region.split('-').collect();
     parts.len() >= 3
         && parts.iter().all(|p| {

@@ -4,6 +4,7 @@
 //! sits behind the API key middleware.
 
 pub mod api_keys;
+pub mod aws;
 pub mod box_access;
 pub mod boxes;
 pub mod connect;
@@ -11,7 +12,9 @@ pub mod docs;
 pub mod environments;
 pub mod exec;
 pub mod health;
+pub mod imports;
 pub mod metrics;
+pub mod oidc;
 pub mod paging;
 pub mod patterns;
 pub mod reviews;
@@ -19,6 +22,7 @@ pub mod secrets;
 pub mod shots;
 pub mod takeover;
 pub mod uploads;
+pub mod wire;
 
 use utoipa_actix_web::service_config::ServiceConfig;
 
@@ -32,6 +36,7 @@ pub fn v1(cfg: &mut ServiceConfig) {
         .service(boxes::get)
         .service(boxes::keep)
         .service(boxes::stop)
+        .service(wire::wire)
         .service(takeover::create)
         .service(exec::exec)
         .service(exec::processes)
@@ -47,12 +52,17 @@ pub fn v1(cfg: &mut ServiceConfig) {
         .service(environments::put_endpoints)
         .service(environments::rotate_token)
         .service(environments::delete_connection)
+        .service(imports::import)
+        .service(imports::sync)
         .service(environments::put_service)
         .service(environments::delete_service)
         .service(environments::suggested_endpoints)
         .service(secrets::list)
         .service(secrets::put)
         .service(secrets::remove)
+        .service(aws::get)
+        .service(aws::put)
+        .service(aws::ecs_services)
         .service(box_access::get)
         .service(box_access::put)
         .service(shots::take)

@@ -1,0 +1,1 @@
+ALTER TABLE environment_services DROP COLUMN source_ref;

@@ -1,0 +1,303 @@
+//! The AWS calls psbx makes for an account (environments.txt, "Import
+//! service settings from AWS"): the only module that uses the AWS SDK, so its
+//! crates are built once and nothing else depends on them.
+//!
+//! psbx signs in to an account's AWS by assuming the read-only role the
+//! account created, with the account's ExternalId: a value derived from the
+//! master key and the account id (stable, never stored, unguessable by
+//! another account). psbx's own identity — the principal the role trusts,
+//! `aws.principal_arn` — comes from the SDK's default credential chain
+//! (environment, profile, the instance's role). Every read assumes the role
+//! afresh ([`Aws::assume`], a [`Session`] of 15 minutes kept in memory only),
+//! then reads ECS (`ecs`) and the values its task definitions refer to
+//! (`values`). `aws.endpoint_url` sends every call to one endpoint instead of
+//! AWS's (a local emulator in tests). TLS is rustls with ring, the
+//! workspace's provider.
+
+pub mod ecs;
+pub mod values;
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_sdk_sts::error::ProvideErrorMetadata;
+use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+use psbx_actors::ids::AccountId;
+use psbx_actors::secrets::vault::Vault;
+
+/// What the account's role must allow (the read-only template grants it).
+pub const READ_ONLY_ACTIONS: [&str; 7] = [
+    "ecs:ListClusters",
+    "ecs:ListServices",
+    "ecs:DescribeServices",
+    "ecs:DescribeTaskDefinition",
+    "ssm:GetParameters",
+    "secretsmanager:GetSecretValue",
+    "kms:Decrypt",
+];
+
+/// Why a call to AWS failed, in AWS's own terms.
+#[derive(Debug, thiserror::Error)]
+pub enum AwsError {
+    /// AWS answered with an error (`code`, `message` as AWS gave them).
+    #[error("AWS refused {action}: {code}: {message}")]
+    Refused {
+        action: &'static str,
+        code: String,
+        message: String,
+    },
+    /// AWS could not be reached, or answered what the SDK could not read.
+    #[error("cannot reach AWS for {action}: {reason}")]
+    Unreachable {
+        action: &'static str,
+        reason: String,
+    },
+}
+
+/// The SDK's settings for this server; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Aws {
+    endpoint_url: Option<String>,
+    principal_arn: Option<String>,
+    template_url: Option<String>,
+}
+
+/// The account's role, assumed: AWS's answer to who psbx is now, and the
+/// SDK configuration that calls AWS as that role.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// `arn:aws:sts::<account>:assumed-role/<role>/<session>`.
+    pub arn: String,
+    config: SdkConfig,
+}
+
+impl Session {
+    /// The configuration for calls in `region` (a task definition may refer
+    /// to parameters and secrets of another region).
+    fn in_region(&self, region: &str) -> SdkConfig {
+        self.config
+            .to_builder()
+            .region(Region::new(region.to_owned()))
+            .build()
+    }
+
+    pub fn region(&self) -> &str {
+        self.config.region().map(Region::as_ref).unwrap_or_default()
+    }
+}
+
+impl Aws {
+    pub fn new(config: &crate::config::AwsConfig) -> Self {
+        Self {
+            endpoint_url: config.endpoint_url.clone(),
+            principal_arn: config.principal_arn.clone(),
+            template_url: config.readonly_role_template_url.clone(),
+        }
+    }
+
+    /// The principal accounts' roles must trust, as configured.
+    pub fn principal_arn(&self) -> Option<&str> {
+        self.principal_arn.as_deref()
+    }
+
+    /// The account's ExternalId: `psbx-` and 32 hex digits derived from the
+    /// master key and the account id.
+    pub fn external_id(vault: &Vault, account: &AccountId) -> String {
+        let derived = vault.derive("aws-external-id", account.as_str().as_bytes());
+        format!("psbx-{}", hex::encode(&derived[..16]))
+    }
+
+    /// A CloudFormation quick-create link for the read-only role, with the
+    /// principal and ExternalId filled in (none without a published template
+    /// or a configured principal).
+    pub fn quick_create_url(&self, external_id: &str, region: Option<&str>) -> Option<String> {
+        let template = self.template_url.as_deref()?;
+        let principal = self.principal_arn.as_deref()?;
+        crate::server_info::quick_create_url(
+            template,
+            "psbx-readonly",
+            region,
+            &[("TrustedPrincipal", principal), ("ExternalId", external_id)],
+        )
+    }
+
+    /// The SDK configuration for `region` with psbx's own credentials.
+    async fn sdk(&self, region: &str) -> aws_config::SdkConfig {
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+            .build_https();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(http)
+            .region(Region::new(region.to_owned()));
+        if let Some(url) = &self.endpoint_url {
+            loader = loader.endpoint_url(url);
+        }
+        loader.load().await
+    }
+
+    /// Assumes `role_arn` with the account's ExternalId, as psbx does before
+    /// every read: proof that the role trusts psbx, and the credentials to
+    /// read with.
+    pub async fn assume(
+        &self,
+        role_arn: &str,
+        region: &str,
+        external_id: &str,
+        account: &AccountId,
+    ) -> Result<Session, AwsError> {
+        const ACTION: &str = "sts:AssumeRole";
+        let base = self.sdk(region).await;
+        let answer = aws_sdk_sts::Client::new(&base)
+            .assume_role()
+            .role_arn(role_arn)
+            .role_session_name(format!("psbx-{}", account.as_str()))
+            .external_id(external_id)
+            .duration_seconds(900)
+            .send()
+            .await
+            .map_err(|e| refused(ACTION, e))?;
+        let arn = answer
+            .assumed_role_user()
+            .map(|u| u.arn().to_owned())
+            .unwrap_or_default();
+        let Some(keys) = answer.credentials() else {
+            return Err(AwsError::Unreachable {
+                action: ACTION,
+                reason: "the answer held no credentials".to_owned(),
+            });
+        };
+        let credentials = Credentials::new(
+            keys.access_key_id(),
+            keys.secret_access_key(),
+            Some(keys.session_token().to_owned()),
+            std::time::SystemTime::try_from(*keys.expiration()).ok(),
+            "psbx-assumed-role",
+        );
+        let config = base
+            .to_builder()
+            .credentials_provider(SharedCredentialsProvider::new(credentials))
+            .build();
+        Ok(Session { arn, config })
+    }
+}
+
+/// An SDK error as AWS gave it: its code and message, or why no answer came.
+pub(crate) fn refused<E>(action: &'static str, e: aws_sdk_sts::error::SdkError<E>) -> AwsError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match e {
+        aws_sdk_sts::error::SdkError::ServiceError(service) => {
+            let err = service.err();
+            // The SDK reads AWS's own error shape; an answer in another shape
+            // (an emulator's `<Errors><Error>`) still has its Code and Message.
+            let body = service.raw().body().bytes().unwrap_or_default();
+            let (code, message) = match (err.code(), err.message()) {
+                (Some(code), message) => (code.to_owned(), message.map(str::to_owned)),
+                (None, _) => xml_error(body)
+                    .unwrap_or_else(|| (format!("HTTP {}", service.raw().status().as_u16()), None)),
+            };
+            AwsError::Refused {
+                action,
+                code,
+                message: message.unwrap_or_else(|| "no message".to_owned()),
+            }
+        }
+        // An error body the SDK could not read at all (an emulator's XML
+        // for a JSON service): AWS's answer still, when it has a Code.
+        aws_sdk_sts::error::SdkError::ResponseError(response) => {
+            match xml_error(response.raw().body().bytes().unwrap_or_default()) {
+                Some((code, message)) => AwsError::Refused {
+                    action,
+                    code,
+                    message: message.unwrap_or_else(|| "no message".to_owned()),
+                },
+                None => AwsError::Unreachable {
+                    action,
+                    reason: format!(
+                        "AWS answered HTTP {} in a form psbx cannot read",
+                        response.raw().status().as_u16()
+                    ),
+                },
+            }
+        }
+        other => AwsError::Unreachable {
+            action,
+            reason: aws_sdk_sts::error::DisplayErrorContext(&other).to_string(),
+        },
+    }
+}
+
+/// The `Code` and `Message` of an XML error body, wherever they are in it.
+fn xml_error(body: &[u8]) -> Option<(String, Option<String>)> {
+    let text = std::str::from_utf8(body).ok()?;
+    let doc = roxmltree::Document::parse(text).ok()?;
+    let find = |name: &str| {
+        doc.descendants()
+            .find(|n| n.has_tag_name(name))
+            .and_then(|n| n.text())
+            .map(str::to_owned)
+    };
+    Some((find("Code")?, find("Message")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn external_ids_are_stable_per_account_and_differ_between_accounts() {
+        let vault = Vault::from_key(&[3u8; 32]);
+        let a = AccountId::parse("acct_a").unwrap();
+        let b = AccountId::parse("acct_b").unwrap();
+        let id = Aws::external_id(&vault, &a);
+        assert_eq!(id, Aws::external_id(&vault, &a));
+        assert_ne!(id, Aws::external_id(&vault, &b));
+        assert!(id.starts_with("psbx-") && id.len() == 37, "{id}");
+        let other_key = Vault::from_key(&[4u8; 32]);
+        assert_ne!(id, Aws::external_id(&other_key, &a));
+    }
+
+    #[test]
+    fn error_bodies_in_either_shape_give_code_and_message() {
+        let aws = br#"<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>no</Message></Error></ErrorResponse>"#;
+        let moto = br#"<?xml version="1.0"?><ErrorResponse><Errors><Error><Code>AccessDenied</Code><Message>User: x is not authorized</Message></Error></Errors></ErrorResponse>"#;
+        assert_eq!(
+            xml_error(aws),
+            Some(("AccessDenied".into(), Some("no".into())))
+        );
+        assert_eq!(
+            xml_error(moto),
+            Some((
+                "AccessDenied".into(),
+                Some("User: x is not authorized".into())
+            ))
+        );
+        assert_eq!(xml_error(b"not xml"), None);
+    }
+
+    #[test]
+    fn the_quick_create_link_names_the_principal_and_external_id() {
+        let aws = Aws {
+            endpoint_url: None,
+            principal_arn: Some("arn:aws:iam::111122223333:root".into()),
+            template_url: Some("https://b.s3.amazonaws.com/readonly-role.yaml".into()),
+        };
+        let link = aws
+            .quick_create_url("psbx-abc", Some("ap-northeast-1"))
+            .unwrap();
+        assert!(link.starts_with(
+            "https://console.aws.amazon.com/cloudformation/home?region=ap-northeast-1#/stacks/quickcreate?"
+        ));
+        assert!(link.contains("param_ExternalId=psbx-abc"), "{link}");
+        assert!(
+            link.contains("param_TrustedPrincipal=arn%3Aaws%3Aiam%3A%3A111122223333%3Aroot"),
+            "{link}"
+        );
+        let no_template = Aws {
+            template_url: None,
+            ..aws
+        };
+        assert_eq!(no_template.quick_create_url("x", None), None);
+    }
+}

@@ -1,0 +1,311 @@
+//! `/v1/aws`: the account's AWS, connected once (environments.txt, "Import
+//! service settings from AWS"). `GET` gives what the read-only role must
+//! trust — psbx's principal and the account's ExternalId — and a quick-create
+//! link for it; `PUT {roleArn, region}` assumes the role once, and keeps it
+//! only when AWS let psbx in, saying in AWS's terms why not.
+//! `GET /v1/aws/ecs/services` lists what the connected role can see; the
+//! imports that read one of them are in `imports`.
+
+use crate::auth::Auth;
+use crate::aws::{Aws, AwsError, READ_ONLY_ACTIONS, Session};
+use crate::error::ApiError;
+use actix_web::http::StatusCode;
+use actix_web::{get, put, web};
+use chrono::{DateTime, Utc};
+use psbx_actors::blocking::blocking;
+use psbx_actors::ids::AccountId;
+use psbx_actors::secrets::Secrets;
+use psbx_actors::store::Store;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// The account's AWS connection.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AwsView {
+    /// What the role's trust policy must require as `sts:ExternalId`
+    /// (stable for this account).
+    pub external_id: String,
+    /// The principal the role must trust (this server's AWS identity; null
+    /// when the operator has not configured `aws.principal_arn`).
+    pub principal_arn: Option<String>,
+    /// A CloudFormation quick-create link for the read-only role, its
+    /// parameters filled in (null unless the operator published the template).
+    pub quick_create_url: Option<String>,
+    /// What the role must allow.
+    pub required_actions: Vec<String>,
+    /// The connected role, once `PUT` succeeded.
+    pub role_arn: Option<String>,
+    pub region: Option<String>,
+    pub connected_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConnectAws {
+    /// The role's ARN (the stack's RoleArn output).
+    #[schema(pattern = "^arn:aws[^:]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$")]
+    pub role_arn: String,
+    /// The region of the account's ECS services (`ap-northeast-1`).
+    #[schema(pattern = "^[a-z0-9]+(-[a-z0-9]+)+-[0-9]+$")]
+    pub region: String,
+}
+
+impl From<AwsError> for ApiError {
+    fn from(e: AwsError) -> Self {
+        match &e {
+            AwsError::Refused { .. } => Self::new(StatusCode::BAD_REQUEST, "aws_refused", e.to_string()),
+            AwsError::Unreachable { .. } => {
+                Self::new(StatusCode::BAD_GATEWAY, "aws_unreachable", e.to_string())
+                    .hint("retry in a moment; if it keeps failing, the operator should check the server's network to AWS")
+            }
+        }
+    }
+}
+
+async fn view(
+    aws: &Aws,
+    secrets: &Secrets,
+    store: &Store,
+    account: &AccountId,
+) -> Result<AwsView, ApiError> {
+    let external_id = Aws::external_id(&secrets.vault(), account);
+    let (s, a) = (store.clone(), account.clone());
+    let row = blocking(move || s.account_aws(&a)).await?;
+    Ok(AwsView {
+        quick_create_url: aws
+            .quick_create_url(&external_id, row.as_ref().map(|r| r.region.as_str())),
+        external_id,
+        principal_arn: aws.principal_arn().map(str::to_owned),
+        required_actions: READ_ONLY_ACTIONS.iter().map(|a| (*a).to_owned()).collect(),
+        role_arn: row.as_ref().map(|r| r.role_arn.clone()),
+        region: row.as_ref().map(|r| r.region.clone()),
+        connected_at: row.map(|r| r.connected_at),
+    })
+}
+
+#[utoipa::path(
+    tag = "aws",
+    operation_id = "getAws",
+    security(("api_key" = [])),
+    responses((status = 200, body = AwsView))
+)]
+#[get("/aws")]
+pub async fn get(
+    Auth(who): Auth,
+    aws: web::Data<Aws>,
+    secrets: web::Data<Secrets>,
+    store: web::Data<Store>,
+) -> Result<web::Json<AwsView>, ApiError> {
+    Ok(web::Json(
+        view(&aws, &secrets, &store, &who.account_id).await?,
+    ))
+}
+
+#[utoipa::path(
+    tag = "aws",
+    operation_id = "connectAws",
+    request_body = ConnectAws,
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "psbx assumed the role: it is connected", body = AwsView),
+        (status = 400, description = "Not a role ARN or region (`invalid_request`), or AWS refused to let psbx assume the role (`aws_refused`, with AWS's code and message: the trust policy, the principal or the ExternalId)", body = crate::error::ErrorBody),
+        (status = 502, description = "AWS could not be reached (`aws_unreachable`)", body = crate::error::ErrorBody),
+        (status = 503, description = "The operator has not given this server an AWS identity (`aws_not_configured`)", body = crate::error::ErrorBody),
+    )
+)]
+#[put("/aws")]
+pub async fn put(
+    Auth(who): Auth,
+    aws: web::Data<Aws>,
+    secrets: web::Data<Secrets>,
+    store: web::Data<Store>,
+    body: web::Json<ConnectAws>,
+) -> Result<web::Json<AwsView>, ApiError> {
+    let body = body.into_inner();
+    if !super::environments::role_arn_ok(&body.role_arn) {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!(
+                "roleArn {:?} is not an IAM role ARN, such as arn:aws:iam::123456789012:role/psbx-readonly",
+                body.role_arn
+            ),
+        ));
+    }
+    check_region(&body.region)?;
+    let principal = configured(&aws)?;
+    let external_id = Aws::external_id(&secrets.vault(), &who.account_id);
+    let session = aws
+        .assume(&body.role_arn, &body.region, &external_id, &who.account_id)
+        .await
+        .map_err(|e| {
+            let hint = format!(
+                "the role's trust policy must allow sts:AssumeRole to {principal} with the condition sts:ExternalId = {external_id} (GET /v1/aws)"
+            );
+            ApiError::from(e).hint(hint)
+        })?;
+    tracing::info!(account = %who.account_id, role = %body.role_arn, assumed = %session.arn, "connected the account's AWS");
+    let (s, a) = (store.get_ref().clone(), who.account_id.clone());
+    blocking(move || s.put_account_aws(&a, &body.role_arn, &body.region)).await?;
+    Ok(web::Json(
+        view(&aws, &secrets, &store, &who.account_id).await?,
+    ))
+}
+
+fn check_region(region: &str) -> Result<(), ApiError> {
+    if super::environments::region_ok(region) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "invalid_request",
+            format!("region {region:?} is not an AWS region name, such as ap-northeast-1"),
+        ))
+    }
+}
+
+/// The principal accounts' roles trust, or 503 when the operator gave this
+/// server no AWS identity (then nothing is sent to AWS).
+fn configured(aws: &Aws) -> Result<&str, ApiError> {
+    aws.principal_arn().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "aws_not_configured",
+            "this server has no AWS identity for roles to trust",
+        )
+        .hint("the operator sets aws.principal_arn (and gives the server AWS credentials)")
+    })
+}
+
+/// The account's connected role, assumed now, in `region` (the connected
+/// region unless another is given).
+pub(crate) async fn session(
+    aws: &Aws,
+    secrets: &Secrets,
+    store: &Store,
+    account: &AccountId,
+    region: Option<&str>,
+) -> Result<Session, ApiError> {
+    configured(aws)?;
+    if let Some(region) = region {
+        check_region(region)?;
+    }
+    let (s, a) = (store.clone(), account.clone());
+    let Some(row) = blocking(move || s.account_aws(&a)).await? else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "aws_not_connected",
+            "this account has not connected its AWS yet",
+        )
+        .hint("create the read-only role (GET /v1/aws gives its quick-create link), then PUT /v1/aws {roleArn, region}"));
+    };
+    let external_id = Aws::external_id(&secrets.vault(), account);
+    aws.assume(
+        &row.role_arn,
+        region.unwrap_or(&row.region),
+        &external_id,
+        account,
+    )
+    .await
+    .map_err(|e| {
+        ApiError::from(e).hint(format!(
+            "psbx could not assume {} any more: check that the role still exists and trusts psbx (GET /v1/aws), then PUT /v1/aws again",
+            row.role_arn
+        ))
+    })
+}
+
+/// A call that AWS refused while reading: the hint names what the role must
+/// allow.
+pub(crate) fn read_refused(e: AwsError, session: &Session) -> ApiError {
+    let hint = match &e {
+        AwsError::Refused { action, .. } => format!(
+            "the role ({}) must allow {action}: GET /v1/aws lists every action it needs",
+            session.arn
+        ),
+        AwsError::Unreachable { .. } => {
+            "retry in a moment; if it keeps failing, the operator should check the server's network to AWS".to_owned()
+        }
+    };
+    ApiError::from(e).hint(hint)
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// The region to list (`ap-northeast-1`); the connected region when left out.
+    #[param(pattern = "^[a-z0-9]+(-[a-z0-9]+)+-[0-9]+$")]
+    pub region: Option<String>,
+}
+
+/// An ECS service the account's role can see.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EcsServiceView {
+    /// The cluster's name: `cluster` of an import.
+    pub cluster: String,
+    /// The service's name: `service` of an import.
+    pub service: String,
+    pub service_arn: String,
+    /// The task definition the service runs now.
+    pub task_definition: Option<String>,
+    /// `ACTIVE`, `DRAINING` or `INACTIVE`.
+    pub status: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EcsServiceList {
+    pub region: String,
+    pub services: Vec<EcsServiceView>,
+    /// True when there were more than 1000 services (only the first are listed).
+    pub truncated: bool,
+}
+
+#[utoipa::path(
+    tag = "aws",
+    operation_id = "listEcsServices",
+    params(ListQuery),
+    security(("api_key" = [])),
+    responses(
+        (status = 200, body = EcsServiceList),
+        (status = 400, description = "Not a region name (`invalid_request`), or AWS refused a call (`aws_refused`, with AWS's code and message and the action the role must allow)", body = crate::error::ErrorBody),
+        (status = 409, description = "The account has not connected its AWS (`aws_not_connected`): PUT /v1/aws first", body = crate::error::ErrorBody),
+        (status = 502, description = "AWS could not be reached (`aws_unreachable`)", body = crate::error::ErrorBody),
+        (status = 503, description = "The operator has not given this server an AWS identity (`aws_not_configured`)", body = crate::error::ErrorBody),
+    )
+)]
+#[get("/aws/ecs/services")]
+pub async fn ecs_services(
+    Auth(who): Auth,
+    aws: web::Data<Aws>,
+    secrets: web::Data<Secrets>,
+    store: web::Data<Store>,
+    query: web::Query<ListQuery>,
+) -> Result<web::Json<EcsServiceList>, ApiError> {
+    let session = session(
+        &aws,
+        &secrets,
+        &store,
+        &who.account_id,
+        query.region.as_deref(),
+    )
+    .await?;
+    let (services, truncated) = session
+        .ecs_services()
+        .await
+        .map_err(|e| read_refused(e, &session))?;
+    Ok(web::Json(EcsServiceList {
+        region: session.region().to_owned(),
+        services: services
+            .into_iter()
+            .map(|s| EcsServiceView {
+                cluster: s.cluster,
+                service: s.service,
+                service_arn: s.service_arn,
+                task_definition: s.task_definition,
+                status: s.status,
+            })
+            .collect(),
+        truncated,
+    }))
+}

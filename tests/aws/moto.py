@@ -1,0 +1,228 @@
+"""Sets up moto's server for tests/tests/aws.rs (it prints one JSON object).
+
+  moto.py user ENDPOINT
+      an IAM user `psbx` (psbx's own identity) allowed sts:AssumeRole, and its
+      access key: {"accessKeyId", "secretAccessKey", "arn"}
+  moto.py roles ENDPOINT PRINCIPAL EXTERNAL_ID ACTIONS
+      roles trusting PRINCIPAL: `readonly` with sts:ExternalId = EXTERNAL_ID,
+      `wrong-external-id` with another ExternalId, `other-principal` trusting
+      another principal; then moto's IAM checks are turned on
+      (`/moto-api/reset-auth`), so trust policies are enforced:
+      {"readonly", "wrongExternalId", "otherPrincipal", "noTaskDefinitions"}
+      (their ARNs; `readonly` may do ACTIONS, psbx's `requiredActions`
+      comma-separated, `no-task-definitions` all of them but
+      ecs:DescribeTaskDefinition)
+  moto.py ecs ENDPOINT
+      cluster `prod` with service `api`, whose task definition `api:1` has
+      two containers: `api` (plain values, an SSM SecureString by name and by
+      ARN, Secrets Manager JSON keys, one at a version stage and id, a
+      whole secret, an S3 environment file) and `envoy`; prints the values
+      the import must find: {"api": {...}, "envoy": {...}, "s3File"}
+  moto.py boxrole ENDPOINT ISSUER SUBJECT
+      the IAM OIDC provider of ISSUER (psbx, audience sts.amazonaws.com) and
+      the role `box-dev` as deploy/aws/box-role.yaml makes it: trusting web
+      identities of that provider whose `sub` is SUBJECT; it may call
+      sts:GetCallerIdentity: {"role"} (its ARN)
+  moto.py revise ENDPOINT
+      registers `api:2` (PLAIN changed, NEW added) and points the service at
+      it: {"taskDefinition"}
+"""
+
+import json
+import sys
+import urllib.request
+
+import boto3
+
+
+def client(service, endpoint, **keys):
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=keys.get("id", "testing"),
+        aws_secret_access_key=keys.get("secret", "testing"),
+    )
+
+
+def user(endpoint):
+    iam = client("iam", endpoint)
+    made = iam.create_user(UserName="psbx")["User"]
+    iam.put_user_policy(
+        UserName="psbx",
+        PolicyName="assume",
+        PolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole", "Resource": "*"}],
+            }
+        ),
+    )
+    key = iam.create_access_key(UserName="psbx")["AccessKey"]
+    return {"accessKeyId": key["AccessKeyId"], "secretAccessKey": key["SecretAccessKey"], "arn": made["Arn"]}
+
+
+def trust(principal, external_id):
+    statement = {"Effect": "Allow", "Principal": {"AWS": principal}, "Action": "sts:AssumeRole"}
+    if external_id is not None:
+        statement["Condition"] = {"StringEquals": {"sts:ExternalId": external_id}}
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+
+
+def allow(actions):
+    return json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}
+    )
+
+
+def auth(endpoint, on):
+    """moto's IAM checks: on (every call's permissions, trust policies too) or off."""
+    request = urllib.request.Request(endpoint + "/moto-api/reset-auth", data=b"0" if on else b"inf", method="POST")
+    request.add_header("Content-Type", "text/plain")
+    urllib.request.urlopen(request).read()
+
+
+def roles(endpoint, principal, external_id, read_only):
+    iam = client("iam", endpoint)
+    arns = {}
+    for key, name, policy, actions in [
+        ("readonly", "readonly", trust(principal, external_id), read_only),
+        ("wrongExternalId", "wrong-external-id", trust(principal, "psbx-not-this-one"), read_only),
+        (
+            "otherPrincipal",
+            "other-principal",
+            trust("arn:aws:iam::123456789012:user/someone-else", external_id),
+            read_only,
+        ),
+        (
+            "noTaskDefinitions",
+            "no-task-definitions",
+            trust(principal, external_id),
+            [a for a in read_only if a != "ecs:DescribeTaskDefinition"],
+        ),
+    ]:
+        arns[key] = iam.create_role(RoleName=name, AssumeRolePolicyDocument=policy)["Role"]["Arn"]
+        iam.put_role_policy(RoleName=name, PolicyName="read", PolicyDocument=allow(actions))
+    auth(endpoint, True)
+    return arns
+
+
+# Values with what a .env and a shell make hard: spaces, quotes, '$', '#', '=',
+# backslashes, non-ASCII.
+PLAIN = "hello world # not a comment"
+DB_PASS = "s3cr3t $HOME 'q' \\n \"dq\" ünï"
+CREDS = {"user": "admin", "password": "p=w#1 $x", "port": 5432}
+
+
+def ecs(endpoint):
+    auth(endpoint, False)
+    ssm = client("ssm", endpoint)
+    ssm.put_parameter(Name="/api/db_pass", Value=DB_PASS, Type="SecureString")
+    ssm.put_parameter(Name="/api/db_url", Value="postgres://db.internal:5432/app", Type="SecureString")
+    url_arn = ssm.get_parameter(Name="/api/db_url")["Parameter"]["ARN"]
+    sm = client("secretsmanager", endpoint)
+    made = sm.create_secret(Name="api/creds", SecretString=json.dumps(CREDS))
+    secret, version = made["ARN"], made["VersionId"]
+    sm.create_secret(Name="api/token", SecretString="tok-123")
+    token = sm.describe_secret(SecretId="api/token")["ARN"]
+    s3_file = "arn:aws:s3:::psbx-test-config/api.env"
+    api = {
+        "name": "api",
+        "image": "api:1",
+        "memory": 256,
+        "essential": True,
+        "environment": [{"name": "PLAIN", "value": PLAIN}, {"name": "PORT", "value": "8080"}],
+        "secrets": [
+            {"name": "DB_PASS", "valueFrom": "/api/db_pass"},
+            {"name": "DB_URL", "valueFrom": url_arn},
+            {"name": "DB_USER", "valueFrom": f"{secret}:user::"},
+            {"name": "DB_PW", "valueFrom": f"{secret}:password:AWSCURRENT:{version}"},
+            {"name": "DB_PORT", "valueFrom": f"{secret}:port::"},
+            {"name": "TOKEN", "valueFrom": token},
+        ],
+        "environmentFiles": [{"value": s3_file, "type": "s3"}],
+    }
+    envoy = {
+        "name": "envoy",
+        "image": "envoy:1",
+        "memory": 128,
+        "essential": True,
+        "environment": [{"name": "ENVOY_UID", "value": "0"}],
+    }
+    e = client("ecs", endpoint)
+    e.create_cluster(clusterName="prod")
+    e.register_task_definition(family="api", containerDefinitions=[envoy, api])
+    e.create_service(cluster="prod", serviceName="api", taskDefinition="api", desiredCount=1)
+    auth(endpoint, True)
+    return {
+        "api": {
+            "PLAIN": PLAIN,
+            "PORT": "8080",
+            "DB_PASS": DB_PASS,
+            "DB_URL": "postgres://db.internal:5432/app",
+            "DB_USER": CREDS["user"],
+            "DB_PW": CREDS["password"],
+            "DB_PORT": "5432",
+            "TOKEN": "tok-123",
+        },
+        "envoy": {"ENVOY_UID": "0"},
+        "s3File": s3_file,
+    }
+
+
+def boxrole(endpoint, issuer, subject):
+    auth(endpoint, False)
+    iam = client("iam", endpoint)
+    provider = iam.create_open_id_connect_provider(
+        Url=issuer, ClientIDList=["sts.amazonaws.com"], ThumbprintList=["0" * 40]
+    )["OpenIDConnectProviderArn"]
+    host = issuer.split("://", 1)[1].rstrip("/")
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Federated": provider},
+                "Action": "sts:AssumeRoleWithWebIdentity",
+                "Condition": {"StringEquals": {f"{host}:sub": subject, f"{host}:aud": "sts.amazonaws.com"}},
+            }
+        ],
+    }
+    role = iam.create_role(RoleName="box-dev", AssumeRolePolicyDocument=json.dumps(trust), MaxSessionDuration=3600)
+    iam.put_role_policy(RoleName="box-dev", PolicyName="who", PolicyDocument=allow(["sts:GetCallerIdentity"]))
+    auth(endpoint, True)
+    return {"role": role["Role"]["Arn"]}
+
+
+def revise(endpoint):
+    auth(endpoint, False)
+    e = client("ecs", endpoint)
+    current = e.describe_task_definition(taskDefinition="api")["taskDefinition"]
+    containers = current["containerDefinitions"]
+    for c in containers:
+        if c["name"] == "api":
+            c["environment"] = [{"name": "PLAIN", "value": "changed"}, {"name": "NEW", "value": "1"}] + [
+                kv for kv in c["environment"] if kv["name"] not in ("PLAIN", "NEW")
+            ]
+    arn = e.register_task_definition(family="api", containerDefinitions=containers)["taskDefinition"][
+        "taskDefinitionArn"
+    ]
+    e.update_service(cluster="prod", service="api", taskDefinition=arn)
+    auth(endpoint, True)
+    return {"taskDefinition": arn}
+
+
+if __name__ == "__main__":
+    what, endpoint = sys.argv[1], sys.argv[2]
+    if what == "user":
+        print(json.dumps(user(endpoint)))
+    elif what == "roles":
+        print(json.dumps(roles(endpoint, sys.argv[3], sys.argv[4], sys.argv[5].split(","))))
+    elif what == "ecs":
+        print(json.dumps(ecs(endpoint)))
+    elif what == "boxrole":
+        print(json.dumps(boxrole(endpoint, sys.argv[3], sys.argv[4])))
+    elif what == "revise":
+        print(json.dumps(revise(endpoint)))
+    else:
+        sys.exit(f"unknown step {what!r}")
