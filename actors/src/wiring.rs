@@ -288,7 +288,7 @@ pub fn apply(spec: &BoxSpec, change: &WireChange) -> Result<BoxSpec, String> {
                 [one] => Some(*one),
                 [] => {
                     return Err(format!(
-                        "service {name:?} is not declared in this box: give port (the port callers                          dial) to declare it"
+                        "service {name:?} is not declared in this box: give port (the port callers dial) to declare it"
                     ));
                 }
                 several => {

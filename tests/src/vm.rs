@@ -256,6 +256,16 @@ impl BoxServer {
         self.server.as_mut().expect("the server runs")
     }
 
+    /// The running server's log lines at WARN or ERROR, for a failure message.
+    pub fn warnings(&self) -> String {
+        let log = &self.server.as_ref().expect("the server runs").log;
+        log.lines()
+            .into_iter()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+
     pub fn url(&self) -> String {
         self.server.as_ref().expect("the server runs").url.clone()
     }

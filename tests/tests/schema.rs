@@ -316,7 +316,8 @@ enabled = false
     psbx_tests::witness::assert_unseen("the schemathesis report", &report);
     assert!(
         out.status.success(),
-        "schemathesis found the document untrue:\n{report}"
+        "schemathesis found the document untrue:\n{report}\nthe server's warnings and errors:\n{}",
+        s.warnings()
     );
     // The run did exercise the API (not an empty selection).
     assert!(report.contains("passed"), "{report}");

@@ -372,7 +372,7 @@ fn throttled(refused: HttpResponse) -> HttpResponse {
         refused.status(),
         "Too many failed sign-ins",
         &format!(
-            "this account or this address failed to sign in too often lately: {wait}, then              try again, or sign in with a link from `psbx login-link`"
+            "this account or this address failed to sign in too often lately: {wait}, then try again, or sign in with a link from `psbx login-link`"
         ),
     );
     if let Some(retry) = retry {

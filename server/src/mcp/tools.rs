@@ -111,6 +111,13 @@ struct StatusView {
     #[serde(flatten)]
     view: BoxView,
     processes: Vec<ProcessView>,
+    /// Why `processes` is empty for a running box: boxd did not answer (the
+    /// box is stopping, freezing, or its boxd restarting).
+    #[serde(
+        rename = "processesUnavailable",
+        skip_serializing_if = "Option::is_none"
+    )]
+    processes_unavailable: Option<String>,
     /// A takeover link, when asked for (the shape `POST /v1/boxes/{id}/takeover` answers).
     #[serde(skip_serializing_if = "Option::is_none")]
     takeover: Option<crate::routes::takeover::TakeoverView>,
@@ -329,13 +336,21 @@ impl PsbxMcp {
         };
         let running = snapshot.record.state == BoxState::Running;
         let view = BoxView::live(snapshot, &self.environments).await;
-        let processes = if running {
+        // A box stopping or freezing under the call still has a status: its
+        // commands are then said to be unlisted, not the call failed.
+        let (processes, processes_unavailable) = if running {
             match self.boxes.processes(&who.account_id, &a.id).await {
-                Ok(list) => list.into_iter().map(ProcessView::from).collect(),
+                Ok(list) => (list.into_iter().map(ProcessView::from).collect(), None),
+                Err(
+                    e @ (BoxError::Boxd(LinkError::Closed | LinkError::NoAnswer(_))
+                    | BoxError::ChannelLost(_)
+                    | BoxError::Over { .. }
+                    | BoxError::InvalidTransition(_)),
+                ) => (Vec::new(), Some(e.to_string())),
                 Err(e) => return Ok(box_failed(e)),
             }
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
         let takeover = if a.takeover.unwrap_or(false) {
             match self.boxes.takeover_link(&who.account_id, &a.id).await {
@@ -355,6 +370,9 @@ impl PsbxMcp {
             view.state,
             processes.iter().filter(|p| p.running).count()
         );
+        if let Some(why) = &processes_unavailable {
+            summary.push_str(&format!(" (its commands could not be listed: {why})"));
+        }
         if let Some(link) = &takeover {
             summary.push_str(&format!(
                 "; takeover link (one use, until {}): {}",
@@ -375,6 +393,7 @@ impl PsbxMcp {
             &StatusView {
                 view,
                 processes,
+                processes_unavailable,
                 takeover,
                 review: review_view,
             },
@@ -384,7 +403,14 @@ impl PsbxMcp {
     }
 
     #[tool(
-        description = "Change how a box's declared services are wired, or link it to other boxes.                        {service, mode: \"box\"|\"external\"} switches a service (in box mode boxd does not                        hold the port: it does not matter whether its process runs yet); {service, port,                        targetPort?} declares a name later, taken over in place on boxes whose                        health.features has take-over (it keeps its address, connections open through the                        connector are closed, new ones reach the box); {links: [{name, port, box,                        targetPort?}]} makes name:port in this box lead to a port of another box of this                        account. Returns the box as sandbox_status does."
+        description = "Change how a box's declared services are wired, or link it to other boxes. \
+                     {service, mode: \"box\"|\"external\"} switches a service (in box mode boxd does not \
+                     hold the port: it does not matter whether its process runs yet); {service, port, \
+                     targetPort?} declares a name later, taken over in place on boxes whose \
+                     health.features has take-over (it keeps its address, connections open through the \
+                     connector are closed, new ones reach the box); {links: [{name, port, box, \
+                     targetPort?}]} makes name:port in this box lead to a port of another box of this \
+                     account. Returns the box as sandbox_status does."
     )]
     async fn sandbox_wire(
         &self,
