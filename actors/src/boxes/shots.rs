@@ -73,6 +73,11 @@ async fn take(
         .read_until(b'\n', &mut line)
         .await
         .map_err(io)?;
+    // A stream that ends before any answer is a session that closed under
+    // the shot (a thaw, a boxd restart, the box stopping).
+    if line.is_empty() {
+        return Err(BoxError::Boxd(crate::box_actor::link::LinkError::Closed));
+    }
     if line.last() != Some(&b'\n') {
         return Err(BoxError::Internal(format!(
             "boxd's shot answer in box {id} is not a line of JSON"
