@@ -53,6 +53,15 @@ impl ServerProcess {
         Self::start_in(None, args, envs)
     }
 
+    /// [`Self::start`] of a server without boxes, keeping its state in
+    /// `data_dir` and `db`, with `envs` set as well.
+    pub fn without_boxes(data_dir: &Path, db: &crate::TestDatabase, envs: &[(&str, &str)]) -> Self {
+        let dir = data_dir.to_str().expect("a UTF-8 data dir");
+        let mut all = vec![("DATABASE_URL", db.url()), ("PSBX_BOXES__ENABLED", "false")];
+        all.extend_from_slice(envs);
+        Self::start(&["--data-dir", dir], &all)
+    }
+
     /// [`Self::start`] with the working directory `cwd` (relative paths in
     /// `args` resolve there).
     pub fn start_in(cwd: Option<&Path>, args: &[&str], envs: &[(&str, &str)]) -> Self {

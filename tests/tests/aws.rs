@@ -76,13 +76,12 @@ fn an_account_connects_its_role_then_imports_ecs_settings_and_syncs_them() {
     let principal = user["arn"].as_str().unwrap().to_owned();
     let db = TestDatabase::new();
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerProcess::start(
-        &["--data-dir", dir.path().to_str().unwrap()],
+    let server = ServerProcess::without_boxes(
+        dir.path(),
+        &db,
         &[
-            ("DATABASE_URL", db.url()),
-            ("PSBX_BOXES__ENABLED", "false"),
-            ("PSBX_AWS__ENDPOINT_URL", &moto.url),
-            ("PSBX_AWS__PRINCIPAL_ARN", &principal),
+            ("PSBX_AWS__ENDPOINT_URL", moto.url.as_str()),
+            ("PSBX_AWS__PRINCIPAL_ARN", principal.as_str()),
             (
                 "PSBX_AWS__READONLY_ROLE_TEMPLATE_URL",
                 "https://psbx-test-templates.s3.amazonaws.com/readonly-role.yaml",

@@ -586,10 +586,7 @@ impl Plain {
     fn start() -> Self {
         let db = psbx_tests::TestDatabase::new();
         let dir = tempfile::tempdir().unwrap();
-        let server = psbx_tests::ServerProcess::start(
-            &["--data-dir", dir.path().to_str().unwrap()],
-            &[("DATABASE_URL", db.url()), ("PSBX_BOXES__ENABLED", "false")],
-        );
+        let server = psbx_tests::ServerProcess::without_boxes(dir.path(), &db, &[]);
         let key = server.first_key().expect("a first key");
         let api = |m: &str, p: &str, b: Value| {
             psbx_tests::api::ok(&server.url, &key, m, &format!("/v1{p}"), Some(b))

@@ -22,16 +22,13 @@ impl Setup {
     fn start() -> Self {
         let db = TestDatabase::new();
         let dir = tempfile::tempdir().unwrap();
-        let server = ServerProcess::start(
-            &["--data-dir", dir.path().to_str().unwrap()],
-            &[
-                ("DATABASE_URL", db.url()),
-                ("PSBX_BOXES__ENABLED", "false"),
-                (
-                    "PSBX_CONNECTOR_IMAGE",
-                    "registry.example.com/psbx/connector:7",
-                ),
-            ],
+        let server = ServerProcess::without_boxes(
+            dir.path(),
+            &db,
+            &[(
+                "PSBX_CONNECTOR_IMAGE",
+                "registry.example.com/psbx/connector:7",
+            )],
         );
         let key = server.first_key().expect("a first key");
         Self {

@@ -33,13 +33,10 @@ impl Setup {
     fn start() -> Self {
         let db = TestDatabase::new();
         let dir = tempfile::tempdir().unwrap();
-        let server = ServerProcess::start(
-            &["--data-dir", dir.path().to_str().unwrap()],
-            &[
-                ("DATABASE_URL", db.url()),
-                ("PSBX_BOXES__ENABLED", "false"),
-                ("PSBX_OAUTH__LOOPBACK_CLIENT_METADATA", "true"),
-            ],
+        let server = ServerProcess::without_boxes(
+            dir.path(),
+            &db,
+            &[("PSBX_OAUTH__LOOPBACK_CLIENT_METADATA", "true")],
         );
         let key = server.first_key().expect("a first key");
         let http = Client::builder()

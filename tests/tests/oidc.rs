@@ -32,16 +32,8 @@ fn kids(jwks: &Value) -> Vec<String> {
 fn the_discovery_document_and_the_jwks_across_a_restart_and_a_rotation() {
     let db = TestDatabase::new();
     let dir = tempfile::tempdir().unwrap();
-    let start = || {
-        ServerProcess::start(
-            &["--data-dir", dir.path().to_str().unwrap()],
-            &[
-                ("DATABASE_URL", db.url()),
-                ("PSBX_BOXES__ENABLED", "false"),
-                ("PSBX_OIDC__ROTATE_AFTER", "4s"),
-            ],
-        )
-    };
+    let start =
+        || ServerProcess::without_boxes(dir.path(), &db, &[("PSBX_OIDC__ROTATE_AFTER", "4s")]);
     let server = start();
     let (status, _, doc) = get(&format!("{}/.well-known/openid-configuration", server.url));
     assert_eq!(status, 200, "{doc}");
