@@ -265,6 +265,10 @@ pub enum OutboundError {
     Unknown(String),
     #[error("{0:?} is not host:port")]
     NotHostPort(String),
+    /// The host of an `env:` or `link:` target is not a host name
+    /// ([`is_host_name`]): checked before anything logs it.
+    #[error("{0:?} is not a host name (letters, digits, '-' and '_' in dot-separated labels)")]
+    NotHostName(String),
 }
 
 impl Outbound {
@@ -301,6 +305,9 @@ impl Outbound {
         let bad = || OutboundError::NotHostPort(rest.to_owned());
         let (host, port) = rest.rsplit_once(':').ok_or_else(bad)?;
         let port = port.parse().map_err(|_| bad())?;
+        if !is_host_name(host) {
+            return Err(OutboundError::NotHostName(host.to_owned()));
+        }
         Ok(kind(PrivateEndpoint {
             host: host.to_owned(),
             port,
@@ -1056,6 +1063,30 @@ mod tests {
             "\"db.internal\" is not host:port"
         );
         assert!(Outbound::parse("env:db.internal:99999").is_err());
+    }
+
+    /// review-2 L8: a box-chosen host is a host name before anything logs
+    /// it; a line break (a forged log line) is refused as malformed.
+    #[test]
+    fn outbound_hosts_are_host_names() {
+        for target in [
+            "link:a\nb:1",
+            "env:a\nb:1",
+            "link::1",
+            "link:a b:1",
+            "env:*.internal:80",
+            "link:a..b:1",
+        ] {
+            let e = Outbound::parse(target).unwrap_err();
+            assert!(matches!(e, OutboundError::NotHostName(_)), "{target:?}: {e}");
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+        let long = format!("link:{}:1", "a".repeat(1024));
+        assert!(matches!(
+            Outbound::parse(&long),
+            Err(OutboundError::NotHostName(_))
+        ));
+        assert!(Outbound::parse("link:db_1.svc-2:5432").is_ok());
     }
 
     #[test]

@@ -364,6 +364,7 @@ impl Handler<Rewire> for BoxActor {
                     .into_actor(act)
                     .then(move |result, act, _| match result {
                         Ok(spec) => {
+                            act.shared.links.rewired(&act.record.id, &spec.links);
                             act.record.spec = spec;
                             act.refresh(true, PING_TIMEOUT)
                         }

@@ -209,5 +209,6 @@ impl Actor for BoxActor {
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
         self.shared.unregister(&self.record.id);
+        self.shared.links.forget(&self.record.id);
     }
 }

@@ -4,14 +4,23 @@
 //! default the host's own, from `/etc/resolv.conf`) and relays the answer
 //! byte for byte. Boxes never reach a resolver over their network card.
 //!
+//! A box's queries are metered (review-2 M4): at most [`PER_BOX`] under way,
+//! and a [`Bucket`] of [`BURST`] queries and [`PER_SECOND`] more each second
+//! (a query past it is refused before anything is sent upstream: boxd
+//! answers SERVFAIL), so that one box cannot use up the upstreams' own
+//! limits (a VPC resolver's 1024 packets per second per interface) for the
+//! server and every other box.
+//!
 //! "Public DNS only" is the upstreams' property: a resolver that also serves
 //! the operator's private zones (a VPC's, an office's) answers them to boxes
 //! too, so such a host should name public resolvers here.
 
+use crate::meter::Bucket;
 use psbx_wire::dns::{Transport, ask, read_framed, write_framed};
+use psbx_wire::frame::code;
 use psbx_wire::mux::Incoming;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
@@ -19,6 +28,10 @@ use tokio::sync::Semaphore;
 const QUERY_WAIT: Duration = Duration::from_secs(5);
 /// Queries one box may have under way at once; more are refused.
 pub const PER_BOX: usize = 64;
+/// Queries one box may send at once.
+pub const BURST: u32 = 100;
+/// Queries one box may send each second after its burst.
+pub const PER_SECOND: u32 = 50;
 
 /// The upstreams from configuration: `a.b.c.d`, `a.b.c.d:port`, `[v6]:port`
 /// or a bare IPv6 address; `None` when none are configured.
@@ -54,11 +67,13 @@ pub fn from_resolv_conf(text: &str) -> Vec<SocketAddr> {
         .collect()
 }
 
-/// The relay of one box: its queries share a budget of [`PER_BOX`].
+/// The relay of one box: its queries share a budget of [`PER_BOX`] and
+/// its rate.
 #[derive(Clone)]
 pub struct Relay {
     upstreams: Arc<Vec<SocketAddr>>,
     budget: Arc<Semaphore>,
+    rate: Arc<Mutex<Bucket>>,
 }
 
 impl Relay {
@@ -66,11 +81,23 @@ impl Relay {
         Self {
             upstreams,
             budget: Arc::new(Semaphore::new(PER_BOX)),
+            rate: Arc::new(Mutex::new(Bucket::new(BURST, f64::from(PER_SECOND)))),
         }
     }
 
     /// Answers one query stream (call it for a DNS target only).
     pub async fn serve(&self, incoming: Incoming, transport: Transport) {
+        if !self
+            .rate
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            return incoming.refuse(
+                code::TOO_MANY_STREAMS,
+                &format!("this box sends more than {PER_SECOND} DNS queries a second"),
+            );
+        }
         let Ok(_permit) = self.budget.clone().try_acquire_owned() else {
             return incoming.refuse(
                 503,

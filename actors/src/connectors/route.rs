@@ -14,6 +14,7 @@ use crate::blocking::blocking;
 use crate::environments::Connection;
 use crate::environments::address::{Endpoint, RawEndpoint, check};
 use crate::ids::{AccountId, BoxId, EnvironmentId};
+use crate::meter::RefusalLog;
 use crate::store::{ConnectionRecord, Store};
 use psbx_wire::boxd::PrivateEndpoint;
 use psbx_wire::frame::{Refusal, code};
@@ -21,12 +22,8 @@ use psbx_wire::mux::Incoming;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-/// Refused streams logged per box and interval; the rest are counted.
-pub const REFUSALS_LOGGED: u32 = 10;
-/// The interval of [`REFUSALS_LOGGED`].
-pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
+pub use crate::meter::{REFUSAL_LOG_INTERVAL, REFUSALS_LOGGED};
 
 /// A lock per (account, environment name) whose table is being read.
 type Readers = Mutex<HashMap<(AccountId, String), Arc<tokio::sync::Mutex<()>>>>;
@@ -41,41 +38,6 @@ pub struct Router {
     reading: Arc<Readers>,
     /// Address tables read from the database (what tests count).
     table_reads: Arc<AtomicU64>,
-}
-
-/// How many of a box's refusals were logged in the current interval.
-struct RefusalLog {
-    since: Instant,
-    logged: u32,
-    quiet: u64,
-}
-
-impl RefusalLog {
-    fn new() -> Self {
-        Self {
-            since: Instant::now(),
-            logged: 0,
-            quiet: 0,
-        }
-    }
-
-    /// Whether to log this refusal, and how many went unlogged in the
-    /// interval that just ended (to say so once).
-    fn admit(&mut self) -> (bool, u64) {
-        let mut summary = 0;
-        if self.since.elapsed() >= REFUSAL_LOG_INTERVAL {
-            summary = std::mem::take(&mut self.quiet);
-            self.since = Instant::now();
-            self.logged = 0;
-        }
-        if self.logged < REFUSALS_LOGGED {
-            self.logged += 1;
-            (true, summary)
-        } else {
-            self.quiet += 1;
-            (false, summary)
-        }
-    }
 }
 
 /// What the router needs to know about a box.

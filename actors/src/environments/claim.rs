@@ -32,6 +32,11 @@ pub struct Claimed {
 pub struct ClaimedAws {
     pub role_arn: String,
     pub region: Option<String>,
+    /// The id of the environment it came from (`box_role` compares it: an
+    /// environment deleted and made again under the same name is another
+    /// one); none in boxes started before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -187,6 +192,7 @@ mod tests {
             aws: Some(ClaimedAws {
                 role_arn: "arn:aws:iam::123456789012:role/box".into(),
                 region: Some("us-east-1".into()),
+                environment_id: None,
             }),
         };
         let claim = EnvironmentClaim::new(env, "tok123".into());

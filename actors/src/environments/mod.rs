@@ -545,6 +545,7 @@ impl Environments {
         let aws = detail.record.aws_role_arn.map(|role_arn| ClaimedAws {
             role_arn,
             region: detail.record.aws_region,
+            environment_id: Some(detail.record.id.to_string()),
         });
         Ok(BoxEnvironment {
             name: detail.record.name,

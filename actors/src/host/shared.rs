@@ -73,6 +73,8 @@ pub struct HostShared {
     pub network: Option<Arc<BoxNetwork>>,
     /// Signs the identity tokens of boxes whose environment names an AWS role.
     pub box_role: Option<BoxRole>,
+    /// The boxes' links as last stored (`wire` replaces them).
+    pub links: Arc<super::links::LinkBook>,
     capacity: Mutex<Ledger>,
     registry: Arc<Registry>,
 }
@@ -155,6 +157,7 @@ impl HostShared {
             router,
             network: facts.network,
             box_role,
+            links: Arc::default(),
             capacity: Mutex::new(capacity),
             registry: Arc::default(),
         })
@@ -243,17 +246,13 @@ impl HostShared {
                 account.clone(),
                 self.store.clone(),
                 self.registry.clone(),
+                self.links.clone(),
             )
         });
         let role = match (&self.box_role, account, &spec.environment, &spec.claimed) {
             (Some(signer), Some(account), Some(environment), Some(claimed)) => {
                 claimed.aws.clone().map(|role| {
-                    let asker = Asker {
-                        box_id: id.clone(),
-                        account: account.clone(),
-                        environment: environment.clone(),
-                        role,
-                    };
+                    let asker = Asker::new(id.clone(), account.clone(), environment.clone(), role);
                     (signer.clone(), Arc::new(asker))
                 })
             }
