@@ -49,6 +49,10 @@ pub struct BoxSettings {
     /// Disk promised to boxes but not written yet may reach this multiple of
     /// the free space above the margin (1.0: every box can fill its disk).
     pub disk_overcommit: f64,
+    /// The most one size unit writes to its disk per second, in MiB, and
+    /// write operations per second (libvirt's `<iotune>`); 0: unthrottled.
+    pub unit_write_mib_per_sec: u64,
+    pub unit_write_iops: u64,
     /// How long a box may take from start to boxd's hello.
     pub boot_timeout: Duration,
     /// Give boxes a network card (user-mode networking, filtered on the

@@ -93,6 +93,8 @@ fn world(pool_size: usize) -> World {
         pressure_available_mib: 0,
         disk_margin_gb: 0,
         disk_overcommit: 1.0,
+        unit_write_mib_per_sec: 0,
+        unit_write_iops: 0,
         boot_timeout: MINUTE,
         network: false,
         egress: Default::default(),

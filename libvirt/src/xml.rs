@@ -33,6 +33,12 @@ pub struct Disk {
     /// Read-only, and never relabelled: libvirt would otherwise hand the shared
     /// base file to the QEMU user (and never give it back).
     pub base: PathBuf,
+    /// The most the box may write to it per second (`<iotune>`): bytes and
+    /// write operations; 0 leaves that one unthrottled. A box that fills the
+    /// host's disk does so at this rate at most, so the disk-pressure check
+    /// (psbx's `host::disk_pressure`) sees it coming between two samples.
+    pub write_bytes_sec: u64,
+    pub write_iops: u64,
 }
 
 /// The box's network card.
@@ -170,12 +176,35 @@ impl DomainSpec {
             } else {
                 "<seclabel model='dac' relabel='no'/>"
             };
+            // A write that finds the host's disk full pauses the VM
+            // (`error_policy='stop'`, for reads too), instead of failing the
+            // guest's file system or going on with a corrupt overlay; the box
+            // is frozen or resumed by psbx from there.
+            let mut iotune = String::new();
+            if disk.write_bytes_sec > 0 {
+                let _ = write!(
+                    iotune,
+                    "<write_bytes_sec>{}</write_bytes_sec>",
+                    disk.write_bytes_sec
+                );
+            }
+            if disk.write_iops > 0 {
+                let _ = write!(
+                    iotune,
+                    "<write_iops_sec>{}</write_iops_sec>",
+                    disk.write_iops
+                );
+            }
+            if !iotune.is_empty() {
+                iotune = format!("<iotune>{iotune}</iotune>");
+            }
             let _ = writeln!(
                 x,
-                "    <disk type='file' device='disk'><driver name='qemu' type='qcow2'/>\
+                "    <disk type='file' device='disk'>\
+                 <driver name='qemu' type='qcow2' error_policy='stop'/>\
                  <source file='{}'/><backingStore type='file'><format type='qcow2'/>\
                  <source file='{}'>{keep_base}</source>\
-                 <backingStore/></backingStore><target dev='vda' bus='virtio'/></disk>",
+                 <backingStore/></backingStore><target dev='vda' bus='virtio'/>{iotune}</disk>",
                 path(&disk.overlay),
                 path(&disk.base)
             );
@@ -234,6 +263,8 @@ mod tests {
             disk: Some(Disk {
                 overlay: "/data/boxes/box_abc/disk.qcow2".into(),
                 base: "/img/base.qcow2".into(),
+                write_bytes_sec: 0,
+                write_iops: 0,
             }),
             channel_socket: "/data/boxes/box_abc/boxd.sock".into(),
             console_log: Some("/data/boxes/box_abc/console.log".into()),
@@ -254,6 +285,11 @@ mod tests {
         assert!(xml.contains("<kernel>/img/vmlinuz</kernel>"));
         assert!(xml.contains("<cmdline>console=ttyS0 x=&apos;&lt;&amp;&gt;&apos;</cmdline>"));
         assert!(xml.contains("<source file='/data/boxes/box_abc/disk.qcow2'/>"));
+        assert!(
+            xml.contains("<driver name='qemu' type='qcow2' error_policy='stop'/>"),
+            "{xml}"
+        );
+        assert!(!xml.contains("<iotune>"), "unthrottled: {xml}");
         assert!(xml.contains(
             "<source file='/img/base.qcow2'><seclabel model='dac' relabel='no'/></source>"
         ));
@@ -267,6 +303,23 @@ mod tests {
         assert!(
             !xml.contains("<seclabel type"),
             "runs as libvirt's own user"
+        );
+    }
+
+    #[test]
+    fn writes_are_throttled_as_asked() {
+        let mut s = spec();
+        if let Some(disk) = &mut s.disk {
+            disk.write_bytes_sec = 52_428_800;
+            disk.write_iops = 2000;
+        }
+        let xml = s.to_xml();
+        assert!(
+            xml.contains(
+                "<target dev='vda' bus='virtio'/><iotune><write_bytes_sec>52428800</write_bytes_sec>\
+                 <write_iops_sec>2000</write_iops_sec></iotune></disk>"
+            ),
+            "{xml}"
         );
     }
 

@@ -351,13 +351,23 @@ pub struct BoxesConfig {
     pub disk_margin_gb: u64,
     /// Disk boxes may still write (each up to `unit_disk_gb` × size plus its
     /// memory for a freeze) may reach this multiple of the free space above
-    /// the margin; 1.0 never overcommits. 32.0: overlays are thin (an idle
-    /// Debian box writes well under 1 GB of its 40 GB), so a host with 30 GB
-    /// free fits many boxes; a start is also refused when the managed saves
-    /// of the boxes holding memory (what each uses) and its own would not fit
-    /// in the free space above the margin, so freezes always have room. What
-    /// overcommit risks is boxes filling their overlays.
+    /// the margin. 1.0 (the default) never promises more than exists: every
+    /// box can fill its disk. Overlays stay thin (a box starts in
+    /// milliseconds whatever its size); a higher figure fits more boxes on a
+    /// small disk, and then boxes filling their overlays are caught by the
+    /// disk-pressure check, which freezes the ones writing most before the
+    /// free space falls under `disk_margin_gb`. A start is also refused when
+    /// the managed saves of the boxes holding memory (what each uses) and its
+    /// own would not fit in the free space above the margin, so freezes
+    /// always have room.
     pub disk_overcommit: f64,
+    /// The most one size unit may write to its disk per second, in MiB (a
+    /// size-4 box: 4×); 0: unthrottled. Bounds how fast a box can fill the
+    /// host's disk between two checks of the disk-pressure loop.
+    pub unit_write_mib_per_sec: u64,
+    /// The most write operations one size unit may make per second; 0:
+    /// unthrottled.
+    pub unit_write_iops: u64,
     /// Longest time from starting a box to boxd's hello.
     pub boot_timeout: String,
     /// Give boxes a network card: QEMU's user networking, filtered on the
@@ -384,6 +394,12 @@ pub struct EgressConfig {
     /// The allow-list mode: when set, boxes reach these ranges (and `allow`)
     /// and nothing else.
     pub only: Vec<String>,
+    /// An IPv4 address of this host that boxes' traffic leaves from (source
+    /// NAT of the boxes' QEMU uid), so that what trusts the host's own
+    /// address (an IP allowlist, a cloud agent) does not trust every box;
+    /// unset: boxes' connections leave with the address the host's route
+    /// picks.
+    pub snat: Option<String>,
 }
 
 impl Default for BoxesConfig {
@@ -406,7 +422,9 @@ impl Default for BoxesConfig {
             memory_margin_mib: 2048,
             pressure_available_mib: 1024,
             disk_margin_gb: 5,
-            disk_overcommit: 32.0,
+            disk_overcommit: 1.0,
+            unit_write_mib_per_sec: 100,
+            unit_write_iops: 2000,
             boot_timeout: "120s".to_owned(),
             network: true,
             egress: EgressConfig::default(),
@@ -445,6 +463,8 @@ impl BoxesConfig {
             pressure_available_mib: self.pressure_available_mib,
             disk_margin_gb: self.disk_margin_gb,
             disk_overcommit: self.disk_overcommit,
+            unit_write_mib_per_sec: self.unit_write_mib_per_sec,
+            unit_write_iops: self.unit_write_iops,
             boot_timeout: duration("boot_timeout", &self.boot_timeout)?,
             network: self.network,
             egress: EgressPolicy::parse(
@@ -453,6 +473,7 @@ impl BoxesConfig {
                 &self.egress.allow,
                 &self.egress.only,
             )
+            .and_then(|p| p.with_snat("boxes.egress.snat", self.egress.snat.as_deref()))
             .map_err(ConfigError::Invalid)?,
             resolvers: psbx_actors::boxnet::resolver::configured(
                 "boxes.egress.resolvers",
@@ -749,6 +770,34 @@ pub fn redact_url(raw: &str) -> String {
 #[allow(clippy::result_large_err)] // figment::Jail's closures return figment::Error
 mod tests {
     use super::*;
+
+    #[test]
+    fn by_default_no_box_is_promised_more_disk_than_is_free() {
+        use psbx_actors::host::shared::{DiskRoom, check_disk};
+        let settings = BoxesConfig::default()
+            .settings(Path::new("/nonexistent/shared"))
+            .unwrap();
+        const GIB: u64 = 1 << 30;
+        let size_1 = settings.resources(1);
+        let virtual_size = size_1.disk_gb * GIB + size_1.memory_mib * (1 << 20);
+        let margin = settings.disk_margin_gb * GIB;
+        let empty = |free| DiskRoom {
+            free,
+            unwritten: 0,
+            saves_mib: 0,
+        };
+        // Its full virtual size, above the margin, is free: admitted.
+        check_disk(&settings, &empty(margin + virtual_size), size_1).unwrap();
+        // One GiB short: refused, although the thin overlay writes little at first.
+        let err = check_disk(&settings, &empty(margin + virtual_size - GIB), size_1).unwrap_err();
+        assert!(err.to_string().contains("boxes.disk_overcommit"), "{err}");
+        // What boxes already there may still write counts against it.
+        let taken = DiskRoom {
+            unwritten: GIB,
+            ..empty(margin + virtual_size)
+        };
+        assert!(check_disk(&settings, &taken, size_1).is_err());
+    }
 
     #[test]
     fn defaults_work_on_one_machine() {

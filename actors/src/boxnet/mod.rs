@@ -23,8 +23,15 @@
 //!
 //! The table is put in place before the first box with a card starts, and
 //! checked (and put back, with a warning) before each box starts or wakes
-//! and every [`CHECK_EVERY`]; a box is refused when it cannot be. It stays
-//! while boxes of the installation run (a restarted psbx finds it) and is
+//! and every [`CHECK_EVERY`]; a box is refused when it cannot be. The check
+//! compares the whole table with what psbx wrote (`nft.rs`), so a flushed
+//! chain is put back like a deleted table. It polls rather than following
+//! `nft monitor`: a monitor is one more long-lived process to keep alive and
+//! to parse, and would still leave a window between an event and the
+//! rewrite; one `nft -j list` every two seconds costs a few milliseconds.
+//! The table stays while boxes of the installation run (a restarted psbx
+//! finds it), and is kept checked while any domain of the installation has a
+//! card, also after `boxes.network` was turned off (`host/mod.rs`); it is
 //! removed when the last one has stopped ([`BoxNetwork::remove`]).
 
 pub mod nft;
@@ -40,7 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often the rules are checked while the server runs.
-pub const CHECK_EVERY: Duration = Duration::from_secs(10);
+pub const CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// The box side of its card: QEMU's user network (libvirt's `<ip>` of a
 /// `type='user'` interface), and what boxd reads on the kernel command line.
@@ -72,8 +79,9 @@ pub struct BoxNetwork {
     gid: u32,
     policy: EgressPolicy,
     resolvers: Arc<Vec<SocketAddr>>,
-    /// The script last applied (a changed host network changes it).
-    applied: Mutex<Option<String>>,
+    /// The script last applied (a changed host network changes it), and the
+    /// table as nft listed it right after ([`nft::snapshot`]).
+    applied: Mutex<Option<(String, serde_json::Value)>>,
 }
 
 impl BoxNetwork {
@@ -174,24 +182,31 @@ impl BoxNetwork {
             denied: &denied,
             allowed: &self.policy.allow,
             only: &self.policy.only,
+            snat: self.policy.snat,
         }
         .script();
         let mut applied = self
             .applied
             .lock()
             .map_err(|_| NetworkError::Setup("the box network's lock is poisoned".into()))?;
-        if let Some(previous) = applied.as_deref() {
-            if previous == script && nft::installed(&self.table, self.uid)? {
+        if let Some((previous, written)) = applied.as_ref() {
+            if *previous == script && nft::installed(&self.table, written)? {
                 return Ok(());
             }
-            if previous == script {
+            if *previous == script {
                 tracing::warn!(table = %self.table, "the box network rules were removed or changed on the host; putting them back");
             } else {
                 tracing::info!(table = %self.table, "the host's networks changed; updating the box network rules");
             }
         }
         nft::apply(&script)?;
-        *applied = Some(script);
+        let written = nft::snapshot(&self.table)?.ok_or_else(|| {
+            NetworkError::Nft(format!(
+                "the table {} is gone right after writing it",
+                self.table
+            ))
+        })?;
+        *applied = Some((script, written));
         Ok(())
     }
 
@@ -209,6 +224,33 @@ impl BoxNetwork {
 pub fn uid_for(installation: &str) -> u32 {
     let hash = sha2::Sha256::digest(installation.as_bytes());
     UID_BASE | (u32::from_be_bytes([0, hash[0], hash[1], hash[2]]))
+}
+
+/// Whether any process runs as `uid` now (read from `/proc`): a QEMU
+/// process of a box with a card, for an installation's box uid.
+pub fn uid_runs(uid: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .any(|e| {
+            // `Uid:` real, effective, saved, file system (the directory's
+            // owner is root for a process that is not dumpable).
+            std::fs::read_to_string(e.path().join("status")).is_ok_and(|status| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .and_then(|ids| ids.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(uid)
+            })
+        })
 }
 
 /// The nftables table of an installation.

@@ -6,9 +6,19 @@
 //! `nftables` crate would only build the same script as JSON for the same
 //! binary). Each installation has its own table and uid, so several on one
 //! host neither see nor undo each other's rules.
+//!
+//! With a source address set (`boxes.egress.snat`), a `source_nat` chain on
+//! the `postrouting` hook rewrites the source of that uid's packets to it.
+//!
+//! Whether the rules are still in place is read from nft's JSON listing
+//! (`nft -j list table`) and compared, whole, with the listing taken right
+//! after psbx wrote them ([`normalized`]: without handles and counter
+//! values): a flushed chain, a removed rule, set or chain, or an added
+//! rule all count as "not installed", and the table is written again.
 
 use super::NetworkError;
 use ipnet::Ipv4Net;
+use serde_json::Value;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
@@ -22,6 +32,8 @@ pub struct Ruleset<'a> {
     pub denied: &'a [Ipv4Net],
     pub allowed: &'a [Ipv4Net],
     pub only: &'a [Ipv4Net],
+    /// The source address boxes' packets leave with (none: the host's route's).
+    pub snat: Option<std::net::Ipv4Addr>,
 }
 
 fn set(out: &mut String, name: &str, nets: &[Ipv4Net]) {
@@ -54,6 +66,14 @@ impl Ruleset<'_> {
                 "\t\tip daddr != @only counter drop comment \"allow-list mode: only these ranges\"\n",
             );
         }
+        let nat = match self.snat {
+            Some(addr) => format!(
+                "\tchain source_nat {{\n\t\ttype nat hook postrouting priority 100; policy accept;\n\
+                 \t\tmeta skuid {uid} counter snat ip to {addr} comment \"boxes leave from an address of their own\"\n\t}}\n",
+                uid = self.uid
+            ),
+            None => String::new(),
+        };
         // Declaring the table first makes the delete succeed when it is new.
         format!(
             "table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n\
@@ -62,6 +82,7 @@ impl Ruleset<'_> {
              \tchain output {{\n\t\ttype filter hook output priority -10; policy accept;\n\
              \t\tmeta skuid {uid} jump box\n\t}}\n\
              \tchain box {{\n{rules}\t}}\n\
+             {nat}\
              }}\n",
             inst = self.installation,
             uid = self.uid,
@@ -74,19 +95,70 @@ pub fn apply(script: &str) -> Result<(), NetworkError> {
     nft(&["-f", "-"], Some(script)).map(drop)
 }
 
-/// The table as nft lists it now; `None` when there is none.
-fn listed(table: &str) -> Result<Option<String>, NetworkError> {
-    match nft(&["list", "table", "inet", table], None) {
-        Ok(text) => Ok(Some(text)),
+/// The table as nft lists it now, as JSON; `None` when there is none.
+fn listed(table: &str) -> Result<Option<Value>, NetworkError> {
+    match nft(&["-j", "list", "table", "inet", table], None) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| NetworkError::Nft(format!("nft's listing of {table} is not JSON: {e}"))),
         Err(NetworkError::Nft(e)) if e.contains("No such file or directory") => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-/// Whether the table is there now and filters `uid` (a table of that name
-/// made by something else, or emptied, does not count).
-pub fn installed(table: &str, uid: u32) -> Result<bool, NetworkError> {
-    Ok(listed(table)?.is_some_and(|text| text.contains(&format!("meta skuid {uid} jump box"))))
+/// What the table holds now, [`normalized`], to compare later listings with
+/// ([`installed`]); `None` when there is no such table.
+pub fn snapshot(table: &str) -> Result<Option<Value>, NetworkError> {
+    Ok(listed(table)?.map(|v| normalized(&v)))
+}
+
+/// Whether the table is there now and holds what `expected` (a
+/// [`snapshot`] taken when psbx wrote it) holds: every set with its
+/// elements, every chain, every rule, nothing more (a table of that name made
+/// by something else, a flushed chain or a deleted rule do not count).
+pub fn installed(table: &str, expected: &Value) -> Result<bool, NetworkError> {
+    Ok(listed(table)?.is_some_and(|now| same_rules(&now, expected)))
+}
+
+/// Whether the listing `now` holds the rules of the normalized `expected`.
+pub fn same_rules(now: &Value, expected: &Value) -> bool {
+    &normalized(now) == expected
+}
+
+/// A listing of `nft -j` without what changes while the rules stay the same:
+/// nft's version (`metainfo`), object handles, and counters' figures.
+pub fn normalized(listing: &Value) -> Value {
+    fn strip(v: &Value) -> Value {
+        match v {
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .filter(|(k, _)| k.as_str() != "handle")
+                    .map(|(k, v)| {
+                        let v = if k == "counter" {
+                            Value::Null
+                        } else {
+                            strip(v)
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(items.iter().map(strip).collect()),
+            other => other.clone(),
+        }
+    }
+    let items = listing
+        .get("nftables")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter(|item| item.get("metainfo").is_none())
+                .map(strip)
+                .collect()
+        })
+        .unwrap_or_default();
+    Value::Array(items)
 }
 
 /// Deletes the table (nothing to do when it is gone already).
@@ -152,6 +224,7 @@ mod tests {
             denied: &denied,
             allowed: &[],
             only: &[],
+            snat: None,
         }
         .script();
         assert_eq!(
@@ -192,6 +265,7 @@ mod tests {
             denied: &denied,
             allowed: &allowed,
             only: &only,
+            snat: None,
         }
         .script();
         let allow = text.find("ip daddr @allowed accept").unwrap();
@@ -199,5 +273,72 @@ mod tests {
         let only_at = text.find("ip daddr != @only counter drop").unwrap();
         assert!(allow < deny && deny < only_at, "{text}");
         assert!(text.contains("elements = { 198.51.100.0/24, 203.0.113.0/24 }"));
+    }
+
+    #[test]
+    fn a_source_address_adds_a_nat_chain_for_the_uid() {
+        let text = Ruleset {
+            table: "psbx_x",
+            installation: "x",
+            uid: 7,
+            denied: &[],
+            allowed: &[],
+            only: &[],
+            snat: Some(std::net::Ipv4Addr::new(192, 0, 2, 9)),
+        }
+        .script();
+        assert!(
+            text.contains(
+                "\tchain source_nat {\n\t\ttype nat hook postrouting priority 100; policy accept;\n\
+                 \t\tmeta skuid 7 counter snat ip to 192.0.2.9 comment"
+            ),
+            "{text}"
+        );
+    }
+
+    /// `nft -j list table inet psbx_t` (nft 1.0.6) of a table psbx wrote,
+    /// with `box` holding `rules` and the denied rule's counter at `packets`.
+    fn listing(rules: bool, packets: u64) -> Value {
+        let mut items = serde_json::json!([
+            {"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}},
+            {"table": {"family": "inet", "name": "psbx_t", "handle": 1}},
+            {"set": {"family": "inet", "name": "denied", "table": "psbx_t", "type": "ipv4_addr", "handle": 4,
+                     "flags": ["interval"],
+                     "elem": [{"prefix": {"addr": "10.0.0.0", "len": 8}}, "168.63.129.16"]}},
+            {"chain": {"family": "inet", "table": "psbx_t", "name": "output", "handle": 1, "type": "filter",
+                       "hook": "output", "prio": -10, "policy": "accept"}},
+            {"chain": {"family": "inet", "table": "psbx_t", "name": "box", "handle": 2}},
+            {"rule": {"family": "inet", "table": "psbx_t", "chain": "output", "handle": 5, "expr": [
+                {"match": {"op": "==", "left": {"meta": {"key": "skuid"}}, "right": 1879048200}},
+                {"jump": {"target": "box"}}]}}
+        ]);
+        if rules {
+            if let Some(list) = items.as_array_mut() {
+                list.push(serde_json::json!(
+                    {"rule": {"family": "inet", "table": "psbx_t", "chain": "box", "handle": 7, "expr": [
+                        {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": "@denied"}},
+                        {"counter": {"packets": packets, "bytes": packets * 60}}, {"drop": null}]}}
+                ));
+            }
+        }
+        serde_json::json!({ "nftables": items })
+    }
+
+    #[test]
+    fn a_table_whose_box_chain_is_empty_is_not_installed() {
+        let written = normalized(&listing(true, 0));
+        // Counters count and handles differ: still the same rules.
+        assert!(same_rules(&listing(true, 42), &written));
+        // `nft flush chain inet psbx_t box`: the jump is there, the rules are not.
+        assert!(!same_rules(&listing(false, 0), &written));
+        // A set emptied, a table of that name with nothing in it.
+        let mut emptied = listing(true, 0);
+        emptied["nftables"][2]["set"]["elem"] = serde_json::json!([]);
+        assert!(!same_rules(&emptied, &written));
+        assert!(!same_rules(
+            &serde_json::json!({"nftables": [{"table": {"family": "inet", "name": "psbx_t"}}]}),
+            &written
+        ));
+        assert!(!same_rules(&serde_json::json!({}), &written));
     }
 }

@@ -4,6 +4,16 @@
 //! internal package mirror), and the allow-list mode (`only`: boxes reach
 //! those ranges and nothing else; the test suite runs in it). IPv4 only: IPv6
 //! is switched off for boxes.
+//!
+//! Besides the private and special ranges, [`DENIED`] holds the public
+//! addresses of cloud host agents that trust a caller by the host's source
+//! address (Azure's WireServer); every box connection is a socket of the
+//! host's QEMU process, so it would come from that address. Providers whose
+//! agents sit on names that resolve to changing public addresses (Equinix
+//! Metal's `metadata.platformequinix.com`) cannot be listed here: the README
+//! lists them per cloud, for `boxes.egress.deny`, and the optional source
+//! NAT ([`EgressPolicy::snat`]) makes box traffic leave from an address of
+//! its own, so nothing that trusts the host's address trusts the boxes.
 
 use ipnet::Ipv4Net;
 use std::net::Ipv4Addr;
@@ -15,6 +25,10 @@ pub const DENIED: &[(&str, &str)] = &[
     ("100.64.0.0/10", "carrier-grade NAT"),
     ("127.0.0.0/8", "loopback"),
     ("169.254.0.0/16", "link-local: cloud metadata services"),
+    (
+        "168.63.129.16/32",
+        "Azure WireServer, DNS and HostGAPlugin: they trust the host's address",
+    ),
     ("172.16.0.0/12", "private"),
     ("192.0.0.0/24", "IETF protocol assignments"),
     ("192.168.0.0/16", "private"),
@@ -39,6 +53,9 @@ pub struct EgressPolicy {
     /// Non-empty: the allow-list mode, boxes reach these ranges (and
     /// `allow`) only.
     pub only: Vec<Ipv4Net>,
+    /// The host address boxes' traffic leaves from (source NAT of their
+    /// uid); `None`: the address the host's route picks.
+    pub snat: Option<Ipv4Addr>,
 }
 
 impl EgressPolicy {
@@ -54,6 +71,7 @@ impl EgressPolicy {
             deny: ranges(&format!("{key}.deny"), deny)?,
             allow: ranges(&format!("{key}.allow"), allow)?,
             only: ranges(&format!("{key}.only"), only)?,
+            snat: None,
         };
         for range in &policy.allow {
             if let Some(never) = builtin(NEVER).iter().find(|n| overlaps(n, range)) {
@@ -64,6 +82,31 @@ impl EgressPolicy {
             }
         }
         Ok(policy)
+    }
+
+    /// The policy with boxes' traffic leaving from `snat` (the setting
+    /// `key`): an IPv4 address, not one boxes are denied to reach anyway
+    /// (loopback, "this network", multicast, broadcast).
+    pub fn with_snat(mut self, key: &str, snat: Option<&str>) -> Result<Self, String> {
+        let Some(text) = snat.map(str::trim) else {
+            return Ok(self);
+        };
+        let addr: Ipv4Addr = text.parse().map_err(|_| {
+            format!("{key}: {text:?} is not an IPv4 address (an address of this host, such as 203.0.113.9)")
+        })?;
+        if addr.is_unspecified()
+            || addr.is_loopback()
+            || addr.is_multicast()
+            || addr.is_broadcast()
+            || addr.octets()[0] == 0
+        {
+            return Err(format!(
+                "{key}: {addr} cannot be a source address; name an address of this host that \
+                 its network routes back to it"
+            ));
+        }
+        self.snat = Some(addr);
+        Ok(self)
     }
 
     /// Every denied range: the built-in list, the operator's, and `host`
@@ -148,6 +191,46 @@ mod tests {
     }
 
     #[test]
+    fn cloud_host_agents_on_public_addresses_are_denied_by_default() {
+        let denied = EgressPolicy::default().denied(&[]);
+        let wireserver: Ipv4Addr = "168.63.129.16".parse().unwrap();
+        assert!(denied.iter().any(|n| n.contains(&wireserver)), "{denied:?}");
+        // Its neighbours are ordinary internet.
+        let next: Ipv4Addr = "168.63.129.17".parse().unwrap();
+        assert!(!denied.iter().any(|n| n.contains(&next)), "{denied:?}");
+        // Each built-in range parses and says why.
+        for (range, why) in DENIED {
+            assert!(
+                range.parse::<Ipv4Net>().is_ok() && !why.is_empty(),
+                "{range}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_source_address_is_checked() {
+        let p = EgressPolicy::default();
+        assert_eq!(
+            p.clone().with_snat("boxes.egress.snat", None).unwrap().snat,
+            None
+        );
+        assert_eq!(
+            p.clone()
+                .with_snat("boxes.egress.snat", Some("203.0.113.9"))
+                .unwrap()
+                .snat,
+            Some(Ipv4Addr::new(203, 0, 113, 9))
+        );
+        for bad in ["127.0.0.1", "0.0.0.0", "224.0.0.1", "2001:db8::1", "host"] {
+            let e = p
+                .clone()
+                .with_snat("boxes.egress.snat", Some(bad))
+                .unwrap_err();
+            assert!(e.contains("boxes.egress.snat"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn the_denied_ranges_cover_the_builtin_list_and_the_hosts_networks_merged() {
         let p =
             EgressPolicy::parse("boxes.egress", &strings(&["203.0.113.0/25"]), &[], &[]).unwrap();
@@ -173,6 +256,7 @@ mod tests {
             "192.0.2.1",
             "203.0.113.5",
             "198.18.0.1",
+            "168.63.129.16",
         ] {
             assert!(has(a), "{a} is not denied: {denied:?}");
         }

@@ -2,9 +2,14 @@
 //! pre-booted boxes (suspended in memory) and makes new boxes, from the pool
 //! or cold. Start-up (`start.rs`) connects to libvirt, settles KVM or TCG,
 //! reconciles libvirt with the store (`reconcile.rs`) and adopts live boxes.
+//! It watches the host's memory (`pressure.rs`) and disk (`disk_pressure.rs`),
+//! and keeps the box network's rules in place (`boxnet`): while the network
+//! is on, and, after it was turned off, while QEMU processes of boxes started
+//! with a card still run (the rules filter them by their uid).
 
 pub mod capacity;
 mod create;
+pub mod disk_pressure;
 pub mod links;
 pub mod meminfo;
 mod pressure;
@@ -15,11 +20,12 @@ mod start;
 pub use create::CreateBox;
 pub use start::{BoxServices, Connected, HostStart, start_host, supervise};
 
+use crate::boxnet::BoxNetwork;
 use crate::store::BoxRecord;
 use actix::prelude::*;
 use shared::HostShared;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A pooled box: booted, said hello, suspended, owned by nobody. It keeps no
@@ -40,6 +46,13 @@ pub struct HostSupervisor {
     waiting: HashMap<u32, tokio::sync::oneshot::Sender<PooledBox>>,
     /// A measurement of the boxes and the host's memory is under way.
     sampling: bool,
+    /// A reading of the host's disk is under way.
+    disk_sampling: bool,
+    /// What each box had written at the last reading of the disk.
+    written: Arc<Mutex<disk_pressure::Written>>,
+    /// With `boxes.network` off: the rules kept for the boxes that still run
+    /// with a card (started while it was on).
+    leftover_network: Arc<Mutex<Option<Arc<BoxNetwork>>>>,
 }
 
 /// How long a failed pool boot waits before the next try.
@@ -53,6 +66,9 @@ impl HostSupervisor {
             filling: HashSet::new(),
             waiting: HashMap::new(),
             sampling: false,
+            disk_sampling: false,
+            written: Arc::default(),
+            leftover_network: Arc::default(),
         }
     }
 }
@@ -83,19 +99,87 @@ impl Actor for HostSupervisor {
                     });
             ctx.spawn(fut);
         });
-        if self.shared.network.is_some() {
-            // Rules removed under the server (an `nft flush ruleset`) are put
-            // back, and a change of the host's networks reaches them.
-            ctx.run_interval(crate::boxnet::CHECK_EVERY, |act, _| {
-                let shared = act.shared.clone();
-                actix::spawn(async move {
-                    if let Err(e) = crate::blocking::blocking(move || shared.network_ready()).await
-                    {
-                        tracing::error!(error = %e, "the box network rules are not in place");
-                    }
-                });
+        ctx.run_interval(disk_pressure::SAMPLE_EVERY, |act, ctx| {
+            if act.disk_sampling {
+                return;
+            }
+            act.disk_sampling = true;
+            let (shared, written) = (act.shared.clone(), act.written.clone());
+            let fut = async move {
+                crate::blocking::blocking(move || {
+                    let mut written = written.lock().map_err(|_| {
+                        crate::error::BoxError::Internal("disk readings poisoned".into())
+                    })?;
+                    disk_pressure::sample(&shared, &mut written)
+                })
+                .await
+            }
+            .into_actor(act)
+            .map(|result, act, _| {
+                act.disk_sampling = false;
+                match result {
+                    Ok(Some(pressure)) => pressure.relieve(&act.shared),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "could not read the host's disk"),
+                }
             });
+            ctx.spawn(fut);
+        });
+        // Rules removed or emptied under the server (an `nft flush ruleset`,
+        // a flushed chain) are put back, and a change of the host's networks
+        // reaches them; with the network off, as long as boxes with a card
+        // still run.
+        ctx.run_interval(crate::boxnet::CHECK_EVERY, |act, _| {
+            let (shared, leftover) = (act.shared.clone(), act.leftover_network.clone());
+            actix::spawn(async move {
+                let checked = crate::blocking::blocking(move || match &shared.network {
+                    Some(_) => shared.network_ready(),
+                    None => keep_leftover_rules(&shared, &leftover),
+                })
+                .await;
+                if let Err(e) = checked {
+                    tracing::error!(error = %e, "the box network rules are not in place");
+                }
+            });
+        });
+    }
+}
+
+/// With `boxes.network` off: while a QEMU process runs as the installation's
+/// box uid (a box started with a card while the network was on), its rules
+/// are kept in place; when none is left, they go.
+fn keep_leftover_rules(
+    shared: &shared::HostShared,
+    leftover: &Mutex<Option<Arc<BoxNetwork>>>,
+) -> Result<(), crate::error::BoxError> {
+    let uid = crate::boxnet::uid_for(&shared.installation);
+    let mut kept = leftover
+        .lock()
+        .map_err(|_| crate::error::BoxError::Internal("leftover network poisoned".into()))?;
+    if !crate::boxnet::uid_runs(uid) {
+        if let Some(network) = kept.take() {
+            network.remove()?;
+            tracing::info!(table = %network.table(), "the last box with a network card has stopped: removed its rules");
         }
+        return Ok(());
+    }
+    if kept.is_none() {
+        let network = BoxNetwork::new(
+            &shared.installation,
+            shared.host.uri(),
+            shared.settings.egress.clone(),
+            shared.settings.resolvers.clone(),
+        )?;
+        tracing::warn!(
+            table = %network.table(),
+            "boxes.network is off, but boxes started with a network card still run: their rules stay \
+             in place and checked until the last of them stops"
+        );
+        *kept = Some(Arc::new(network));
+    }
+    match kept.as_ref() {
+        Some(network) => Ok(network.ensure()?),
+        None => Ok(()),
     }
 }
 

@@ -94,7 +94,7 @@ fn disk_bytes(unit: Unit) -> u64 {
 }
 
 /// Bytes the files of a box directory take on disk now.
-fn written_bytes(dir: &Path) -> u64 {
+pub(super) fn written_bytes(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -108,7 +108,7 @@ fn written_bytes(dir: &Path) -> u64 {
 
 /// Free bytes (for unprivileged users) on the file system holding `path`, or
 /// its nearest existing ancestor.
-fn free_bytes(path: &Path) -> Result<u64, BoxError> {
+pub fn free_bytes(path: &Path) -> Result<u64, BoxError> {
     let existing = path
         .ancestors()
         .find(|p| p.exists())
@@ -117,6 +117,69 @@ fn free_bytes(path: &Path) -> Result<u64, BoxError> {
         io_error(format!("reading the free space of {}", existing.display()))(e.into())
     })?;
     Ok(stat.blocks_available().saturating_mul(stat.fragment_size()))
+}
+
+/// The disk of `boxes_dir` as admission sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskRoom {
+    /// Free bytes of its file system (statvfs).
+    pub free: u64,
+    /// Bytes the boxes holding disk were promised and have not written yet.
+    pub unwritten: u64,
+    /// MiB the managed saves of the boxes holding memory would take.
+    pub saves_mib: u64,
+}
+
+/// Refuses a box of `unit` whose disk (its overlay at full size and its
+/// managed save) does not fit next to what the boxes holding disk may still
+/// write, in the free space above `disk_margin_gb` times `disk_overcommit`
+/// (1.0 by default: nothing is promised that does not exist); or whose
+/// managed save, with those of the boxes holding memory, does not fit above
+/// the margin now.
+pub fn check_disk(settings: &BoxSettings, disk: &DiskRoom, unit: Unit) -> Result<(), BoxError> {
+    let DiskRoom {
+        free,
+        unwritten,
+        saves_mib,
+    } = *disk;
+    let margin = settings.disk_margin_gb.saturating_mul(GIB);
+    let room = free.saturating_sub(margin) as f64 * settings.disk_overcommit;
+    let wanted = disk_bytes(unit);
+    let gib = |b: u64| b as f64 / GIB as f64;
+    // Now: the saves of every box holding memory, and this box's, fit
+    // in what is free above the margin.
+    let saves = saves_mib
+        .saturating_add(unit.memory_mib)
+        .saturating_mul(MIB);
+    if saves.saturating_add(margin) > free {
+        return Err(BoxError::HostFull(format!(
+            "this host's disk has no room for the saved memory of one more box: {:.1} GiB are free in {}, \
+             {} GiB of it kept free (boxes.disk_margin_gb), and the boxes holding memory may save {:.1} GiB \
+             when they freeze (this box {} MiB); free disk space, stop boxes, or lower boxes.unit_memory_mib",
+            gib(free),
+            settings.boxes_dir.display(),
+            settings.disk_margin_gb,
+            gib(saves),
+            unit.memory_mib
+        )));
+    }
+    if (unwritten.saturating_add(wanted)) as f64 > room {
+        return Err(BoxError::HostFull(format!(
+            "this host's disk cannot fit a box of {} GB of disk and {} MiB of saved memory ({:.1} GiB): \
+             {:.1} GiB are free in {}, {} GiB of it kept free (boxes.disk_margin_gb), and boxes may still \
+             write {:.1} GiB (times boxes.disk_overcommit {}); free disk space, stop boxes, or raise \
+             boxes.disk_overcommit (boxes that then fill their disks are frozen by the disk-pressure check)",
+            unit.disk_gb,
+            unit.memory_mib,
+            gib(wanted),
+            gib(free),
+            settings.boxes_dir.display(),
+            settings.disk_margin_gb,
+            gib(unwritten),
+            settings.disk_overcommit
+        )));
+    }
+    Ok(())
 }
 
 /// What start-up learned about the host and this installation.
@@ -208,6 +271,15 @@ impl HostShared {
             disk: Some(Disk {
                 overlay: dir.join("disk.qcow2"),
                 base: image.disk.clone(),
+                write_bytes_sec: self
+                    .settings
+                    .unit_write_mib_per_sec
+                    .saturating_mul(u64::from(record.size))
+                    .saturating_mul(MIB),
+                write_iops: self
+                    .settings
+                    .unit_write_iops
+                    .saturating_mul(u64::from(record.size)),
             }),
             channel_socket: dir.join("boxd.sock"),
             console_log: Some(dir.join("console.log")),
@@ -372,6 +444,14 @@ impl HostShared {
             .unwrap_or_default()
     }
 
+    /// The boxes holding disk (every box not over), to watch what they write.
+    pub fn disk_holders(&self) -> Vec<BoxId> {
+        self.capacity
+            .lock()
+            .map(|cap| cap.disk.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Records what box `id`'s QEMU process uses.
     pub fn measured(&self, id: &BoxId, rss_mib: u64) {
         if let Ok(mut cap) = self.capacity.lock() {
@@ -391,53 +471,19 @@ impl HostShared {
     }
 
     /// Refuses a box of `unit` whose disk does not fit next to what the
-    /// boxes holding disk may still write.
+    /// boxes holding disk may still write ([`check_disk`]).
     fn check_disk(&self, cap: &Ledger, unit: Unit) -> Result<(), BoxError> {
         let unwritten: u64 = cap
             .disk
             .iter()
             .map(|(id, promised)| promised.saturating_sub(written_bytes(&self.box_dir(id))))
             .sum();
-        let free = free_bytes(&self.settings.boxes_dir)?;
-        let margin = self.settings.disk_margin_gb.saturating_mul(GIB);
-        let room = free.saturating_sub(margin) as f64 * self.settings.disk_overcommit;
-        let wanted = disk_bytes(unit);
-        let gib = |b: u64| b as f64 / GIB as f64;
-        // Now: the saves of every box holding memory, and this box's, fit
-        // in what is free above the margin.
-        let saves = cap
-            .saves_to_come_mib()
-            .saturating_add(unit.memory_mib)
-            .saturating_mul(MIB);
-        if saves.saturating_add(margin) > free {
-            return Err(BoxError::HostFull(format!(
-                "this host's disk has no room for the saved memory of one more box: {:.1} GiB are free in {}, \
-                 {} GiB of it kept free (boxes.disk_margin_gb), and the boxes holding memory may save {:.1} GiB \
-                 when they freeze (this box {} MiB); free disk space, stop boxes, or lower boxes.unit_memory_mib",
-                gib(free),
-                self.settings.boxes_dir.display(),
-                self.settings.disk_margin_gb,
-                gib(saves),
-                unit.memory_mib
-            )));
-        }
-        if (unwritten.saturating_add(wanted)) as f64 > room {
-            return Err(BoxError::HostFull(format!(
-                "this host's disk cannot fit a box of {} GB of disk and {} MiB of saved memory ({:.1} GiB): \
-                 {:.1} GiB are free in {}, {} GiB of it kept free (boxes.disk_margin_gb), and boxes may still \
-                 write {:.1} GiB (times boxes.disk_overcommit {}); free disk space, stop boxes, or raise \
-                 boxes.disk_overcommit (overlays are thin)",
-                unit.disk_gb,
-                unit.memory_mib,
-                gib(wanted),
-                gib(free),
-                self.settings.boxes_dir.display(),
-                self.settings.disk_margin_gb,
-                gib(unwritten),
-                self.settings.disk_overcommit
-            )));
-        }
-        Ok(())
+        let room = DiskRoom {
+            free: free_bytes(&self.settings.boxes_dir)?,
+            unwritten,
+            saves_mib: cap.saves_to_come_mib(),
+        };
+        check_disk(&self.settings, &room, unit)
     }
 
     /// Records the disk of a box that holds it already (a box adopted after
