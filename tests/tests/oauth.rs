@@ -405,6 +405,153 @@ fn a_login_link_signs_the_browser_in_and_the_page_approves_without_a_password() 
     );
 }
 
+/// The MCP client's side of a browser sign-in: a loopback listener at the
+/// redirect URI (Chromium refuses to navigate to port 9, `ERR_UNSAFE_PORT`)
+/// answering every request with a small page; what each request asked for,
+/// with its `Referer`, comes out of `seen`.
+struct Callback {
+    redirect: String,
+    seen: std::sync::mpsc::Receiver<(String, Option<String>)>,
+}
+
+impl Callback {
+    fn listen() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let redirect = format!("http://{}/callback", listener.local_addr().unwrap());
+        let (tx, seen) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(16) {
+                let Ok(mut stream) = stream else { break };
+                let mut buf = [0u8; 8192];
+                let n = stream.read(&mut buf).unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let target = head.split(' ').nth(1).unwrap_or_default().to_owned();
+                let referer = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("referer:")
+                            .map(str::to_owned)
+                    })
+                    .map(|r| r.trim().to_owned());
+                let body = "<p id=\"done\">signed in</p>";
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                if tx.send((target, referer)).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { redirect, seen }
+    }
+}
+
+/// A client registered with `redirect`.
+fn browser_client(s: &Setup, redirect: &str) -> String {
+    let res = s.register(redirect);
+    assert_eq!(res.status().as_u16(), 201);
+    res.json::<Value>().unwrap()["client_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The client's code exchanged for tokens.
+fn browser_exchange(s: &Setup, client_id: &str, redirect: &str, code: &str) -> (u16, Value) {
+    s.token(&[
+        ("grant_type", "authorization_code"),
+        ("client_id", client_id),
+        ("code", code),
+        ("redirect_uri", redirect),
+        ("code_verifier", VERIFIER),
+    ])
+}
+
+/// The authorize link an MCP client opens, for `client_id`.
+fn authorize_link(s: &Setup, client_id: &str, redirect: &str) -> String {
+    let mut url = reqwest::Url::parse(&s.url("/oauth/authorize")).unwrap();
+    url.query_pairs_mut()
+        .append_pair("response_type", "code")
+        .append_pair("client_id", client_id)
+        .append_pair("redirect_uri", redirect)
+        .append_pair("state", "st4te")
+        .append_pair("code_challenge", CHALLENGE)
+        .append_pair("code_challenge_method", "S256");
+    url.to_string()
+}
+
+/// What a person does in Chromium: the sign-in page with a password gives a
+/// code that the client exchanges for a token, and a form of the same fields
+/// posted from another site (hiding its origin: `Origin: null`) is refused.
+/// Chromium sends `Sec-Fetch-Site` and, on a page with a no-referrer policy,
+/// `Origin: null`; the check once refused every such sign-in.
+#[test]
+fn a_person_signs_in_with_a_password_in_chromium_and_the_client_gets_a_code() {
+    let s = Setup::start();
+    let callback = Callback::listen();
+    let client_id = browser_client(&s, &callback.redirect);
+    let seen = psbx_tests::browser::run_json(
+        "oauth.mjs",
+        &json!({
+            "authorizeUrl": authorize_link(&s, &client_id, &callback.redirect),
+            "redirectUri": callback.redirect,
+            "account": "default",
+            "password": PASSWORD,
+            "crossSite": true,
+        }),
+    );
+    assert_eq!(seen["ok"], true, "{seen}");
+    assert_eq!(seen["error"], Value::Null, "{seen}");
+    assert_eq!(seen["state"], "st4te", "{seen}");
+    assert_eq!(seen["iss"], s.server.url.as_str(), "{seen}");
+    let (target, referer) = callback.seen.recv().unwrap();
+    assert!(target.starts_with("/callback?"), "{target}");
+    assert_eq!(referer, None, "the sign-in page's URL went to the client");
+    let code = seen["code"].as_str().expect("a code");
+    let (status, body) = browser_exchange(&s, &client_id, &callback.redirect, code);
+    assert_eq!(status, 200, "{body}");
+    assert!(body["access_token"].is_string(), "{body}");
+    let cross = &seen["crossSite"];
+    assert_eq!(cross["status"], 403, "{seen}");
+    assert!(
+        cross["text"].as_str().unwrap().contains("another site"),
+        "{seen}"
+    );
+    let (clean, log) = s.server.stop();
+    assert!(clean, "{log}");
+    assert!(
+        log.contains(r#"Origin is "null" and Sec-Fetch-Site is "cross-site""#),
+        "the refusal's reason is not in the log:\n{log}"
+    );
+    assert!(!log.contains(PASSWORD), "the password is in the log");
+}
+
+/// The login link's confirmation page, then the authorize page, in Chromium:
+/// both forms are accepted from the browser that shows them.
+#[test]
+fn a_login_link_signs_chromium_in_and_the_authorize_page_approves() {
+    let s = Setup::start();
+    let callback = Callback::listen();
+    let client_id = browser_client(&s, &callback.redirect);
+    let (ok, out, err) = s.psbx(&["login-link"], None);
+    assert!(ok, "{err}");
+    let seen = psbx_tests::browser::run_json(
+        "oauth.mjs",
+        &json!({
+            "authorizeUrl": authorize_link(&s, &client_id, &callback.redirect),
+            "redirectUri": callback.redirect,
+            "loginLink": s.url(&out.trim()[out.trim().find("/oauth/login/").expect(&out)..]),
+        }),
+    );
+    assert_eq!(seen["linkSignedIn"], true, "{seen}");
+    let code = seen["code"].as_str().expect("a code");
+    let (status, body) = browser_exchange(&s, &client_id, &callback.redirect, code);
+    assert_eq!(status, 200, "{body}");
+}
+
 #[test]
 fn discovery_documents_and_the_401_point_to_each_other() {
     let s = Setup::start();

@@ -4,7 +4,13 @@
 //!
 //! * an `Origin` header must be this server's origin (the issuer's, compared
 //!   normalised: scheme, host and port, a default port or none being the
-//!   same), or the same scheme and port on a loopback name; `null` is refused;
+//!   same), or the same scheme and port on a loopback name;
+//! * `Origin: null` says only that the browser hid the origin: the Fetch
+//!   standard ("serializing a request origin") sends `null` on every form POST
+//!   of a page whose `Referrer-Policy` is `no-referrer` (a same-origin one
+//!   included), and so do sandboxed frames and some privacy settings. Then
+//!   `Sec-Fetch-Site`, which the browser sets itself and no page can change,
+//!   decides: `same-origin` passes, anything else or nothing is refused;
 //! * without `Origin`, a `Sec-Fetch-Site` header must be `same-origin`;
 //! * with neither, the request is not from a current browser (every browser
 //!   sends `Origin` on a cross-origin POST, and `Sec-Fetch-Site` since 2020–23):
@@ -54,13 +60,26 @@ pub fn check(req: &HttpRequest, allowed: &[String]) -> Result<(), String> {
             .get(name)
             .map(|v| v.to_str().unwrap_or("(not text)").trim().to_owned())
     };
+    let fetch_site = header("sec-fetch-site");
     if let Some(origin) = header("origin") {
+        if origin == "null" {
+            return match fetch_site.as_deref() {
+                Some("same-origin") => Ok(()),
+                Some(other) => Err(format!(
+                    "Origin is \"null\" and Sec-Fetch-Site is {other:?}, not same-origin"
+                )),
+                None => Err(
+                    "Origin is \"null\" and no Sec-Fetch-Site says where the form came from"
+                        .to_owned(),
+                ),
+            };
+        }
         return match normalise(&origin) {
             Some(o) if allowed.contains(&o) => Ok(()),
             _ => Err(format!("Origin {origin:?} is not this server's")),
         };
     }
-    match header("sec-fetch-site").as_deref() {
+    match fetch_site.as_deref() {
         None | Some("same-origin") => Ok(()),
         Some(other) => Err(format!("Sec-Fetch-Site is {other:?}, not same-origin")),
     }
@@ -120,5 +139,19 @@ mod tests {
             ("sec-fetch-site", "same-origin"),
         ]);
         assert!(check(&both, &allowed).is_err());
+    }
+
+    #[test]
+    fn a_hidden_origin_is_judged_by_sec_fetch_site() {
+        let allowed = allowed_origins("https://api.example.com");
+        // What Chromium sends for a same-origin form on a no-referrer page.
+        let hidden = with(&[("origin", "null"), ("sec-fetch-site", "same-origin")]);
+        assert!(check(&hidden, &allowed).is_ok());
+        // A sandboxed frame, or a cross-site page that hides its origin.
+        for site in ["cross-site", "same-site", "none"] {
+            let refused = with(&[("origin", "null"), ("sec-fetch-site", site)]);
+            assert!(check(&refused, &allowed).is_err(), "{site}");
+        }
+        assert!(check(&with(&[("origin", "null")]), &allowed).is_err());
     }
 }

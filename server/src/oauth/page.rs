@@ -45,7 +45,12 @@ pub fn layout(title: &str, body: &str) -> String {
     )
 }
 
-/// An HTML answer that is never cached or framed.
+/// An HTML answer that is never cached or framed. `Referrer-Policy:
+/// same-origin`: the client's redirect URI (another origin) gets no referrer,
+/// so the page's query (state, challenge) never leaves psbx, while the form
+/// posts back to psbx carry a real `Origin` (under `no-referrer`, browsers
+/// send `Origin: null`, which [`super::origin::check`] can only judge by
+/// `Sec-Fetch-Site`).
 pub fn respond(status: StatusCode, html: String) -> HttpResponse {
     HttpResponse::build(status)
         .insert_header((
@@ -62,7 +67,7 @@ pub fn respond(status: StatusCode, html: String) -> HttpResponse {
         ))
         .insert_header((
             header::REFERRER_POLICY,
-            HeaderValue::from_static("no-referrer"),
+            HeaderValue::from_static("same-origin"),
         ))
         .body(html)
 }
