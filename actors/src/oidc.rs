@@ -10,6 +10,12 @@
 //! and a replaced key stays in the JWKS for [`PUBLISHED_AFTER_RETIREMENT`]
 //! (longer than any token it signed lives), then is forgotten.
 //!
+//! The JWKS is open to anyone (IAM fetches it without a credential), so this
+//! replica keeps what it read for [`JWKS_KEPT`] (review-2 L7), read by one
+//! caller while the others wait, and reads it again sooner only when the key
+//! it signs with is not in it (a rotation): a flood of JWKS requests costs
+//! one store read per interval.
+//!
 //! A token is a compact JWS written here (`base64url(header).base64url(claims)
 //! .base64url(r‖s)`): `jsonwebtoken` would bring a second crypto backend
 //! beside ring for what is three base64 strings and one signature.
@@ -24,6 +30,7 @@ use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +46,8 @@ pub const DEFAULT_ROTATE_AFTER: Duration = Duration::from_secs(30 * 24 * 3600);
 const REREAD_AFTER: Duration = Duration::from_secs(60);
 /// The signing algorithm, as JOSE names it.
 pub const ALGORITHM: &str = "ES256";
+/// How long this replica serves the JWKS it read.
+pub const JWKS_KEPT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum OidcError {
@@ -72,6 +81,12 @@ struct Inner {
     current: Mutex<Option<Arc<Signing>>>,
     /// One rotation at a time in this replica.
     rotating: tokio::sync::Mutex<()>,
+    /// The JWKS as read, and when.
+    published: Mutex<Option<(Instant, Value)>>,
+    /// One JWKS read at a time in this replica.
+    publishing: tokio::sync::Mutex<()>,
+    /// Key reads from the store (what tests count).
+    reads: AtomicU64,
 }
 
 /// What a token says.
@@ -94,6 +109,9 @@ impl Issuer {
                 rotate_after,
                 current: Mutex::new(None),
                 rotating: tokio::sync::Mutex::new(()),
+                published: Mutex::new(None),
+                publishing: tokio::sync::Mutex::new(()),
+                reads: AtomicU64::new(0),
             }),
         }
     }
@@ -108,14 +126,42 @@ impl Issuer {
         format!("{}/.well-known/jwks.json", self.inner.url)
     }
 
+    /// How many times keys were read from the store.
+    pub fn store_reads(&self) -> u64 {
+        self.inner.reads.load(Ordering::Relaxed)
+    }
+
     /// The JWKS: the current key (made first when there is none) and the
-    /// keys replaced less than [`PUBLISHED_AFTER_RETIREMENT`] ago.
+    /// keys replaced less than [`PUBLISHED_AFTER_RETIREMENT`] ago; the one
+    /// read less than [`JWKS_KEPT`] ago while it holds the signing key.
     pub async fn jwks(&self) -> Result<Value, OidcError> {
-        self.signing().await?;
+        let signing = self.signing().await?;
+        if let Some(keys) = self.published(&signing.kid) {
+            return Ok(keys);
+        }
+        let _one = self.inner.publishing.lock().await;
+        if let Some(keys) = self.published(&signing.kid) {
+            return Ok(keys);
+        }
         let since = Utc::now() - chrono_duration(PUBLISHED_AFTER_RETIREMENT);
         let store = self.inner.store.clone();
+        self.inner.reads.fetch_add(1, Ordering::Relaxed);
         let rows = blocking(move || store.published_oidc_keys(since)).await?;
-        Ok(json!({ "keys": rows.into_iter().map(|r| r.public_jwk).collect::<Vec<_>>() }))
+        let keys = json!({ "keys": rows.into_iter().map(|r| r.public_jwk).collect::<Vec<_>>() });
+        if let Ok(mut published) = self.inner.published.lock() {
+            *published = Some((Instant::now(), keys.clone()));
+        }
+        Ok(keys)
+    }
+
+    /// The JWKS read less than [`JWKS_KEPT`] ago, if it holds `kid`.
+    fn published(&self, kid: &str) -> Option<Value> {
+        let published = self.inner.published.lock().ok()?;
+        let (at, keys) = published.as_ref()?;
+        let holds = keys["keys"]
+            .as_array()
+            .is_some_and(|keys| keys.iter().any(|k| k["kid"] == kid));
+        (at.elapsed() < JWKS_KEPT && holds).then(|| keys.clone())
     }
 
     /// A signed token: `iss` this issuer, `sub`, `aud`, `iat`, `nbf`, `exp`
@@ -160,6 +206,7 @@ impl Issuer {
         }
         for _ in 0..3 {
             let store = self.inner.store.clone();
+            self.inner.reads.fetch_add(1, Ordering::Relaxed);
             let row = blocking(move || store.current_oidc_key()).await?;
             let due = row.as_ref().is_none_or(|r| {
                 Utc::now() - r.created_at >= chrono_duration(self.inner.rotate_after)

@@ -3,7 +3,8 @@
 //! signed for; the private key is stored sealed (another master key cannot
 //! use it); a rotation publishes the new key beside the old one, whose tokens
 //! still verify; two issuers (two replicas) rotating at once leave one
-//! current key.
+//! current key; 1,000 JWKS requests at once make a few store reads
+//! (review-2 L7: the JWKS is open to anyone).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use base64::Engine as _;
@@ -137,4 +138,26 @@ async fn two_replicas_rotating_at_once_leave_one_current_key() {
     for token in tokens {
         verify(&token.unwrap(), &jwks);
     }
+}
+
+#[tokio::test]
+async fn a_thousand_jwks_requests_make_a_few_store_reads() {
+    let db = TestDatabase::new();
+    let issuer = Issuer::new(
+        store(&db),
+        Arc::new(Vault::from_key(&[7u8; 32])),
+        "https://psbx.example",
+        Duration::from_secs(3600),
+    );
+    let all = futures_util::future::join_all((0..1_000).map(|_| issuer.jwks())).await;
+    let first = all[0].as_ref().unwrap();
+    assert_eq!(first["keys"].as_array().unwrap().len(), 1, "{first}");
+    assert!(all.iter().all(|j| j.as_ref().unwrap() == first));
+    // The current key (none, made, read back) and the JWKS once.
+    let reads = issuer.store_reads();
+    assert!(reads <= 4, "{reads} store reads for 1,000 JWKS requests");
+    // A token signed now verifies against the JWKS served from memory.
+    let token = issuer.sign(&claims()).await.unwrap();
+    verify(&token, &issuer.jwks().await.unwrap());
+    assert_eq!(issuer.store_reads(), reads);
 }

@@ -256,9 +256,56 @@ pub struct AwsConfig {
     /// boxd asks STS for; AWS takes 900 up to the role's
     /// `MaxSessionDuration`). Default 3600.
     pub box_session_seconds: Option<u32>,
+    /// AWS account ids (12 digits) whose roles no account may connect or
+    /// give its boxes (the operator's own accounts), beside the account of
+    /// `principal_arn`, which is always refused (review-2 M5).
+    #[serde(deserialize_with = "account_ids")]
+    pub denied_accounts: Vec<String>,
+}
+
+/// AWS account ids as strings, also when TOML or the environment gave them
+/// as numbers (`[111122223333]`); a number loses leading zeros, so one of
+/// fewer than 12 digits is padded back.
+fn account_ids<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        Text(String),
+        Number(u64),
+    }
+    Ok(Vec::<Id>::deserialize(d)?
+        .into_iter()
+        .map(|id| match id {
+            Id::Text(text) => text.trim().to_owned(),
+            Id::Number(n) => format!("{n:012}"),
+        })
+        .collect())
 }
 
 impl AwsConfig {
+    /// `denied_accounts` are account ids, and `principal_arn` names its
+    /// account (the one whose roles are refused).
+    fn check(&self) -> Result<(), ConfigError> {
+        if let Some(id) = self
+            .denied_accounts
+            .iter()
+            .find(|id| !crate::aws::is_account_id(id))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "aws.denied_accounts: {id:?} is not an AWS account id (12 digits, such as 111122223333)"
+            )));
+        }
+        if let Some(arn) = &self.principal_arn
+            && crate::aws::account_of(arn).is_none()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "aws.principal_arn {arn:?} is not an ARN with an account id, such as \
+                 arn:aws:iam::111122223333:role/psbx"
+            )));
+        }
+        Ok(())
+    }
+
     /// [`AwsConfig::box_session_seconds`], checked.
     pub fn box_session_seconds(&self) -> Result<u32, ConfigError> {
         match self.box_session_seconds {
@@ -652,6 +699,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.aws.check()?;
         if let Some(url) = &self.public_url {
             let parsed = url::Url::parse(url)
                 .map_err(|e| ConfigError::Invalid(format!("public_url {url:?}: {e}")))?;

@@ -13,6 +13,16 @@
 //! (`values`). `aws.endpoint_url` sends every call to one endpoint instead of
 //! AWS's (a local emulator in tests). TLS is rustls with ring, the
 //! workspace's provider.
+//!
+//! psbx is a deputy with its own AWS identity (review-2 M5): a role in that
+//! identity's account, whose trust policy trusts the account or psbx itself
+//! without an ExternalId condition, would let any tenant read the
+//! operator's own services and secrets. So a role in `aws.principal_arn`'s
+//! account, or in one of `aws.denied_accounts`, is refused before anything
+//! is asked of AWS ([`Aws::denial`]: for `PUT /v1/aws`, every assume, and an
+//! environment's `awsRoleArn`). psbx's identity should still be a dedicated
+//! principal in an otherwise empty account, allowed only `sts:AssumeRole`,
+//! with an explicit Deny on the operator's own accounts (README).
 
 pub mod ecs;
 pub mod values;
@@ -52,6 +62,10 @@ pub enum AwsError {
         action: &'static str,
         reason: String,
     },
+    /// The role is in an account psbx never acts in (its own, or one the
+    /// operator denied): nothing was asked of AWS.
+    #[error("{0}")]
+    Denied(String),
 }
 
 /// The SDK's settings for this server; cheap to clone.
@@ -60,6 +74,23 @@ pub struct Aws {
     endpoint_url: Option<String>,
     principal_arn: Option<String>,
     template_url: Option<String>,
+    /// Accounts whose roles are refused (`aws.denied_accounts`).
+    denied_accounts: Vec<String>,
+}
+
+/// Whether `id` is an AWS account id: 12 digits.
+pub fn is_account_id(id: &str) -> bool {
+    id.len() == 12 && id.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The account id of an ARN (`arn:<partition>:<service>:<region>:<account>:…`),
+/// when it has one.
+pub fn account_of(arn: &str) -> Option<&str> {
+    let fields: Vec<&str> = arn.splitn(6, ':').collect();
+    match fields.as_slice() {
+        ["arn", _, _, _, account, _] if is_account_id(account) => Some(account),
+        _ => None,
+    }
 }
 
 /// The account's role, assumed: AWS's answer to who psbx is now, and the
@@ -92,7 +123,27 @@ impl Aws {
             endpoint_url: config.endpoint_url.clone(),
             principal_arn: config.principal_arn.clone(),
             template_url: config.readonly_role_template_url.clone(),
+            denied_accounts: config.denied_accounts.clone(),
         }
+    }
+
+    /// Why psbx refuses `role_arn` (`what` names the field, such as
+    /// `roleArn`): a role in psbx's own account or a denied one; `None`
+    /// when it may be used.
+    pub fn denial(&self, what: &str, role_arn: &str) -> Option<String> {
+        let account = account_of(role_arn)?;
+        if self.principal_arn.as_deref().and_then(account_of) == Some(account) {
+            return Some(format!(
+                "{what} {role_arn:?} is in AWS account {account}, psbx's own (aws.principal_arn): \
+                 psbx never uses roles there; create the role in your own AWS account"
+            ));
+        }
+        self.denied_accounts.iter().any(|d| d == account).then(|| {
+            format!(
+                "{what} {role_arn:?} is in AWS account {account}, whose roles this server's \
+                 operator does not allow (aws.denied_accounts); use a role in your own AWS account"
+            )
+        })
     }
 
     /// The principal accounts' roles must trust, as configured.
@@ -146,6 +197,9 @@ impl Aws {
         account: &AccountId,
     ) -> Result<Session, AwsError> {
         const ACTION: &str = "sts:AssumeRole";
+        if let Some(why) = self.denial("the role", role_arn) {
+            return Err(AwsError::Denied(why));
+        }
         let base = self.sdk(region).await;
         let answer = aws_sdk_sts::Client::new(&base)
             .assume_role()
@@ -277,11 +331,43 @@ mod tests {
     }
 
     #[test]
+    fn roles_in_psbx_s_own_or_denied_accounts_are_refused() {
+        let aws = Aws {
+            endpoint_url: None,
+            principal_arn: Some("arn:aws:iam::111122223333:role/psbx".into()),
+            template_url: None,
+            denied_accounts: vec!["444455556666".into()],
+        };
+        let own = aws
+            .denial("roleArn", "arn:aws:iam::111122223333:role/x")
+            .unwrap();
+        assert!(
+            own.contains("111122223333") && own.contains("psbx's own"),
+            "{own}"
+        );
+        let denied = aws
+            .denial("roleArn", "arn:aws-cn:iam::444455556666:role/x")
+            .unwrap();
+        assert!(denied.contains("aws.denied_accounts"), "{denied}");
+        assert_eq!(
+            aws.denial("roleArn", "arn:aws:iam::777788889999:role/x"),
+            None
+        );
+        assert_eq!(
+            account_of("arn:aws:sts::111122223333:assumed-role/psbx/i-1"),
+            Some("111122223333")
+        );
+        assert_eq!(account_of("arn:aws:s3:::bucket"), None);
+        assert_eq!(account_of("111122223333"), None);
+    }
+
+    #[test]
     fn the_quick_create_link_names_the_principal_and_external_id() {
         let aws = Aws {
             endpoint_url: None,
             principal_arn: Some("arn:aws:iam::111122223333:root".into()),
             template_url: Some("https://b.s3.amazonaws.com/readonly-role.yaml".into()),
+            denied_accounts: vec![],
         };
         let link = aws
             .quick_create_url("psbx-abc", Some("ap-northeast-1"))

@@ -55,6 +55,8 @@ impl From<AwsError> for ApiError {
     fn from(e: AwsError) -> Self {
         match &e {
             AwsError::Refused { .. } => Self::new(StatusCode::BAD_REQUEST, "aws_refused", e.to_string()),
+            AwsError::Denied(why) => Self::new(StatusCode::BAD_REQUEST, "aws_role_denied", why.clone())
+                .hint("create the role in your own AWS account, then PUT /v1/aws with its ARN"),
             AwsError::Unreachable { .. } => {
                 Self::new(StatusCode::BAD_GATEWAY, "aws_unreachable", e.to_string())
                     .hint("retry in a moment; if it keeps failing, the operator should check the server's network to AWS")
@@ -109,7 +111,7 @@ pub async fn get(
     security(("api_key" = [])),
     responses(
         (status = 200, description = "psbx assumed the role: it is connected", body = AwsView),
-        (status = 400, description = "Not a role ARN or region (`invalid_request`), or AWS refused to let psbx assume the role (`aws_refused`, with AWS's code and message: the trust policy, the principal or the ExternalId)", body = crate::error::ErrorBody),
+        (status = 400, description = "Not a role ARN or region (`invalid_request`), a role in psbx's own AWS account or one the operator denies (`aws_role_denied`, before AWS is asked), or AWS refused to let psbx assume the role (`aws_refused`, with AWS's code and message: the trust policy, the principal or the ExternalId)", body = crate::error::ErrorBody),
         (status = 502, description = "AWS could not be reached (`aws_unreachable`)", body = crate::error::ErrorBody),
         (status = 503, description = "The operator has not given this server an AWS identity (`aws_not_configured`)", body = crate::error::ErrorBody),
     )
@@ -133,6 +135,9 @@ pub async fn put(
         ));
     }
     check_region(&body.region)?;
+    if let Some(why) = aws.denial("roleArn", &body.role_arn) {
+        return Err(AwsError::Denied(why).into());
+    }
     let principal = configured(&aws)?;
     let external_id = Aws::external_id(&secrets.vault(), &who.account_id);
     let session = aws
@@ -225,6 +230,9 @@ pub(crate) fn read_refused(e: AwsError, session: &Session) -> ApiError {
         AwsError::Unreachable { .. } => {
             "retry in a moment; if it keeps failing, the operator should check the server's network to AWS".to_owned()
         }
+        AwsError::Denied(_) => {
+            "connect a role in your own AWS account (PUT /v1/aws)".to_owned()
+        }
     };
     ApiError::from(e).hint(hint)
 }
@@ -268,7 +276,7 @@ pub struct EcsServiceList {
     security(("api_key" = [])),
     responses(
         (status = 200, body = EcsServiceList),
-        (status = 400, description = "Not a region name (`invalid_request`), or AWS refused a call (`aws_refused`, with AWS's code and message and the action the role must allow)", body = crate::error::ErrorBody),
+        (status = 400, description = "Not a region name (`invalid_request`), the connected role is in an account psbx does not use (`aws_role_denied`), or AWS refused a call (`aws_refused`, with AWS's code and message and the action the role must allow)", body = crate::error::ErrorBody),
         (status = 409, description = "The account has not connected its AWS (`aws_not_connected`): PUT /v1/aws first", body = crate::error::ErrorBody),
         (status = 502, description = "AWS could not be reached (`aws_unreachable`)", body = crate::error::ErrorBody),
         (status = 503, description = "The operator has not given this server an AWS identity (`aws_not_configured`)", body = crate::error::ErrorBody),

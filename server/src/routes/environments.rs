@@ -247,7 +247,10 @@ pub struct UpdateEnvironment {
     pub aws_region: Option<Option<String>>,
 }
 
-fn check_change(body: UpdateEnvironment) -> Result<EnvironmentChange, ApiError> {
+fn check_change(
+    body: UpdateEnvironment,
+    aws: &crate::aws::Aws,
+) -> Result<EnvironmentChange, ApiError> {
     let bad = |m: String| ApiError::bad_request("invalid_request", m);
     if let Some(Some(url)) = &body.external_base_url {
         let ok = url::Url::parse(url)
@@ -265,6 +268,12 @@ fn check_change(body: UpdateEnvironment) -> Result<EnvironmentChange, ApiError> 
         return Err(bad(format!(
             "awsRoleArn {arn:?} is not an IAM role ARN, such as arn:aws:iam::123456789012:role/psbx-boxes"
         )));
+    }
+    if let Some(Some(arn)) = &body.aws_role_arn
+        && let Some(why) = aws.denial("awsRoleArn", arn)
+    {
+        return Err(ApiError::bad_request("aws_role_denied", why)
+            .hint("give the environment a role in your own AWS account"));
     }
     if let Some(Some(region)) = &body.aws_region
         && !region_ok(region)
@@ -348,16 +357,17 @@ pub async fn get(
 
 #[utoipa::path(tag = "environments", operation_id = "updateEnvironment", request_body = UpdateEnvironment,
     security(("api_key" = [])), params(("env" = String, Path, description = "The environment's name")),
-    responses((status = 200, body = EnvironmentView), (status = 400, body = crate::error::ErrorBody), (status = 404, description = "No such environment, connection or service in this account (`environment_not_found`)", body = crate::error::ErrorBody)))]
+    responses((status = 200, body = EnvironmentView), (status = 400, description = "A field is not what it must be (`invalid_request`), or `awsRoleArn` is in psbx's own AWS account or one the operator denies (`aws_role_denied`)", body = crate::error::ErrorBody), (status = 404, description = "No such environment, connection or service in this account (`environment_not_found`)", body = crate::error::ErrorBody)))]
 #[put("/environments/{env}")]
 pub async fn update(
     Auth(who): Auth,
     envs: web::Data<Environments>,
     info: web::Data<ServerInfo>,
+    aws: web::Data<crate::aws::Aws>,
     env: web::Path<String>,
     body: web::Json<UpdateEnvironment>,
 ) -> Result<web::Json<EnvironmentView>, ApiError> {
-    let change = check_change(body.into_inner())?;
+    let change = check_change(body.into_inner(), &aws)?;
     let env = envs.update(&who.account_id, &env, change).await?;
     Ok(web::Json(EnvironmentView::new(&env, &info)))
 }

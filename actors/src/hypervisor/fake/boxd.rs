@@ -9,6 +9,9 @@
 //! and then nothing; `logs` sends one line and keeps the stream open. Both
 //! hold their stream until the domain stops running.
 //!
+//! Its `port:<n>` connects to port `n` on the test machine's loopback, so a
+//! test serves "the box's" program from a listener of its own.
+//!
 //! Its `shot` answers any request with [`SHOT_PNG`] (64x48, one colour): as
 //! the screenshot, or as the poster of a recording whose file is a few bytes
 //! that are not a video ([`FAKE_VIDEO`]), `seconds` long.
@@ -97,6 +100,7 @@ async fn answer(incoming: Incoming, info: BoxInfo, power: watch::Receiver<Power>
     let body = match incoming.target() {
         "exec" | "logs" => return hold(incoming, power).await,
         "shot" => return shot(incoming).await,
+        target if target.starts_with("port:") => return port(incoming, power).await,
         "info" => serde_json::to_vec(&info),
         "health" => serde_json::to_vec(&Health {
             uptime_s: 1.0,
@@ -143,6 +147,28 @@ async fn hold(incoming: Incoming, mut power: watch::Receiver<Power>) {
         let _ = power
             .wait_for(|p| !matches!(p, Power::Running { .. }))
             .await;
+    }
+}
+
+/// A `port:<n>` stream: a connection to port `n` on the test machine's
+/// loopback (the fake box's "loopback"), refused with 502 when nothing
+/// listens there, like boxd's; bytes pass both ways while the domain runs.
+async fn port(incoming: Incoming, mut power: watch::Receiver<Power>) {
+    let port = match psbx_wire::boxd::Service::parse(incoming.target()) {
+        Some(psbx_wire::boxd::Service::Port(port)) => port,
+        _ => 0,
+    };
+    let Ok(mut upstream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        incoming.refuse(
+            psbx_wire::frame::code::BAD_GATEWAY,
+            &format!("nothing listens on port {port}"),
+        );
+        return;
+    };
+    let mut stream = incoming.accept();
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut stream, &mut upstream) => {}
+        _ = power.wait_for(|p| !matches!(p, Power::Running { .. })) => {}
     }
 }
 
