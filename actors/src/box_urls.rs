@@ -2,11 +2,22 @@
 //!
 //! * The label is the box id with its `_` written `-` (host names have no
 //!   underscore), then the box's key, then optionally a port in the box.
-//! * The key is 25 base-36 characters: 128 bits of HMAC-SHA256 of the box id
-//!   under the master key ([`Vault::derive`]). Every replica derives the same
-//!   key without storing it, and checking a key costs the same whether the box
-//!   exists or not: no database read comes before the key is right, so a wrong
-//!   key and an unknown box cannot be told apart, by answer or by time.
+//! * The key is 25 base-36 characters (129 random bits), made for the box
+//!   when it is started (or claimed from the pool) and whenever its owner
+//!   rotates it (`POST /v1/boxes/{id}/url-key`). The database keeps its
+//!   SHA-256 (what a request's key is checked against, in constant time)
+//!   and a copy sealed by the master key (to show the box's URLs to its
+//!   owner): a read of the database alone gives no key. This server keeps
+//!   the keys of the boxes that are not over in memory ([`BoxUrls::load`] at
+//!   start-up, [`BoxUrls::remember`] on each new key), so checking a key
+//!   reads nothing: no database read comes before the key is right, and a
+//!   wrong key and an unknown box get the same answer.
+//! * A box without a stored key (started before keys were stored) keeps the
+//!   key derived from its id: 128 bits of HMAC-SHA256 under the master key
+//!   ([`Vault::derive`]), until its key is rotated. Such a key is taken only
+//!   once the database confirms the box still has no stored key
+//!   ([`Admitted::Derived`]), so a box whose key was rotated elsewhere is not
+//!   opened by its old derived key.
 //! * The bare URL serves the first declared service (its `targetPort`, else
 //!   its `port`), or port [`DEFAULT_PORT`] when none is declared;
 //!   `-<port>` serves that port: a declared service's `port` leads to its
@@ -17,8 +28,10 @@
 use crate::ids::BoxId;
 use crate::secrets::vault::Vault;
 use crate::spec::ServiceSpec;
-use crate::store::BoxRecord;
+use crate::store::{BoxRecord, StoredUrlKey};
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
@@ -47,6 +60,33 @@ pub struct BoxUrls {
     /// The listener's port when it is not the scheme's default.
     port: Option<u16>,
     vault: Arc<Vault>,
+    /// The stored keys this server knows (boxes that are not over).
+    keys: Arc<Mutex<HashMap<BoxId, KnownKey>>>,
+}
+
+/// A box's stored key, as this server keeps it.
+struct KnownKey {
+    key: String,
+    hash: [u8; 32],
+}
+
+/// Whether a box URL's key is its box's, and how it was told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admitted {
+    /// Not the box's key.
+    No,
+    /// The box's stored (random) key.
+    Stored,
+    /// The key derived from the box's id: good only while the box has no
+    /// stored key, which the caller checks in the database.
+    Derived,
+}
+
+/// A new random key for a box: the key (shown in its URLs, never stored
+/// in the clear) and what the database keeps of it.
+pub struct NewKey {
+    pub key: String,
+    pub stored: StoredUrlKey,
 }
 
 /// A box's URLs: the bare one, and one per declared service with a port
@@ -81,11 +121,97 @@ impl BoxUrls {
             scheme,
             domain: box_domain.trim_matches('.').to_ascii_lowercase(),
             vault,
+            keys: Arc::default(),
         }
     }
 
-    /// The box's key.
+    /// The key of a box: its stored one when this server knows it, else the
+    /// one derived from its id.
     fn key(&self, id: &BoxId) -> String {
+        if let Some(known) = self.known().get(id) {
+            return known.key.clone();
+        }
+        self.derived_key(id)
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<BoxId, KnownKey>> {
+        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What a box's key is sealed for.
+    fn owner(id: &BoxId) -> String {
+        format!("box url key {id}")
+    }
+
+    /// A new random key for box `id`, sealed by the master key.
+    pub fn new_key(&self, id: &BoxId) -> Result<NewKey, String> {
+        let key = crate::ids::random_token(KEY_LEN)
+            .map_err(|e| format!("no randomness for a box URL key: {e}"))?;
+        let sealed = self
+            .vault
+            .seal(&Self::owner(id), key.as_bytes())
+            .map_err(|e| format!("cannot seal a box URL key: {e}"))?;
+        let mut bytes = sealed.nonce.to_vec();
+        bytes.extend_from_slice(&sealed.ciphertext);
+        Ok(NewKey {
+            stored: StoredUrlKey {
+                hash: Sha256::digest(key.as_bytes()).to_vec(),
+                sealed: bytes,
+            },
+            key,
+        })
+    }
+
+    /// Takes `key` as box `id`'s from now on (the database has it).
+    pub fn remember(&self, id: &BoxId, key: &str) {
+        let hash = Sha256::digest(key.as_bytes()).into();
+        self.known().insert(
+            id.clone(),
+            KnownKey {
+                key: key.to_owned(),
+                hash,
+            },
+        );
+    }
+
+    /// Forgets the key of a box that is over.
+    pub fn forget(&self, id: &BoxId) {
+        self.known().remove(id);
+    }
+
+    /// Takes the stored keys read from the database (at start-up); a key
+    /// the master key cannot open is skipped (its box gets the constant
+    /// 404 until its key is rotated) and counted in the answer.
+    pub fn load(&self, rows: Vec<(BoxId, StoredUrlKey)>) -> usize {
+        let mut unreadable = 0;
+        for (id, stored) in rows {
+            let (nonce, ciphertext) = stored.sealed.split_at(stored.sealed.len().min(12));
+            let key = self
+                .vault
+                .open(&Self::owner(&id), nonce, ciphertext)
+                .ok()
+                .and_then(|plain| String::from_utf8(plain).ok())
+                .filter(|key| Sha256::digest(key.as_bytes()).as_slice() == stored.hash);
+            match key {
+                Some(key) => self.remember(&id, &key),
+                None => {
+                    unreadable += 1;
+                    // Known, so the derived key is not taken; no key matches.
+                    self.known().insert(
+                        id,
+                        KnownKey {
+                            key: String::new(),
+                            hash: stored.hash.try_into().unwrap_or([0; 32]),
+                        },
+                    );
+                }
+            }
+        }
+        unreadable
+    }
+
+    /// The key derived from the box's id (boxes without a stored key).
+    fn derived_key(&self, id: &BoxId) -> String {
         let mac = self.vault.derive(PURPOSE, id.as_str().as_bytes());
         let mut n = u128::from_be_bytes(mac[..16].try_into().unwrap_or([0; 16]));
         let mut key = [b'0'; KEY_LEN];
@@ -168,11 +294,173 @@ impl BoxUrls {
     }
 
     /// Whether the address carries its box's key, compared in constant time.
+    /// A derived key is taken without asking the database (for recognising
+    /// a box's own URL; serving one goes through [`BoxUrls::check`]).
     pub fn admits(&self, address: &BoxAddress) -> bool {
-        self.key(&address.id)
-            .as_bytes()
-            .ct_eq(address.key.as_bytes())
-            .into()
+        self.check(address) != Admitted::No
+    }
+
+    /// Whether the address carries its box's key, and which: its stored key
+    /// (SHA-256 compared in constant time) or, for a box this server knows
+    /// no stored key of, the derived one (compared in constant time).
+    pub fn check(&self, address: &BoxAddress) -> Admitted {
+        let stored = self.known().get(&address.id).map(|k| k.hash);
+        match stored {
+            Some(hash) => {
+                let given: [u8; 32] = Sha256::digest(address.key.as_bytes()).into();
+                if bool::from(given.ct_eq(&hash)) {
+                    Admitted::Stored
+                } else {
+                    Admitted::No
+                }
+            }
+            None => {
+                let derived = self.derived_key(&address.id);
+                if bool::from(derived.as_bytes().ct_eq(address.key.as_bytes())) {
+                    Admitted::Derived
+                } else {
+                    Admitted::No
+                }
+            }
+        }
+    }
+}
+
+/// The most box-URL requests one box and one client may have open at once
+/// ([`Slots`]), and how long a request's body or a WebSocket may go quiet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UrlLimits {
+    /// `port:` streams of one box's channel taken by box-URL requests; the
+    /// rest of the channel's streams stay for exec, shots, DNS and the
+    /// environment.
+    pub per_box: usize,
+    /// Requests of one client address (an IPv6 client counts per /64) to
+    /// one box.
+    pub per_client: usize,
+    /// A request body that sends nothing for this long is cut.
+    pub body_idle: Duration,
+    /// An upgraded connection (a WebSocket) with no byte either way for this
+    /// long is closed.
+    pub websocket_idle: Duration,
+}
+
+impl Default for UrlLimits {
+    fn default() -> Self {
+        Self {
+            per_box: 128,
+            per_client: 64,
+            body_idle: Duration::from_secs(60),
+            websocket_idle: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Which limit a request met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crowded {
+    /// The box has [`UrlLimits::per_box`] requests open.
+    Box(usize),
+    /// This client has [`UrlLimits::per_client`] requests to the box open.
+    Client(usize),
+}
+
+/// The box-URL requests open now, per box and per client of each box
+/// (behind a mutex held for a few map operations, never across an await).
+#[derive(Default)]
+pub struct Slots {
+    limits: UrlLimits,
+    open: Mutex<HashMap<BoxId, BoxSlots>>,
+}
+
+#[derive(Default)]
+struct BoxSlots {
+    total: usize,
+    clients: HashMap<IpAddr, usize>,
+}
+
+/// One open box-URL request; its place is given back when dropped.
+pub struct Slot {
+    slots: Arc<Slots>,
+    id: BoxId,
+    client: IpAddr,
+}
+
+impl Slots {
+    pub fn new(limits: UrlLimits) -> Self {
+        Self {
+            limits,
+            open: Mutex::default(),
+        }
+    }
+
+    pub fn limits(&self) -> UrlLimits {
+        self.limits
+    }
+
+    /// A place for one more request of `client` to box `id`, unless that
+    /// would pass a limit.
+    pub fn take(self: &Arc<Self>, id: &BoxId, client: IpAddr) -> Result<Slot, Crowded> {
+        let client = client_key(client);
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let of_box = open.entry(id.clone()).or_default();
+        if of_box.total >= self.limits.per_box {
+            return Err(Crowded::Box(self.limits.per_box));
+        }
+        let of_client = of_box.clients.entry(client).or_default();
+        if *of_client >= self.limits.per_client {
+            return Err(Crowded::Client(self.limits.per_client));
+        }
+        *of_client += 1;
+        of_box.total += 1;
+        Ok(Slot {
+            slots: self.clone(),
+            id: id.clone(),
+            client,
+        })
+    }
+
+    /// Requests open to box `id` now.
+    pub fn open_to(&self, id: &BoxId) -> usize {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.get(id).map_or(0, |b| b.total)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self
+            .slots
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(of_box) = open.get_mut(&self.id) else {
+            return;
+        };
+        of_box.total = of_box.total.saturating_sub(1);
+        if let Some(n) = of_box.clients.get_mut(&self.client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                of_box.clients.remove(&self.client);
+            }
+        }
+        if of_box.total == 0 {
+            open.remove(&self.id);
+        }
+    }
+}
+
+/// The address a client is counted under: an IPv4 address, or the /64 of an
+/// IPv6 one (a single host commonly has a whole /64).
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(bits.into())
+            }
+        },
     }
 }
 
@@ -181,20 +469,33 @@ impl BoxUrls {
 /// is a map read, nothing waits on anything slow under the lock).
 #[derive(Default)]
 pub struct Recent {
-    boxes: Mutex<HashMap<BoxId, (Instant, BoxRecord)>>,
+    boxes: Mutex<HashMap<BoxId, (Instant, Found)>>,
+}
+
+/// A box as a box URL found it: its record, and whether it has a stored key.
+#[derive(Clone)]
+pub struct Found {
+    pub record: BoxRecord,
+    pub stored_key: bool,
 }
 
 impl Recent {
+    /// Forgets box `id` (its key changed).
+    pub fn drop_box(&self, id: &BoxId) {
+        let mut boxes = self.boxes.lock().unwrap_or_else(PoisonError::into_inner);
+        boxes.remove(id);
+    }
+
     /// The box, if it was found within [`URL_BOXES_FOR`].
-    pub fn get(&self, id: &BoxId) -> Option<BoxRecord> {
+    pub fn get(&self, id: &BoxId) -> Option<Found> {
         let boxes = self.boxes.lock().unwrap_or_else(PoisonError::into_inner);
         boxes
             .get(id)
             .filter(|(at, _)| at.elapsed() < URL_BOXES_FOR)
-            .map(|(_, record)| record.clone())
+            .map(|(_, found)| found.clone())
     }
 
-    pub fn put(&self, record: BoxRecord) {
+    pub fn put(&self, found: Found) {
         let mut boxes = self.boxes.lock().unwrap_or_else(PoisonError::into_inner);
         if boxes.len() >= MAX_REMEMBERED {
             boxes.retain(|_, (at, _)| at.elapsed() < URL_BOXES_FOR);
@@ -202,7 +503,7 @@ impl Recent {
                 boxes.clear();
             }
         }
-        boxes.insert(record.id.clone(), (Instant::now(), record));
+        boxes.insert(found.record.id.clone(), (Instant::now(), found));
     }
 }
 

@@ -8,7 +8,7 @@ use crate::box_actor::state::BoxState;
 use crate::box_actor::{
     BoxSnapshot, Channel, Forget, Keep, PING_TIMEOUT, Rewire, Status, Stop, Touch, WOKEN_PATIENCE,
 };
-use crate::box_urls::{BoxAddress, BoxUrls};
+use crate::box_urls::{Admitted, BoxAddress, BoxUrls, Crowded, Found, Slot, Slots, UrlLimits};
 use crate::duration;
 use crate::environments::Environments;
 use crate::environments::claim::{EnvironmentClaim, seal_mask};
@@ -71,12 +71,43 @@ pub struct Boxes {
     urls: Option<BoxUrls>,
     /// The boxes box URLs found lately.
     url_boxes: crate::box_urls::Recent,
+    /// The box-URL requests open now, and their limits.
+    url_slots: Arc<Slots>,
 }
 
-/// While held, the box counts as active (a box URL's open request or
-/// WebSocket, a terminal): the box does not freeze under it.
+/// While held, the box counts as active (a terminal, a command waited on):
+/// the box does not freeze under it. A box URL's guard
+/// ([`Boxes::open_port`]) counts only while its connection has traffic.
 pub struct Awake {
     _stop: tokio::sync::oneshot::Sender<()>,
+    traffic: Option<Traffic>,
+    /// The box-URL request's place among the box's ([`Slots`]).
+    _slot: Option<Slot>,
+}
+
+/// Marks a box URL's connection as having had traffic: its [`Awake`]
+/// touches the box at its next keepalive tick only if it did.
+#[derive(Clone)]
+pub struct Traffic(Arc<std::sync::atomic::AtomicBool>);
+
+impl Traffic {
+    /// Bytes went one way or the other.
+    pub fn saw(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether bytes went since the last call.
+    fn take(&self) -> bool {
+        self.0.swap(false, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Awake {
+    /// The traffic marker of a box URL's guard (`None` for the others,
+    /// which count as long as they are held).
+    pub fn traffic(&self) -> Option<Traffic> {
+        self.traffic.clone()
+    }
 }
 
 impl Boxes {
@@ -98,13 +129,82 @@ impl Boxes {
             takeover_ttl: DEFAULT_LINK_TTL,
             urls: None,
             url_boxes: crate::box_urls::Recent::default(),
+            url_slots: Arc::new(Slots::new(UrlLimits::default())),
         }
     }
 
-    /// Gives the boxes URLs (`url` in their snapshots, and the box URL proxy).
+    /// Gives the boxes URLs (`url` in their snapshots, and the box URL proxy),
+    /// with the stored keys of the boxes that are not over (a blocking read:
+    /// at start-up). A failed read is logged: those boxes' URLs answer the
+    /// constant 404 until the server restarts or their keys are rotated.
     pub fn with_urls(mut self, urls: BoxUrls) -> Self {
+        match self.store.live_url_keys() {
+            Ok(rows) => {
+                let unreadable = urls.load(rows);
+                if unreadable > 0 {
+                    tracing::warn!(
+                        boxes = unreadable,
+                        "box URL keys the master key cannot open: those boxes' URLs answer 404 \
+                         until their keys are rotated (POST /v1/boxes/{{id}}/url-key)"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading the boxes' URL keys"),
+        }
         self.urls = Some(urls);
         self
+    }
+
+    /// Sets the limits of box-URL requests per box and per client.
+    pub fn with_url_limits(mut self, limits: UrlLimits) -> Self {
+        self.url_slots = Arc::new(Slots::new(limits));
+        self
+    }
+
+    /// The limits of box-URL requests.
+    pub fn url_limits(&self) -> UrlLimits {
+        self.url_slots.limits()
+    }
+
+    /// A place for one more box-URL request of `client` to box `id`, unless
+    /// the box or the client has as many open as allowed.
+    pub fn url_slot(&self, id: &BoxId, client: std::net::IpAddr) -> Result<Slot, Crowded> {
+        self.url_slots.take(id, client)
+    }
+
+    /// Gives box `id` a new random URL key (stored hashed and sealed, then
+    /// taken by this server); its former key stops working.
+    async fn new_url_key(&self, id: &BoxId) -> Result<(), BoxError> {
+        let Some(urls) = &self.urls else {
+            return Ok(());
+        };
+        let new = urls.new_key(id).map_err(BoxError::Internal)?;
+        let (store, box_id, stored) = (self.store.clone(), id.clone(), new.stored.clone());
+        blocking(move || store.set_url_key(&box_id, &stored)).await?;
+        urls.remember(id, &new.key);
+        self.url_boxes.drop_box(id);
+        Ok(())
+    }
+
+    /// Rotates the URL key of the account's live box: its URLs change, and
+    /// the old ones answer the constant 404 (requests open now go on to
+    /// their end). Answers the box with its new URLs.
+    pub async fn rotate_url_key(
+        &self,
+        account: &AccountId,
+        id: &str,
+    ) -> Result<BoxSnapshot, BoxError> {
+        if self.urls.is_none() {
+            return Err(BoxError::NoHost(
+                "this server gives boxes no URLs".to_owned(),
+            ));
+        }
+        let record = match self.actor(account, id).await? {
+            Err(record) => return Err(over(&record)),
+            Ok(_) => self.record(account, id).await?,
+        };
+        self.new_url_key(&record.id).await?;
+        self.get(account, id, false).await
     }
 
     pub fn urls(&self) -> Option<&BoxUrls> {
@@ -126,30 +226,51 @@ impl Boxes {
     /// A box found is remembered for [`URL_BOXES_FOR`]: a box stopped
     /// meanwhile is refused by its actor ([`Boxes::open_port`]).
     pub async fn for_url(&self, address: &BoxAddress) -> Result<Option<BoxRecord>, BoxError> {
-        if !self.urls.as_ref().is_some_and(|u| u.admits(address)) {
+        let Some(urls) = &self.urls else {
+            return Ok(None);
+        };
+        let admitted = urls.check(address);
+        if admitted == Admitted::No {
             return Ok(None);
         }
-        if let Some(record) = self.url_boxes.get(&address.id) {
-            return Ok(Some(record));
+        let found = match self.url_boxes.get(&address.id) {
+            Some(found) => found,
+            None => {
+                let (store, id) = (self.store.clone(), address.id.clone());
+                let (record, stored_key) = blocking(move || {
+                    let record = store.box_by_id(&id)?;
+                    let stored = store.url_key(&id)?.is_some();
+                    Ok::<_, BoxError>((record, stored))
+                })
+                .await?;
+                let Some(record) =
+                    record.filter(|r| r.account_id.is_some() && !r.state.is_terminal())
+                else {
+                    urls.forget(&address.id);
+                    return Ok(None);
+                };
+                let found = Found { record, stored_key };
+                self.url_boxes.put(found.clone());
+                found
+            }
+        };
+        // A derived key is the box's only while it has no stored one.
+        if admitted == Admitted::Derived && found.stored_key {
+            return Ok(None);
         }
-        let (store, id) = (self.store.clone(), address.id.clone());
-        let record = blocking(move || store.box_by_id(&id))
-            .await?
-            .filter(|r| r.account_id.is_some() && !r.state.is_terminal());
-        if let Some(record) = &record {
-            self.url_boxes.put(record.clone());
-        }
-        Ok(record)
+        Ok(Some(found.record))
     }
 
     /// A byte pipe to `port` on the loopback of a box [`Boxes::for_url`]
     /// found, thawing it first (this counts as activity), and a guard that
-    /// keeps the box awake while it is held. boxd refuses with 502 when
-    /// nothing listens there. The box's actor says whether it is still live.
+    /// keeps the box awake while its connection has traffic ([`Traffic`])
+    /// and holds the request's `slot`. boxd refuses with 502 when nothing
+    /// listens there. The box's actor says whether it is still live.
     pub async fn open_port(
         &self,
         record: &BoxRecord,
         port: u16,
+        slot: Slot,
     ) -> Result<(Stream, Awake), BoxError> {
         let gone = || BoxError::NotFound(record.id.to_string());
         let addr = self.host()?.shared.actor(&record.id).ok_or_else(gone)?;
@@ -161,22 +282,45 @@ impl Boxes {
             .await,
         )??;
         let stream = link.open(Service::Port(port), SERVICE).await?;
-        Ok((stream, self.awake(addr)))
+        let traffic = Traffic(Arc::default());
+        let mut awake = self.awake_while(addr, Some(traffic));
+        awake._slot = Some(slot);
+        Ok((stream, awake))
     }
 
     /// Touches the box every keepalive period until the guard is dropped.
     pub fn awake(&self, addr: actix::Addr<crate::box_actor::BoxActor>) -> Awake {
+        self.awake_while(addr, None)
+    }
+
+    /// Touches the box every keepalive period until the guard is dropped;
+    /// with `traffic`, only at the ticks after which the connection had some
+    /// (a connection without traffic stops counting within one period).
+    fn awake_while(
+        &self,
+        addr: actix::Addr<crate::box_actor::BoxActor>,
+        traffic: Option<Traffic>,
+    ) -> Awake {
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let mut keepalive = self.keepalive();
+        let marker = traffic.clone();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
-                    _ = keepalive.tick() => addr.do_send(Touch),
+                    _ = keepalive.tick() => {
+                        if marker.as_ref().is_none_or(Traffic::take) {
+                            addr.do_send(Touch);
+                        }
+                    }
                     _ = &mut stopped => return,
                 }
             }
         });
-        Awake { _stop: stop }
+        Awake {
+            _stop: stop,
+            traffic,
+            _slot: None,
+        }
     }
 
     /// What a box started in environment `name` takes with it; the summary
@@ -327,6 +471,12 @@ impl Boxes {
             })
             .await
             .map_err(|e| BoxError::Gone("host supervisor", e))??;
+        // Its URL key, before anyone is shown its URLs. Without one (a
+        // failed write) the box keeps the key derived from its id.
+        if let Err(e) = self.new_url_key(&made.record.id).await {
+            tracing::warn!(box_id = %made.record.id, error = %e,
+                "storing a box's URL key; it keeps the key derived from its id");
+        }
         // Read it back through its actor: the answer carries boxd's health.
         let snapshot = match host.shared.actor(&made.record.id) {
             Some(addr) => send(

@@ -141,6 +141,7 @@ impl AppState {
         };
         let environments = Environments::new(store.clone(), secrets.vault(), hub, &url);
         let urls = psbx_actors::box_urls::BoxUrls::new(&url, &config.box_domain, secrets.vault());
+        crate::box_urls::warn_if_shared_site(&config.box_domain);
         let boxes = Arc::new(
             Boxes::new(
                 store.clone(),
@@ -150,7 +151,8 @@ impl AppState {
                 environments.clone(),
             )
             .with_takeover_ttl(config.takeover.link_ttl()?)
-            .with_urls(urls),
+            .with_urls(urls)
+            .with_url_limits(config.box_urls.limits()?),
         );
         let info = ServerInfo {
             public_url: url.clone(),

@@ -79,6 +79,87 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub connectors: ConnectorsConfig,
     pub takeover: TakeoverConfig,
+    pub box_urls: BoxUrlsConfig,
+}
+
+/// What box URLs may hold of a box (`server::box_urls`): past a cap a
+/// request is answered 503 at once, and quiet connections are cut, so that
+/// whoever holds a box URL cannot take the box's channel from its owner.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BoxUrlsConfig {
+    /// Box-URL requests (and WebSockets) open at once to one box (1 to 192:
+    /// the box's channel carries 256 streams, the rest stay for exec, shots,
+    /// DNS and the environment).
+    pub max_requests_per_box: usize,
+    /// Of those, from one client address (an IPv6 client counts per /64).
+    pub max_requests_per_client: usize,
+    /// A request body that sends nothing for this long is cut (`"60s"`; 1s
+    /// to 1h).
+    pub body_idle_timeout: String,
+    /// A WebSocket (any upgraded connection) with no byte either way for
+    /// this long is closed (`"10m"`; 1s to 24h).
+    pub websocket_idle_timeout: String,
+}
+
+impl Default for BoxUrlsConfig {
+    fn default() -> Self {
+        let limits = psbx_actors::box_urls::UrlLimits::default();
+        Self {
+            max_requests_per_box: limits.per_box,
+            max_requests_per_client: limits.per_client,
+            body_idle_timeout: "60s".to_owned(),
+            websocket_idle_timeout: "10m".to_owned(),
+        }
+    }
+}
+
+impl BoxUrlsConfig {
+    /// The limits, checked.
+    pub fn limits(&self) -> Result<psbx_actors::box_urls::UrlLimits, ConfigError> {
+        if !(1..=192).contains(&self.max_requests_per_box) {
+            return Err(ConfigError::Invalid(format!(
+                "box_urls.max_requests_per_box {} must be between 1 and 192",
+                self.max_requests_per_box
+            )));
+        }
+        if !(1..=self.max_requests_per_box).contains(&self.max_requests_per_client) {
+            return Err(ConfigError::Invalid(format!(
+                "box_urls.max_requests_per_client {} must be between 1 and \
+                 box_urls.max_requests_per_box ({})",
+                self.max_requests_per_client, self.max_requests_per_box
+            )));
+        }
+        Ok(psbx_actors::box_urls::UrlLimits {
+            per_box: self.max_requests_per_box,
+            per_client: self.max_requests_per_client,
+            body_idle: Self::timeout("body_idle_timeout", &self.body_idle_timeout, 3600, "1h")?,
+            websocket_idle: Self::timeout(
+                "websocket_idle_timeout",
+                &self.websocket_idle_timeout,
+                24 * 3600,
+                "24h",
+            )?,
+        })
+    }
+
+    /// Timeout `name` (`value`), between 1 s and `max_s` (`max`).
+    fn timeout(
+        name: &str,
+        value: &str,
+        max_s: u64,
+        max: &str,
+    ) -> Result<std::time::Duration, ConfigError> {
+        let d = psbx_actors::duration::parse(value)
+            .map_err(|e| ConfigError::Invalid(format!("box_urls.{name}: {e}")))?;
+        if !(std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(max_s)).contains(&d)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "box_urls.{name} {value:?} must be between 1s and {max}"
+            )));
+        }
+        Ok(d)
+    }
 }
 
 /// Takeover links (`POST /v1/boxes/{id}/takeover`): one-time links to a web
@@ -629,6 +710,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             connectors: ConnectorsConfig::default(),
             takeover: TakeoverConfig::default(),
+            box_urls: BoxUrlsConfig::default(),
         }
     }
 }
@@ -733,6 +815,7 @@ impl Config {
         }
         self.boxes.settings(self.shared_dir())?;
         self.takeover.link_ttl()?;
+        self.box_urls.limits()?;
         crate::client_addr::TrustedProxies::parse(&self.trusted_proxies)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if self.database_pool_size == 0 {

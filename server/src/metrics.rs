@@ -13,6 +13,9 @@ use prometheus::{
 use psbx_actors::store::PoolUse;
 use std::time::Instant;
 
+/// What the log says for the path of a box URL's request.
+pub const BOX_URL_PATH: &str = "[box URL]";
+
 pub struct Metrics {
     registry: Registry,
     requests: IntCounterVec,
@@ -79,14 +82,20 @@ impl Metrics {
 
 /// Counts, times and logs every request. Routes are labelled by their pattern
 /// (`/v1/api-keys/{id}`), never the raw path, so label values stay few; the log
-/// line carries the path without its query string (which may hold codes).
+/// line carries the path without its query string (which may hold codes). A
+/// box URL's request line carries `[box URL]` instead of its path: the paths
+/// of a box's app are its own (a reset link's token, say), not psbx's log's.
 pub async fn track(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let metrics = req.app_data::<web::Data<Metrics>>().cloned();
     let method = req.method().to_string();
-    let path = crate::request_span::loggable_path(req.path()).into_owned();
+    let path = if crate::box_urls::is_box_request(&req) {
+        BOX_URL_PATH.to_owned()
+    } else {
+        crate::request_span::loggable_path(req.path()).into_owned()
+    };
     let started = Instant::now();
     let result = next.call(req).await;
     let elapsed = started.elapsed();

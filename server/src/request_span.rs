@@ -3,7 +3,8 @@
 //! (`/v1/uploads/<token>`), sign-in link (`/oauth/login/<token>`) or
 //! takeover link (`/takeover/<token>`, `/takeover/<token>/ws`) is the
 //! whole credential of that URL, so the logged path (here and in the request
-//! log line, [`loggable_path`]) carries `[redacted]` in its place.
+//! log line, [`loggable_path`]) carries `[redacted]` in its place. A box
+//! URL's path is not logged at all (the box app's paths are its own).
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -36,6 +37,16 @@ pub fn loggable_path(path: &str) -> Cow<'_, str> {
     Cow::Borrowed(path)
 }
 
+/// The path of a request as the span logs it: a box URL's not at all
+/// (`crate::metrics::BOX_URL_PATH`).
+fn target_of(request: &ServiceRequest) -> Cow<'_, str> {
+    if crate::box_urls::is_box_request(request) {
+        Cow::Borrowed(crate::metrics::BOX_URL_PATH)
+    } else {
+        loggable_path(request.path())
+    }
+}
+
 pub struct RedactedSpan;
 
 impl RootSpanBuilder for RedactedSpan {
@@ -46,7 +57,7 @@ impl RootSpanBuilder for RedactedSpan {
             "HTTP request",
             http.method = %request.method(),
             http.route = %route,
-            http.target = %loggable_path(request.path()),
+            http.target = %target_of(request),
             request_id = request_id.map(tracing::field::display),
             http.status_code = Empty,
             otel.status_code = Empty,

@@ -24,6 +24,7 @@ mod shots;
 mod sign_in;
 mod takeover;
 mod uploads;
+mod url_keys;
 
 pub use accounts::{Account, Bootstrap};
 pub use api_keys::{ApiKey, Credential, KeyPage, NewApiKey, Principal};
@@ -47,6 +48,7 @@ pub use shots::ShotRow;
 pub use sign_in::{ARGON2_SLOTS, Argon2Slots, LOGIN_LINK_TTL, MIN_PASSWORD_LEN, SESSION_TTL};
 pub use takeover::{LinkState, NewTakeoverLink, TAKEOVER_TOKEN_PREFIX};
 pub use uploads::{UploadClaim, UploadTarget, UploadToken};
+pub use url_keys::StoredUrlKey;
 
 use diesel::pg::PgConnection;
 use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};

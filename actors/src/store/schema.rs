@@ -336,6 +336,18 @@ diesel::allow_tables_to_appear_in_same_query!(reviews, shots, review_items);
 diesel::allow_tables_to_appear_in_same_query!(boxes, shots);
 
 diesel::table! {
+    box_url_keys (box_id) {
+        box_id -> Text,
+        key_hash -> Bytea,
+        key_sealed -> Bytea,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::joinable!(box_url_keys -> boxes (box_id));
+diesel::allow_tables_to_appear_in_same_query!(boxes, box_url_keys);
+
+diesel::table! {
     oidc_keys (kid) {
         kid -> Text,
         public_jwk -> Jsonb,

@@ -2,7 +2,16 @@
 //! channel as HTTP/1.1 (hyper's client connection on the stream), and its
 //! answer streamed back: bodies are never held whole (flow control of the
 //! wire stream and of the client's connection sets the pace), `101 Switching
-//! Protocols` turns both into a byte pipe (WebSocket and other upgrades).
+//! Protocols` turns both into a byte pipe (WebSocket and other upgrades),
+//! but only when the client asked for that very upgrade: any other `101` is
+//! a bad answer (502), so that a box cannot turn a plain request into a
+//! tunnel through a front proxy.
+//!
+//! Quiet connections do not hold the box's channel: a request body that
+//! sends nothing for `box_urls.body_idle_timeout` is cut (408), an upgraded
+//! connection with no byte either way for `box_urls.websocket_idle_timeout`
+//! is closed, and the box counts the connection as activity only while
+//! bytes flow ([`Traffic`]).
 //!
 //! Headers pass as they are except the hop-by-hop ones (RFC 9110 §7.6.1:
 //! `Connection` and what it names, `Keep-Alive`, `TE`, `Trailer`,
@@ -11,6 +20,12 @@
 //! appended to the list a trusted proxy sent), `X-Forwarded-Proto` and
 //! `X-Forwarded-Host`. A request over HTTP/2 gets the `Host` its
 //! `:authority` names.
+//!
+//! The box's `Set-Cookie` headers lose their `Domain` attribute
+//! ([`without_domain`]): a cookie a box sets is its host's only, never
+//! every box's under the box domain (scripts in the page can still set one;
+//! README "Box URLs"). Hand-written rather than the `cookie` crate's
+//! parse-and-print, which would drop attributes it does not know.
 
 use super::pages;
 use actix_web::http::header::{self as actix_header, HeaderMap as ActixHeaders};
@@ -20,10 +35,15 @@ use futures_util::StreamExt;
 use http_body_util::{BodyExt, Either, Empty, StreamBody};
 use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
-use psbx_actors::boxes::Awake;
+use psbx_actors::box_urls::UrlLimits;
+use psbx_actors::boxes::{Awake, Traffic};
 use psbx_wire::mux::Stream;
+use std::cell::Cell;
 use std::net::IpAddr;
+use std::rc::Rc;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 
 /// Headers that end at each hop.
 const HOP_BY_HOP: &[&str] = &[
@@ -66,17 +86,20 @@ type RequestBody = Either<Empty<Bytes>, StreamBody<LocalBody>>;
 pub async fn forward(
     req: &HttpRequest,
     payload: web::Payload,
-    stream: Stream,
-    awake: Awake,
+    (stream, awake): (Stream, Awake),
     who: &Forwarding,
     target: &Target<'_>,
+    limits: &UrlLimits,
 ) -> HttpResponse {
     let upgrade = upgrade_of(req.headers());
+    let traffic = awake.traffic();
+    let stalled = Rc::new(Cell::new(false));
     let (body, payload): (RequestBody, Option<web::Payload>) =
         if upgrade.is_some() || !has_body(req) {
             (Either::Left(Empty::new()), Some(payload))
         } else {
-            (Either::Right(StreamBody::new(body_of(payload))), None)
+            let body = body_of(payload, limits.body_idle, traffic.clone(), stalled.clone());
+            (Either::Right(StreamBody::new(body)), None)
         };
     let request = match request_of(req, body, upgrade.as_deref(), who) {
         Ok(request) => request,
@@ -97,6 +120,7 @@ pub async fn forward(
     });
     let mut response = match sender.send_request(request).await {
         Ok(response) => response,
+        Err(_) if stalled.get() => return pages::body_stalled(limits.body_idle),
         Err(e) => {
             tracing::debug!(error = %e, box_id = target.box_id, port = target.port,
                 "the box's program gave no HTTP answer");
@@ -113,15 +137,31 @@ pub async fn forward(
         if ends_here(lower, &named) {
             continue;
         }
+        let value = if name == hyper::header::SET_COOKIE {
+            without_domain(value.as_bytes())
+        } else {
+            value.as_bytes().to_vec()
+        };
         if let (Ok(name), Ok(value)) = (
             actix_header::HeaderName::from_bytes(name.as_ref()),
-            actix_header::HeaderValue::from_bytes(value.as_bytes()),
+            actix_header::HeaderValue::from_bytes(&value),
         ) {
             builder.append_header((name, value));
         }
     }
     if switching {
-        let (Some(protocol), Some(payload)) = (upgrade_value(response.headers()), payload) else {
+        // Only the upgrade the client asked for, to the protocol it named.
+        let protocol = upgrade_value(response.headers()).filter(|p| {
+            upgrade
+                .as_deref()
+                .is_some_and(|u| u.eq_ignore_ascii_case(p))
+        });
+        let (Some(protocol), Some(payload)) = (protocol, payload) else {
+            tracing::debug!(
+                box_id = target.box_id,
+                port = target.port,
+                "a 101 the client did not ask for"
+            );
             return pages::bad_answer(target.box_id, target.port);
         };
         let upgraded = match hyper::upgrade::on(&mut response).await {
@@ -129,7 +169,12 @@ pub async fn forward(
             Err(_) => return pages::bad_answer(target.box_id, target.port),
         };
         builder.upgrade(protocol);
-        return builder.streaming(pipe(TokioIo::new(upgraded), payload, awake));
+        return builder.streaming(pipe(
+            TokioIo::new(upgraded),
+            payload,
+            awake,
+            limits.websocket_idle,
+        ));
     }
     let length = response
         .headers()
@@ -143,7 +188,9 @@ pub async fn forward(
         return builder.body(actix_web::body::None::new());
     }
     let body = response.into_body().into_data_stream().map(move |chunk| {
-        let _awake = &awake;
+        if let Some(traffic) = awake.traffic() {
+            traffic.saw();
+        }
         chunk.map_err(|e| std::io::Error::other(e.to_string()))
     });
     if let Some(length) = length {
@@ -255,15 +302,59 @@ fn has_body(req: &HttpRequest) -> bool {
 
 /// The request's body as hyper reads it. The payload is not `Send`: the
 /// stream is polled on this worker's thread only, where hyper's connection
-/// task is spawned.
-fn body_of(payload: web::Payload) -> LocalBody {
-    payload
-        .map(|chunk| {
-            chunk
-                .map(Frame::data)
-                .map_err(|e| std::io::Error::other(e.to_string()))
-        })
-        .boxed_local()
+/// task is spawned. Nothing for `idle`: the body ends in an error (hyper
+/// drops the request) and `stalled` says why.
+fn body_of(
+    payload: web::Payload,
+    idle: Duration,
+    traffic: Option<Traffic>,
+    stalled: Rc<Cell<bool>>,
+) -> LocalBody {
+    futures_util::stream::unfold(Some(payload), move |payload| {
+        let (traffic, stalled) = (traffic.clone(), stalled.clone());
+        async move {
+            let mut payload = payload?;
+            match tokio::time::timeout(idle, payload.next()).await {
+                Ok(Some(Ok(chunk))) => {
+                    if let Some(traffic) = &traffic {
+                        traffic.saw();
+                    }
+                    Some((Ok(Frame::data(chunk)), Some(payload)))
+                }
+                Ok(Some(Err(e))) => Some((Err(std::io::Error::other(e.to_string())), None)),
+                Ok(None) => None,
+                Err(_) => {
+                    stalled.set(true);
+                    let e = std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the request's body sent nothing for too long",
+                    );
+                    Some((Err(e), None))
+                }
+            }
+        }
+    })
+    .boxed_local()
+}
+
+/// A `Set-Cookie` value without its `Domain` attribute(s): the cookie stays
+/// its host's. Everything else is kept as it was sent.
+fn without_domain(value: &[u8]) -> Vec<u8> {
+    let mut parts = value.split(|b| *b == b';');
+    let mut out = parts.next().unwrap_or_default().to_vec();
+    for attribute in parts {
+        let name = attribute
+            .split(|b| *b == b'=')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii();
+        if name.eq_ignore_ascii_case(b"domain") {
+            continue;
+        }
+        out.push(b';');
+        out.extend_from_slice(attribute);
+    }
+    out
 }
 
 /// The protocol a request asks to switch to (`Connection: upgrade` and
@@ -322,29 +413,60 @@ fn names_in<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
 
 /// An upgraded connection: the client's bytes (the request payload, which
 /// after an upgrade is the raw connection) go to the box, the box's bytes
-/// come back as the answer's body; the box stays awake while it lasts.
+/// come back as the answer's body; the box stays awake while bytes flow.
+/// With no byte either way for `idle`, both directions end.
 fn pipe(
     upgraded: TokioIo<hyper::upgrade::Upgraded>,
     mut payload: web::Payload,
     awake: Awake,
+    idle: Duration,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + 'static {
     let (from_box, mut to_box) = tokio::io::split(upgraded);
+    let last = Rc::new(Cell::new(Instant::now()));
+    let traffic = awake.traffic();
+    let seen = {
+        let last = last.clone();
+        move || {
+            last.set(Instant::now());
+            if let Some(traffic) = &traffic {
+                traffic.saw();
+            }
+        }
+    };
+    let (to_box_seen, to_box_last) = (seen.clone(), last.clone());
     actix_web::rt::spawn(async move {
-        while let Some(Ok(chunk)) = payload.next().await {
-            if to_box.write_all(&chunk).await.is_err() {
-                return;
+        loop {
+            match tokio::time::timeout_at(to_box_last.get() + idle, payload.next()).await {
+                Ok(Some(Ok(chunk))) => {
+                    to_box_seen();
+                    if to_box.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => break,
+                // Quiet this way; the other way may have had bytes meanwhile.
+                Err(_) if to_box_last.get() + idle > Instant::now() => {}
+                Err(_) => break,
             }
         }
         let _ = to_box.shutdown().await;
     });
-    futures_util::stream::unfold((from_box, awake), |(mut from_box, awake)| async move {
-        let mut buf = vec![0u8; UPGRADED_READ];
-        match from_box.read(&mut buf).await {
-            Ok(0) | Err(_) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(Bytes::from(buf)), (from_box, awake)))
+    futures_util::stream::unfold(
+        (from_box, awake, seen, last),
+        move |(mut from_box, awake, seen, last)| async move {
+            let mut buf = vec![0u8; UPGRADED_READ];
+            loop {
+                match tokio::time::timeout_at(last.get() + idle, from_box.read(&mut buf)).await {
+                    Ok(Ok(0) | Err(_)) => return None,
+                    Ok(Ok(n)) => {
+                        seen();
+                        buf.truncate(n);
+                        return Some((Ok(Bytes::from(buf)), (from_box, awake, seen, last)));
+                    }
+                    Err(_) if last.get() + idle > Instant::now() => {}
+                    Err(_) => return None,
+                }
             }
-        }
-    })
+        },
+    )
 }

@@ -10,13 +10,23 @@
 //! key, an unknown or a stopped box: nothing is read before the key is
 //! right); the box's account's allowlist (`PUT /v1/box-access`) is checked
 //! against the client's address (the socket's, or `X-Forwarded-For` from a
-//! trusted proxy: [`client_ip`]): 403, and the box is not woken; the box is thawed if frozen
-//! (this counts as activity) and a `port:<n>` stream opened to the port in the
-//! box ([`pages::nothing_listens`] when nothing listens there); the request
-//! is forwarded on it ([`forward`]).
+//! trusted proxy: [`client_ip`]): 403, and the box is not woken; the request
+//! takes a place among the box's and its client's open box-URL requests
+//! (`box_urls.max_requests_per_box`, `box_urls.max_requests_per_client`:
+//! the rest of the box's channel stays for exec, shots, DNS and the
+//! environment), or is answered 503 at once ([`pages::crowded`]); the box is
+//! thawed if frozen (this counts as activity) and a `port:<n>` stream opened
+//! to the port in the box ([`pages::nothing_listens`] when nothing listens
+//! there); the request is forwarded on it ([`forward`]).
+//!
+//! Box-URL request lines are logged without their path ([`is_box_request`]):
+//! a box app's paths may carry its own tokens.
 
 mod forward;
 pub mod pages;
+mod site;
+
+pub use site::warn_if_shared_site;
 
 use crate::client_addr::{TrustedProxies, client_ip};
 use actix_web::body::{EitherBody, MessageBody};
@@ -59,6 +69,14 @@ pub async fn route<B: MessageBody>(
         _ => pages::not_found(),
     };
     Ok(ServiceResponse::new(req, res).map_into_right_body())
+}
+
+/// Whether a request is for a box URL (its path is the box's business, not
+/// the log's).
+pub fn is_box_request(req: &ServiceRequest) -> bool {
+    req.app_data::<web::Data<Boxes>>()
+        .and_then(|boxes| boxes.urls())
+        .is_some_and(|urls| host_of(req.head()).is_some_and(|h| urls.is_box_host(h)))
 }
 
 /// The host a request names: its `Host` header, or over HTTP/2 its
@@ -116,7 +134,14 @@ async fn serve(
     let peer = req.peer_addr().map(|a| a.ip());
     let port = port_in_box(&address, &record.spec.services);
     let box_id = record.id.as_str();
-    let (stream, awake) = match boxes.open_port(&record, port).await {
+    let counted_as = client
+        .or(peer)
+        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+    let slot = match boxes.url_slot(&record.id, counted_as) {
+        Ok(slot) => slot,
+        Err(crowded) => return pages::crowded(crowded),
+    };
+    let (stream, awake) = match boxes.open_port(&record, port, slot).await {
         Ok(opened) => opened,
         Err(BoxError::Boxd(LinkError::Refused {
             code: Some(code::BAD_GATEWAY),
@@ -132,7 +157,8 @@ async fn serve(
         host,
     };
     let target = forward::Target { box_id, port };
-    forward::forward(req, payload, stream, awake, &who, &target).await
+    let limits = boxes.url_limits();
+    forward::forward(req, payload, (stream, awake), &who, &target, &limits).await
 }
 
 /// A failure on psbx's side, logged with its cause; the page says only what

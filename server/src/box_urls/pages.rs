@@ -7,6 +7,7 @@
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{CACHE_CONTROL, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS};
+use psbx_actors::box_urls::Crowded;
 use std::net::IpAddr;
 
 const NOT_FOUND: &str = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -75,6 +76,55 @@ pub fn bad_answer(box_id: &str, port: u16) -> HttpResponse {
             ),
         ),
     )
+}
+
+/// The box, or this client, has as many box-URL requests open as allowed:
+/// answered at once, before anything is opened in the box.
+pub fn crowded(crowded: Crowded) -> HttpResponse {
+    let why = match crowded {
+        Crowded::Box(n) => format!(
+            "This box has {n} requests open through its URLs, as many as it may have. \
+             Its owner's own calls are not affected"
+        ),
+        Crowded::Client(n) => format!(
+            "Your address has {n} requests open to this box, as many as one address may \
+             have. Close some of its pages or connections"
+        ),
+    };
+    let mut res = page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        html(
+            "Too many open requests",
+            &format!("{}. Try again in a few seconds.", escape(&why)),
+        ),
+    );
+    res.headers_mut().insert(
+        actix_web::http::header::RETRY_AFTER,
+        actix_web::http::header::HeaderValue::from_static("5"),
+    );
+    // A body the request may carry is not read: the connection ends here.
+    res.head_mut()
+        .set_connection_type(actix_web::http::ConnectionType::Close);
+    res
+}
+
+/// The request's body sent nothing for `idle`: the request is cut.
+pub fn body_stalled(idle: std::time::Duration) -> HttpResponse {
+    let mut res = page(
+        StatusCode::REQUEST_TIMEOUT,
+        html(
+            "The request's body stopped",
+            &format!(
+                "Nothing of this request's body arrived for {} seconds, so it was cut. \
+                 Send the request again.",
+                idle.as_secs()
+            ),
+        ),
+    );
+    // The rest of the body is not read: the connection ends here.
+    res.head_mut()
+        .set_connection_type(actix_web::http::ConnectionType::Close);
+    res
 }
 
 /// The box cannot be reached right now (it is starting, or psbx cannot reach

@@ -22,6 +22,7 @@ pub mod secrets;
 pub mod shots;
 pub mod takeover;
 pub mod uploads;
+pub mod url_key;
 pub mod wire;
 
 use utoipa_actix_web::service_config::ServiceConfig;
@@ -35,6 +36,7 @@ pub fn v1(cfg: &mut ServiceConfig) {
         .service(boxes::list)
         .service(boxes::get)
         .service(boxes::keep)
+        .service(url_key::rotate)
         .service(boxes::stop)
         .service(wire::wire)
         .service(takeover::create)

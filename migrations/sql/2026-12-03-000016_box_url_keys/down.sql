@@ -1,0 +1,1 @@
+DROP TABLE box_url_keys;
