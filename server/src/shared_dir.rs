@@ -19,6 +19,13 @@
 //! still cannot reach, naming the directory and the command that fixes it.
 //! It reads the "others" permission bits only: ACLs and group membership are
 //! not consulted (a directory open to others through them is reported too).
+//!
+//! [`check_disk_room`] stops a server whose embedded PostgreSQL (`pg/`) and
+//! box disks (`boxes/`) share a file system that has less than
+//! `boxes.disk_margin_gb` free already: that margin is what keeps boxes from
+//! taking the database's room (admission never promises it, and the
+//! disk-pressure loop freezes boxes that write into it).
+
 
 use crate::config::Config;
 use sha2::{Digest, Sha256};
@@ -40,6 +47,18 @@ pub enum SharedDirError {
         dir: PathBuf,
         mode: u32,
         what: &'static str,
+    },
+    #[error(
+        "the embedded PostgreSQL ({pg}) and the box disks ({boxes}) share a file system with \
+         {free_mib} MiB free, under boxes.disk_margin_gb ({margin_gb} GiB), the room kept for the \
+         database: free disk space there, put box disks on a file system of their own (shared_dir, or \
+         a mount at {boxes}), or lower boxes.disk_margin_gb"
+    )]
+    DiskFull {
+        pg: PathBuf,
+        boxes: PathBuf,
+        free_mib: u64,
+        margin_gb: u64,
     },
     #[error("reading {0}: {1}")]
     Io(PathBuf, std::io::Error),
@@ -93,7 +112,45 @@ pub fn prepare(config: &Config) -> Result<(), SharedDirError> {
         );
         std::fs::write(&note, text).map_err(|e| SharedDirError::Io(note, e))?;
     }
-    check_reachable(config)
+    check_reachable(config)?;
+    check_disk_room(config)
+}
+
+/// Stops a server whose embedded cluster and box disks share a file system
+/// with less than `boxes.disk_margin_gb` free.
+pub fn check_disk_room(config: &Config) -> Result<(), SharedDirError> {
+    use std::os::unix::fs::MetadataExt;
+    if config.database_url.is_some() || !config.boxes.enabled {
+        return Ok(());
+    }
+    let shared = config.shared_dir();
+    let (pg, boxes) = (shared.join("pg"), shared.join("boxes"));
+    // Each as it is, or the directory it will be made in.
+    let existing = |p: &Path| -> Result<(PathBuf, u64), SharedDirError> {
+        let at = p
+            .ancestors()
+            .find(|a| a.exists())
+            .unwrap_or_else(|| Path::new("/"));
+        let meta = std::fs::metadata(at).map_err(|e| SharedDirError::Io(at.to_owned(), e))?;
+        Ok((at.to_owned(), meta.dev()))
+    };
+    let ((_, pg_dev), (boxes_at, boxes_dev)) = (existing(&pg)?, existing(&boxes)?);
+    if pg_dev != boxes_dev {
+        return Ok(());
+    }
+    let stat = nix::sys::statvfs::statvfs(&boxes_at)
+        .map_err(|e| SharedDirError::Io(boxes_at.clone(), e.into()))?;
+    let free = stat.blocks_available().saturating_mul(stat.fragment_size());
+    let margin_gb = config.boxes.disk_margin_gb;
+    if free < margin_gb.saturating_mul(1 << 30) {
+        return Err(SharedDirError::DiskFull {
+            pg,
+            boxes,
+            free_mib: free >> 20,
+            margin_gb,
+        });
+    }
+    Ok(())
 }
 
 /// Stops with the directory to open when other users cannot reach the
@@ -147,6 +204,30 @@ mod tests {
         // An installation that already keeps its cluster there stays.
         std::fs::create_dir_all(data.join("pg")).unwrap();
         assert_eq!(default_for(&data), data);
+    }
+
+    #[test]
+    fn a_shared_file_system_under_the_margin_stops_the_start() {
+        let top = tempfile::tempdir().unwrap();
+        let mut config = Config {
+            data_dir: top.path().to_owned(),
+            ..Config::default()
+        };
+        config.boxes.disk_margin_gb = 0;
+        check_disk_room(&config).unwrap();
+        // More than any disk has free.
+        config.boxes.disk_margin_gb = 1 << 40;
+        let e = check_disk_room(&config).unwrap_err().to_string();
+        assert!(
+            e.contains("share a file system") && e.contains("boxes.disk_margin_gb"),
+            "{e}"
+        );
+        // The database elsewhere, or no boxes: nothing to keep apart.
+        config.database_url = Some("postgres://db.example/psbx".into());
+        check_disk_room(&config).unwrap();
+        config.database_url = None;
+        config.boxes.enabled = false;
+        check_disk_room(&config).unwrap();
     }
 
     #[test]
