@@ -1,6 +1,7 @@
 //! Per-account quotas: how much of the shared installation one account may
 //! hold (live boxes and their units, connections, secrets, bytes of stored
-//! values), and the refusal when a request would pass one.
+//! values, bytes of stored shots), and the refusal when a request would pass
+//! one.
 //!
 //! The store checks them in the transaction that adds the object, after
 //! locking the account's row (`SELECT ... FOR UPDATE`): two concurrent
@@ -22,6 +23,9 @@ pub struct Quotas {
     /// Bytes the server stores for the account: sealed secret values and
     /// sealed environment settings.
     pub max_stored_bytes: u64,
+    /// Bytes of stored shots: screenshots, recordings and reviewers'
+    /// images, with their previews and posters (`crate::shots`).
+    pub max_shot_bytes: u64,
 }
 
 impl Default for Quotas {
@@ -32,6 +36,7 @@ impl Default for Quotas {
             max_connections: 20,
             max_secrets: 200,
             max_stored_bytes: 16 * 1024 * 1024,
+            max_shot_bytes: 2 * 1024 * 1024 * 1024,
         }
     }
 }

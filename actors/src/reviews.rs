@@ -466,10 +466,15 @@ impl Reviews {
                 png.len()
             )));
         }
-        let size = preview::png_size(&png).map_err(|e| invalid(e.to_string()))?;
+        // Decoded off the async threads, with the decoding limits.
+        let previewed = preview::preview_png(png).await.map_err(|e| match e {
+            preview::ImageError::Io(_) => ShotError::from(e).into(),
+            e => invalid(e.to_string()),
+        })?;
+        let size = previewed.size;
         let files = NewFiles {
-            preview: preview::preview(&png).map_err(ShotError::from)?,
-            full: png,
+            preview: previewed.preview,
+            full: previewed.png,
             poster: None,
         };
         let row = self.shots.new_row(

@@ -904,13 +904,18 @@ async fn shots_come_back_from_boxd_whole_and_bad_ones_are_refused_before_it() {
     use psbx_wire::boxd::{ShotKind, ShotRequest};
     let w = world(0);
     let (boxes, id) = started_box(&w).await;
+    let spool = tempfile::tempdir().unwrap();
+    let spool = spool.path();
     let page = ShotRequest {
         url: Some("http://localhost:3000/".into()),
         ..ShotRequest::default()
     };
-    let shot = boxes.shot(&w.account, id.as_str(), &page).await.unwrap();
-    assert_eq!(shot.file, SHOT_PNG);
-    assert_eq!(shot.poster, None);
+    let shot = boxes
+        .shot(&w.account, id.as_str(), &page, spool)
+        .await
+        .unwrap();
+    assert_eq!(shot.file.read().await.unwrap(), SHOT_PNG);
+    assert!(shot.poster.is_none());
     assert_eq!(
         (
             shot.header.mime.as_str(),
@@ -925,18 +930,21 @@ async fn shots_come_back_from_boxd_whole_and_bad_ones_are_refused_before_it() {
         ..ShotRequest::default()
     };
     let shot = boxes
-        .shot(&w.account, id.as_str(), &recording)
+        .shot(&w.account, id.as_str(), &recording, spool)
         .await
         .unwrap();
-    assert_eq!(shot.file, FAKE_VIDEO);
-    assert_eq!(shot.poster.as_deref(), Some(SHOT_PNG));
+    assert_eq!(shot.file.read().await.unwrap(), FAKE_VIDEO);
+    assert_eq!(
+        shot.poster.as_ref().unwrap().read().await.unwrap(),
+        SHOT_PNG
+    );
     assert_eq!(shot.header.duration_ms, Some(3000));
     let wide = ShotRequest {
         width: 10_000,
         ..ShotRequest::default()
     };
     let e = boxes
-        .shot(&w.account, id.as_str(), &wide)
+        .shot(&w.account, id.as_str(), &wide, spool)
         .await
         .unwrap_err();
     assert!(
@@ -944,6 +952,9 @@ async fn shots_come_back_from_boxd_whole_and_bad_ones_are_refused_before_it() {
         "{e}"
     );
     let stranger = AccountId::generate().unwrap();
-    let e = boxes.shot(&stranger, id.as_str(), &page).await.unwrap_err();
+    let e = boxes
+        .shot(&stranger, id.as_str(), &page, spool)
+        .await
+        .unwrap_err();
     assert!(matches!(e, BoxError::NotFound(_)), "{e}");
 }

@@ -164,7 +164,8 @@ impl AppState {
             store.clone(),
             boxes.clone(),
             Arc::new(DirStorage::new(config.shots_dir())),
-        );
+        )
+        .with_review_retention(config.reviews.retention()?);
         let reviews = Reviews::new(store.clone(), boxes.clone(), shots.clone());
         let (hosts, origins) = mcp_hosts(&url);
         Ok(Self {

@@ -79,7 +79,43 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub connectors: ConnectorsConfig,
     pub takeover: TakeoverConfig,
+    pub reviews: ReviewsConfig,
     pub box_urls: BoxUrlsConfig,
+}
+
+/// Reviews (`sandbox_review`, the app's "Ready for you").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReviewsConfig {
+    /// How long an answered or approved review keeps its screenshots,
+    /// recordings and reviewers' images (`"30d"`; 1h to 3650d); then they
+    /// are deleted, and the review too once its box is over.
+    pub retention: String,
+}
+
+impl Default for ReviewsConfig {
+    fn default() -> Self {
+        Self {
+            retention: "30d".to_owned(),
+        }
+    }
+}
+
+impl ReviewsConfig {
+    /// The retention, checked.
+    pub fn retention(&self) -> Result<std::time::Duration, ConfigError> {
+        let retention = psbx_actors::duration::parse(&self.retention)
+            .map_err(|e| ConfigError::Invalid(format!("reviews.retention: {e}")))?;
+        if !(std::time::Duration::from_secs(3600)..=std::time::Duration::from_secs(3650 * 86_400))
+            .contains(&retention)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "reviews.retention {:?} must be between 1h and 3650d",
+                self.retention
+            )));
+        }
+        Ok(retention)
+    }
 }
 
 /// What box URLs may hold of a box (`server::box_urls`): past a cap a
@@ -279,6 +315,9 @@ pub struct QuotasConfig {
     pub max_secrets: u32,
     /// Bytes of sealed secret values and environment settings stored.
     pub max_stored_bytes: u64,
+    /// Bytes of stored shots (screenshots, recordings, reviewers' images,
+    /// with their previews and posters).
+    pub max_shot_bytes: u64,
 }
 
 impl Default for QuotasConfig {
@@ -290,6 +329,7 @@ impl Default for QuotasConfig {
             max_connections: q.max_connections,
             max_secrets: q.max_secrets,
             max_stored_bytes: q.max_stored_bytes,
+            max_shot_bytes: q.max_shot_bytes,
         }
     }
 }
@@ -303,6 +343,7 @@ impl QuotasConfig {
             max_connections: self.max_connections,
             max_secrets: self.max_secrets,
             max_stored_bytes: self.max_stored_bytes,
+            max_shot_bytes: self.max_shot_bytes,
         }
     }
 }
@@ -710,6 +751,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             connectors: ConnectorsConfig::default(),
             takeover: TakeoverConfig::default(),
+            reviews: ReviewsConfig::default(),
             box_urls: BoxUrlsConfig::default(),
         }
     }
@@ -815,6 +857,7 @@ impl Config {
         }
         self.boxes.settings(self.shared_dir())?;
         self.takeover.link_ttl()?;
+        self.reviews.retention()?;
         self.box_urls.limits()?;
         crate::client_addr::TrustedProxies::parse(&self.trusted_proxies)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;

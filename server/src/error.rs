@@ -469,7 +469,12 @@ impl From<psbx_actors::shots::ShotError> for ApiError {
             E::NotFound(_) => Self::not_found("shot_not_found", e.to_string())
                 .hint("`GET /v1/boxes/{id}/shots` lists a box's shots"),
             E::Invalid(message) => Self::bad_request("invalid_shot", message),
+            E::Image(psbx_actors::shots::preview::ImageError::Io(_)) => Self::internal_error(&e),
             E::Image(_) => Self::bad_request("invalid_image", e.to_string()),
+            E::BadFile { .. } => Self::new(StatusCode::BAD_GATEWAY, "shot_failed", e.to_string())
+                .hint("boxd in the box sent something other than what was asked for; restart the box, or start a new one from psbx's image"),
+            E::Busy(message) => Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_shots", message)
+                .hint("wait for the shots being taken to finish, then take this one"),
             E::Box(inner) => inner.into(),
             E::Store(inner) => inner.into(),
             E::Storage(StorageError::NotFound(_)) => {

@@ -423,3 +423,86 @@ async fn another_account_s_reviews_and_shots_are_404() {
     .await;
     assert_eq!(res.status(), StatusCode::OK);
 }
+
+#[actix_web::test]
+async fn an_answered_review_s_files_go_after_the_review_retention() {
+    use diesel::{Connection, RunQueryDsl};
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let key = f.key();
+    let mut config = config(dir.path());
+    config.reviews.retention = "7d".into();
+    let state = state_with(&f, &config);
+    let account = f.first.account.id.clone();
+    let app = test::init_service(app::build(state.clone())).await;
+    // Two boxes handed over and answered, one 8 days ago, one 6 days ago;
+    // the first box is over since.
+    let mut rounds = Vec::new();
+    for days in [8, 6] {
+        let id = a_box(&f, &account, BoxState::Running);
+        let shot = stored_screenshot(&state, &f, &id, 800, 600).await;
+        let review = state
+            .reviews
+            .hand_over(
+                &account,
+                &id,
+                psbx_actors::reviews::NewReview {
+                    title: format!("{days} days ago"),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let res = test::call_service(
+            &app,
+            TestRequest::post()
+                .uri(&format!("/v1/reviews/{}/answer", review.id))
+                .insert_header(bearer(&key))
+                .set_json(json!({"items": [{"text": "the button", "image": base64::engine::general_purpose::STANDARD.encode(png(400, 300))}]}))
+                .to_request(),
+        )
+        .await;
+        assert_eq!(res.status(), StatusCode::OK);
+        let answered: Value = test::read_body_json(res).await;
+        let image = answered["feedback"][0]["image"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut conn = diesel::PgConnection::establish(f.db.url()).unwrap();
+        diesel::sql_query(format!(
+            "UPDATE reviews SET answered_at = now() - interval '{days} days' WHERE id = '{}'",
+            review.id
+        ))
+        .execute(&mut conn)
+        .unwrap();
+        rounds.push((id, review.id, shot, image));
+    }
+    let files = |shot: &str| {
+        walk(dir.path())
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains(shot))
+            .count()
+    };
+    f.store
+        .transition_box(
+            &BoxId::parse(&rounds[0].0).unwrap(),
+            BoxState::Running,
+            BoxState::Stopped,
+            Default::default(),
+        )
+        .unwrap()
+        .unwrap();
+    let (old, recent) = (&rounds[0], &rounds[1]);
+    assert_eq!((files(&old.2), files(&old.3)), (1, 1));
+
+    // The heartbeat's sweep: the 8-day-old review's shot and image go, and
+    // the review with them (its box is over); the 6-day-old one stays whole.
+    assert_eq!(state.shots.sweep().await.unwrap(), 2);
+    assert_eq!((files(&old.2), files(&old.3)), (0, 0));
+    assert!(state.reviews.get(&account, &old.1).await.is_err());
+    assert_eq!((files(&recent.2), files(&recent.3)), (1, 1));
+    let kept = state.reviews.get(&account, &recent.1).await.unwrap();
+    assert_eq!(kept.shots.len(), 1);
+    assert!(kept.items[0].image.is_some());
+    assert_eq!(state.shots.sweep().await.unwrap(), 0);
+}

@@ -3,6 +3,12 @@
 //! keeps the stream open while boxd works (dropping it, at the time limit or
 //! when the caller goes away, stops the shot in the box), and reads the
 //! answer line and exactly the file and poster it announces.
+//!
+//! The file and poster are written to temporary files in the caller's spool
+//! directory as they arrive, through a small buffer: what boxd announces
+//! (up to 200 MiB each) is never allocated up front, and a boxd that
+//! announces much and sends little costs nothing but the bytes it sent
+//! (security review 2, M1).
 
 use super::{Boxes, SERVICE};
 use crate::error::BoxError;
@@ -11,32 +17,55 @@ use crate::ids::AccountId;
 use psbx_wire::boxd::shot::MAX_FILE_BYTES;
 use psbx_wire::boxd::{Service, ShotAnswer, ShotHeader, ShotRequest};
 use psbx_wire::mux::Stream;
+use std::path::{Path, PathBuf};
+use tempfile::TempPath;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 /// The longest answer line read.
 const MAX_ANSWER_LINE: u64 = 64 * 1024;
+/// How many of a file's first bytes are kept in memory (its magic).
+pub const HEAD_BYTES: usize = 16;
 
 /// A shot as boxd sent it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct ShotFile {
     pub header: ShotHeader,
-    /// PNG for screenshots, WebM or MP4 for recordings.
-    pub file: Vec<u8>,
+    /// PNG for screenshots, WebM or MP4 for recordings (not checked here).
+    pub file: Spooled,
     /// A recording's PNG poster frame.
-    pub poster: Option<Vec<u8>>,
+    pub poster: Option<Spooled>,
+}
+
+/// A file written to the spool as it arrived; deleted when dropped, unless
+/// moved away first.
+#[derive(Debug)]
+pub struct Spooled {
+    pub path: TempPath,
+    pub bytes: u64,
+    /// Its first [`HEAD_BYTES`] bytes (fewer when it is shorter).
+    pub head: Vec<u8>,
+}
+
+impl Spooled {
+    /// The whole file (tests and small files).
+    pub async fn read(&self) -> std::io::Result<Vec<u8>> {
+        tokio::fs::read(&self.path).await
+    }
 }
 
 impl Boxes {
     /// Takes a screenshot or recording in the box (thaws it; the box stays
-    /// awake until it ends). A request outside the limits is
-    /// [`BoxError::Invalid`]; boxd's refusal is [`BoxError::ShotFailed`]
-    /// with its code; past [`ShotRequest::time_limit`] the shot is stopped
-    /// in the box and the call is [`BoxError::ShotTimedOut`].
+    /// awake until it ends), its files written to temporary files in
+    /// `spool`. A request outside the limits is [`BoxError::Invalid`];
+    /// boxd's refusal is [`BoxError::ShotFailed`] with its code; past
+    /// [`ShotRequest::time_limit`] the shot is stopped in the box and the
+    /// call is [`BoxError::ShotTimedOut`].
     pub async fn shot(
         &self,
         account: &AccountId,
         id: &str,
         request: &ShotRequest,
+        spool: &Path,
     ) -> Result<ShotFile, BoxError> {
         request.check().map_err(BoxError::Invalid)?;
         let (addr, link, masker) = self.channel(account, id).await?;
@@ -44,7 +73,7 @@ impl Boxes {
         let limit = request.time_limit();
         let shot = async {
             let stream = link.open(Service::Shot, SERVICE).await?;
-            take(stream, id, request, &masker).await
+            take(stream, id, request, &masker, spool).await
         };
         tokio::time::timeout(limit, shot)
             .await
@@ -58,6 +87,7 @@ async fn take(
     id: &str,
     request: &ShotRequest,
     masker: &Masker,
+    spool: &Path,
 ) -> Result<ShotFile, BoxError> {
     let io = |source| BoxError::Io {
         what: format!("taking a shot in box {id}"),
@@ -98,10 +128,20 @@ async fn take(
             header.bytes, header.poster_bytes
         )));
     }
-    let file = read_exactly(&mut reader, header.bytes).await.map_err(io)?;
+    // boxd stopping short of what it announced is its failure, not ours.
+    let short = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => BoxError::ShotFailed {
+            code: 502,
+            reason: e.to_string(),
+        },
+        _ => io(e),
+    };
+    let file = spool_exactly(&mut reader, header.bytes, spool)
+        .await
+        .map_err(short)?;
     let poster = match header.poster_bytes {
         0 => None,
-        n => Some(read_exactly(&mut reader, n).await.map_err(io)?),
+        n => Some(spool_exactly(&mut reader, n, spool).await.map_err(short)?),
     };
     let mut stream = reader.into_inner();
     stream.shutdown().await.map_err(io)?;
@@ -119,12 +159,44 @@ async fn take(
     })
 }
 
-async fn read_exactly(
+/// Writes the next `bytes` bytes of the stream to a new file in `spool`, as
+/// they come; a stream that ends before is an error (and no file stays).
+async fn spool_exactly(
     reader: &mut BufReader<Stream>,
     bytes: u64,
-) -> Result<Vec<u8>, std::io::Error> {
-    let len = usize::try_from(bytes).map_err(std::io::Error::other)?;
-    let mut buf = vec![0u8; len];
-    reader.read_exact(&mut buf).await?;
-    Ok(buf)
+    spool: &Path,
+) -> Result<Spooled, std::io::Error> {
+    let dir: PathBuf = spool.to_owned();
+    let (file, path) = tokio::task::spawn_blocking(move || {
+        tempfile::Builder::new()
+            .prefix(".shot-")
+            .tempfile_in(dir)
+            .map(tempfile::NamedTempFile::into_parts)
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    let mut out = tokio::fs::File::from_std(file);
+    let mut head = Vec::with_capacity(HEAD_BYTES);
+    let mut left = bytes;
+    while left > 0 {
+        let chunk = reader.fill_buf().await?;
+        if chunk.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "boxd announced {bytes} bytes and the stream ended after {}",
+                    bytes - left
+                ),
+            ));
+        }
+        let n = chunk.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let piece = &chunk[..n];
+        let keep = (HEAD_BYTES - head.len()).min(n);
+        head.extend_from_slice(&piece[..keep]);
+        out.write_all(piece).await?;
+        reader.consume(n);
+        left -= n as u64;
+    }
+    out.flush().await?;
+    Ok(Spooled { path, bytes, head })
 }

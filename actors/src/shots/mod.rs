@@ -9,8 +9,19 @@
 //! box's browser cannot reach psbx's listener.
 //!
 //! A box's shots are deleted when it stops ([`Shots::sweep`], on every
-//! heartbeat), except those a review keeps (`crate::reviews`).
+//! heartbeat), except those a review keeps (`crate::reviews`); those go
+//! once the review has been answered for the review retention.
+//!
+//! What a box can make the server spend on shots is bounded (security
+//! review 2, M1 and M2): the files are written to the storage's spool as
+//! they arrive (`crate::boxes::shots`), decoded off the async threads with
+//! limits ([`preview`]), checked for what was asked for ([`ingest`]: the
+//! media type is psbx's own), counted against the account's
+//! `quotas.max_shot_bytes` under its lock, and at most
+//! [`SHOTS_PER_ACCOUNT`] of an account's and [`SHOTS_PER_SERVER`] in all
+//! are taken at once on a server.
 
+pub mod ingest;
 pub mod preview;
 pub mod storage;
 
@@ -22,8 +33,17 @@ use crate::ids::{AccountId, BoxId, ShotId};
 use crate::store::{ShotRow, Store, StoreError};
 use chrono::{DateTime, Utc};
 use psbx_wire::boxd::{ShotKind, ShotRequest};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use storage::{ShotStorage, StorageError};
+
+/// Shots one account may be taking at once on a server.
+pub const SHOTS_PER_ACCOUNT: usize = 4;
+/// Shots being taken at once on a server, all accounts together.
+pub const SHOTS_PER_SERVER: usize = 16;
+/// How long an answered review keeps its files unless configured.
+pub const REVIEW_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 
 /// What a stored shot is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,12 +151,40 @@ pub enum ShotError {
     Storage(#[from] StorageError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// boxd sent something that is not what was asked for (nothing stored).
+    #[error("the shot in box {id} was not stored: {why}")]
+    BadFile { id: String, why: String },
+    /// Too many shots in flight (the account's, or the server's).
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl From<TaskFailed> for ShotError {
     fn from(e: TaskFailed) -> Self {
         Self::Store(e.into())
     }
+}
+
+/// The sizes of a new shot's files.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    full: u64,
+    preview: u64,
+    poster: u64,
+}
+
+impl Sizes {
+    fn total(self) -> u64 {
+        self.full
+            .saturating_add(self.preview)
+            .saturating_add(self.poster)
+    }
+}
+
+/// A file on its way into the storage: in memory, or spooled.
+enum Incoming<'a> {
+    Bytes(Vec<u8>),
+    File(&'a crate::boxes::shots::Spooled),
 }
 
 /// The bytes of a new shot, before they are stored.
@@ -152,6 +200,61 @@ pub struct Shots {
     store: Store,
     boxes: Arc<Boxes>,
     storage: Arc<dyn ShotStorage>,
+    in_flight: Arc<InFlight>,
+    review_retention: Duration,
+}
+
+/// The shots being taken on this server, per account.
+#[derive(Default)]
+struct InFlight {
+    accounts: Mutex<HashMap<String, usize>>,
+}
+
+/// One shot in flight; counted until dropped.
+struct Slot {
+    in_flight: Arc<InFlight>,
+    account: String,
+}
+
+impl InFlight {
+    /// A slot for one more shot of `account`, or why not.
+    fn enter(self: &Arc<Self>, account: &AccountId) -> Result<Slot, ShotError> {
+        let mut accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner());
+        let total: usize = accounts.values().sum();
+        if total >= SHOTS_PER_SERVER {
+            return Err(ShotError::Busy(format!(
+                "this server is taking {total} shots already, its most at once: try again when one has finished"
+            )));
+        }
+        let mine = accounts.entry(account.to_string()).or_default();
+        if *mine >= SHOTS_PER_ACCOUNT {
+            return Err(ShotError::Busy(format!(
+                "this account is taking {SHOTS_PER_ACCOUNT} shots already, its most at once: \
+                 wait for one to finish"
+            )));
+        }
+        *mine += 1;
+        Ok(Slot {
+            in_flight: self.clone(),
+            account: account.to_string(),
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut accounts = self
+            .in_flight
+            .accounts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = accounts.get_mut(&self.account) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                accounts.remove(&self.account);
+            }
+        }
+    }
 }
 
 fn key(row: &ShotRow, part: Part) -> String {
@@ -172,7 +275,15 @@ impl Shots {
             store,
             boxes,
             storage,
+            in_flight: Arc::default(),
+            review_retention: REVIEW_RETENTION,
         }
+    }
+
+    /// How long an answered or approved review keeps its files.
+    pub fn with_review_retention(mut self, retention: Duration) -> Self {
+        self.review_retention = retention;
+        self
     }
 
     /// Takes a screenshot or recording in the box and stores it.
@@ -183,43 +294,79 @@ impl Shots {
         request: ShotRequest,
     ) -> Result<Shot, ShotError> {
         request.check().map_err(ShotError::Invalid)?;
+        let _slot = self.in_flight.enter(account)?;
         let record = self.boxes.record(account, id).await?;
+        // A quick refusal when the account has no room left at all; the
+        // insert checks the shot's own bytes under the account's lock.
+        {
+            let (store, account) = (self.store.clone(), account.clone());
+            blocking(move || store.check_shot_quota(&account, 1)).await?;
+        }
         let mut in_box = request.clone();
         in_box.url = request
             .url
             .as_deref()
             .map(|url| self.as_seen_in_box(&record.id, &record.spec.services, url));
-        let taken = self.boxes.shot(account, id, &in_box).await?;
+        let spool = self.storage.spool().await?;
+        let taken = self.boxes.shot(account, id, &in_box, &spool).await?;
         let header = &taken.header;
-        let (kind, preview) = match request.kind {
-            ShotKind::Screenshot => (StoredKind::Screenshot, preview::preview(&taken.file)?),
-            ShotKind::Recording => (
-                StoredKind::Recording,
-                match &taken.poster {
-                    Some(poster) => preview::preview(poster)?,
-                    None => None,
-                },
+        let bad = |why: String| ShotError::BadFile {
+            id: record.id.to_string(),
+            why,
+        };
+        let mime = ingest::checked_mime(
+            &request,
+            header,
+            &taken.file.head,
+            taken.poster.as_ref().map(|p| p.head.as_slice()),
+        )
+        .map_err(bad)?;
+        let previewed = |path: &std::path::Path| preview::preview_file(path.to_owned());
+        let (kind, poster, previewed) = match request.kind {
+            ShotKind::Screenshot => (
+                StoredKind::Screenshot,
+                // A screenshot has no poster: what boxd sent as one is dropped.
+                None,
+                previewed(&taken.file.path).await,
             ),
+            ShotKind::Recording => match &taken.poster {
+                Some(poster) => (
+                    StoredKind::Recording,
+                    Some(poster),
+                    previewed(&poster.path).await,
+                ),
+                None => (
+                    StoredKind::Recording,
+                    None,
+                    Ok(((header.width, header.height), None)),
+                ),
+            },
         };
-        let files = NewFiles {
-            full: taken.file,
-            preview,
-            poster: taken.poster.filter(|p| !p.is_empty()),
+        let (size, preview) = previewed.map_err(|e| match e {
+            preview::ImageError::Io(_) => ShotError::Image(e),
+            e => bad(e.to_string()),
+        })?;
+        let sizes = Sizes {
+            full: taken.file.bytes,
+            preview: preview.as_ref().map_or(0, |p| p.len() as u64),
+            poster: poster.map_or(0, |p| p.bytes),
         };
-        let row = self.new_row(
-            account,
-            &record.id,
-            kind,
-            &header.mime,
-            (header.width, header.height),
-            &files,
-        )?;
+        let row = self.row_of(account, &record.id, kind, mime, size, sizes)?;
         let row = ShotRow {
             duration_ms: header.duration_ms.and_then(|d| i64::try_from(d).ok()),
             source: request.url.clone(),
             ..row
         };
-        self.put_files(&row, files).await?;
+        {
+            let (store, account, adding) = (self.store.clone(), account.clone(), sizes.total());
+            blocking(move || store.check_shot_quota(&account, adding)).await?;
+        }
+        let parts = [
+            (Part::Full, Some(Incoming::File(&taken.file))),
+            (Part::Preview, preview.map(Incoming::Bytes)),
+            (Part::Poster, poster.map(Incoming::File)),
+        ];
+        self.put_parts(&row, parts).await?;
         let inserted = {
             let (store, row) = (self.store.clone(), row.clone());
             blocking(move || store.insert_shot(&row)).await
@@ -270,12 +417,30 @@ impl Shots {
         box_id: &BoxId,
         kind: StoredKind,
         mime: &str,
-        (width, height): (u32, u32),
+        size: (u32, u32),
         files: &NewFiles,
+    ) -> Result<ShotRow, ShotError> {
+        let len = |b: &[u8]| b.len() as u64;
+        let sizes = Sizes {
+            full: len(&files.full),
+            preview: files.preview.as_deref().map_or(0, len),
+            poster: files.poster.as_deref().map_or(0, len),
+        };
+        self.row_of(account, box_id, kind, mime, size, sizes)
+    }
+
+    fn row_of(
+        &self,
+        account: &AccountId,
+        box_id: &BoxId,
+        kind: StoredKind,
+        mime: &str,
+        (width, height): (u32, u32),
+        sizes: Sizes,
     ) -> Result<ShotRow, ShotError> {
         let id =
             ShotId::generate().map_err(|e| ShotError::Invalid(format!("no random id: {e}")))?;
-        let len = |b: &[u8]| i64::try_from(b.len()).unwrap_or(i64::MAX);
+        let len = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         Ok(ShotRow {
             storage_key: format!("{account}/{box_id}/{id}"),
             id: id.to_string(),
@@ -286,9 +451,9 @@ impl Shots {
             width: i32::try_from(width).unwrap_or(i32::MAX),
             height: i32::try_from(height).unwrap_or(i32::MAX),
             duration_ms: None,
-            bytes: len(&files.full),
-            preview_bytes: files.preview.as_deref().map_or(0, len),
-            poster_bytes: files.poster.as_deref().map_or(0, len),
+            bytes: len(sizes.full),
+            preview_bytes: len(sizes.preview),
+            poster_bytes: len(sizes.poster),
             source: None,
             review_id: None,
             created_at: Utc::now(),
@@ -298,13 +463,27 @@ impl Shots {
     /// Stores a new row's files; on a failure, none of them stays.
     pub async fn put_files(&self, row: &ShotRow, files: NewFiles) -> Result<(), ShotError> {
         let parts = [
-            (Part::Full, Some(files.full)),
-            (Part::Preview, files.preview),
-            (Part::Poster, files.poster),
+            (Part::Full, Some(Incoming::Bytes(files.full))),
+            (Part::Preview, files.preview.map(Incoming::Bytes)),
+            (Part::Poster, files.poster.map(Incoming::Bytes)),
         ];
-        for (part, bytes) in parts {
-            let Some(bytes) = bytes else { continue };
-            if let Err(e) = self.storage.put(&key(row, part), bytes).await {
+        self.put_parts(row, parts).await
+    }
+
+    async fn put_parts(
+        &self,
+        row: &ShotRow,
+        parts: [(Part, Option<Incoming<'_>>); 3],
+    ) -> Result<(), ShotError> {
+        for (part, incoming) in parts {
+            let put = match incoming {
+                None => continue,
+                Some(Incoming::Bytes(bytes)) => self.storage.put(&key(row, part), bytes).await,
+                Some(Incoming::File(spooled)) => {
+                    self.storage.put_file(&key(row, part), &spooled.path).await
+                }
+            };
+            if let Err(e) = put {
                 self.delete_files(row).await;
                 return Err(e.into());
             }
@@ -404,19 +583,47 @@ impl Shots {
         Ok(rows.len())
     }
 
-    /// Deletes the shots of boxes that stopped, but those a review keeps.
+    /// Deletes the shots of boxes that stopped, but those a review keeps;
+    /// and the files of reviews answered longer ago than the review
+    /// retention (then those reviews too, once their box is over). How many
+    /// shots it deleted.
     pub async fn sweep(&self) -> Result<usize, ShotError> {
         let mut deleted = 0;
         loop {
             let store = self.store.clone();
             let rows = blocking(move || store.take_shots_of_stopped_boxes(200)).await?;
             if rows.is_empty() {
-                return Ok(deleted);
+                break;
             }
             for row in &rows {
                 self.delete_files(row).await;
             }
             deleted += rows.len();
         }
+        let retention =
+            chrono::Duration::from_std(self.review_retention).unwrap_or(chrono::Duration::MAX);
+        let before = Utc::now()
+            .checked_sub_signed(retention)
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        loop {
+            let store = self.store.clone();
+            let rows = blocking(move || store.take_shots_of_old_reviews(before, 200)).await?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                self.delete_files(row).await;
+            }
+            deleted += rows.len();
+        }
+        let store = self.store.clone();
+        let reviews = blocking(move || store.delete_old_reviews(before)).await?;
+        if reviews > 0 {
+            tracing::info!(
+                reviews,
+                "deleted reviews answered before the review retention, whose boxes are over"
+            );
+        }
+        Ok(deleted)
     }
 }

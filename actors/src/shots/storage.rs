@@ -5,6 +5,11 @@
 //!
 //! Keys are `<account>/<box>/<shot>.<part>`: letters, digits, `_`, `-`, `.`
 //! and `/`, never `..`, so a key can never name a path outside the root.
+//!
+//! A shot's file arrives from the box in pieces and is written to a file
+//! in the storage's spool ([`ShotStorage::spool`]) as it comes, never held
+//! in memory whole; [`ShotStorage::put_file`] then takes it in (for
+//! [`DirStorage`], a rename on the same file system).
 
 use std::path::{Path, PathBuf};
 
@@ -34,7 +39,15 @@ pub trait ShotStorage: Send + Sync + 'static {
     async fn get(&self, key: &str) -> Result<Vec<u8>, StorageError>;
     /// Deletes the file under `key`; a missing file is not an error.
     async fn delete(&self, key: &str) -> Result<(), StorageError>;
+    /// A private directory for files on their way in, made when missing.
+    async fn spool(&self) -> Result<PathBuf, StorageError>;
+    /// Stores the file at `path` (written in [`ShotStorage::spool`], which
+    /// it may move) under `key`, replacing what was there; whole or not at all.
+    async fn put_file(&self, key: &str, path: &Path) -> Result<(), StorageError>;
 }
+
+/// The spool's folder under a [`DirStorage`]'s root (no key starts with a dot).
+const SPOOL: &str = ".spool";
 
 /// Files under a directory, written to a temporary name and renamed.
 pub struct DirStorage {
@@ -125,6 +138,32 @@ impl ShotStorage for DirStorage {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io("deleting", key)(e)),
         }
+    }
+
+    async fn spool(&self) -> Result<PathBuf, StorageError> {
+        let dir = self.root.join(SPOOL);
+        private_dirs(&dir)
+            .await
+            .map_err(io("making the folder of", SPOOL))?;
+        Ok(dir)
+    }
+
+    async fn put_file(&self, key: &str, from: &Path) -> Result<(), StorageError> {
+        let path = self.path(key)?;
+        if let Some(dir) = path.parent() {
+            private_dirs(dir)
+                .await
+                .map_err(io("making the folder of", key))?;
+        }
+        let file = tokio::fs::File::open(from)
+            .await
+            .map_err(io("opening the spooled", key))?;
+        file.sync_all().await.map_err(io("syncing", key))?;
+        drop(file);
+        // The spool is under the root: one file system, so a rename.
+        tokio::fs::rename(from, &path)
+            .await
+            .map_err(io("moving in", key))
     }
 }
 

@@ -186,7 +186,37 @@ pub(super) fn check_secrets(
     Ok(())
 }
 
+const SHOTS_HINT: &str = "delete shots this account no longer needs (`DELETE /v1/boxes/{id}/shots/{shot}`, \
+                          or all of a box's: `DELETE /v1/boxes/{id}/shots`), or ask the operator for a higher limit";
+
+/// Refuses `adding` bytes of shots past the account's limit.
+pub(super) fn check_shot_bytes(
+    conn: &mut PgConnection,
+    quotas: &Quotas,
+    account: &str,
+    adding: u64,
+) -> Result<(), StoreError> {
+    let held = super::shots::account_shot_bytes_on(conn, account)?;
+    QuotaExceeded::check(
+        "too many bytes of shots stored (screenshots, recordings, reviewers' images)",
+        "quotas.max_shot_bytes",
+        quotas.max_shot_bytes,
+        u64::try_from(held).unwrap_or(0),
+        adding,
+        SHOTS_HINT,
+    )?;
+    Ok(())
+}
+
 impl Store {
+    /// Refuses `adding` bytes of shots for `account` when its quota leaves
+    /// no room now: a quick answer before any work. The insert checks again
+    /// under the account lock, which is what holds.
+    pub fn check_shot_quota(&self, account: &AccountId, adding: u64) -> Result<(), StoreError> {
+        let mut conn: Conn = self.conn()?;
+        check_shot_bytes(&mut conn, &self.quotas, account.as_str(), adding)
+    }
+
     /// Refuses a box of `size` units for `account` when its quotas leave no
     /// room now: a quick answer before any work. The insert checks again
     /// under the account lock, which is what holds.

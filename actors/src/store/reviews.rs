@@ -128,8 +128,50 @@ impl Store {
             .load(&mut self.conn()?)?)
     }
 
+    /// Deletes (at most `limit` of) the files' rows of reviews answered or
+    /// approved before `before`: the box's shots they keep and the images
+    /// people sent. The rows they were, for their files to be deleted.
+    pub fn take_shots_of_old_reviews(
+        &self,
+        before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<ShotRow>, StoreError> {
+        let old = reviews::table
+            .filter(reviews::state.ne("waiting"))
+            .filter(reviews::answered_at.lt(before))
+            .select(reviews::id.nullable());
+        let doomed: Vec<String> = shots::table
+            .filter(shots::review_id.eq_any(old))
+            .select(shots::id)
+            .limit(limit)
+            .load(&mut self.conn()?)?;
+        if doomed.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(
+            diesel::delete(shots::table.filter(shots::id.eq_any(&doomed)))
+                .returning(ShotRow::as_returning())
+                .get_results(&mut self.conn()?)?,
+        )
+    }
+
+    /// Deletes the reviews answered or approved before `before` whose box
+    /// is over (stopped, failed, or gone) and that keep no shot; how many.
+    pub fn delete_old_reviews(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
+        Ok(diesel::sql_query(
+            "DELETE FROM reviews r WHERE r.state <> 'waiting' AND r.answered_at < $1 \
+               AND NOT EXISTS (SELECT 1 FROM boxes b WHERE b.id = r.box_id \
+                               AND b.state NOT IN ('stopped', 'failed')) \
+               AND NOT EXISTS (SELECT 1 FROM shots s WHERE s.review_id = r.id)",
+        )
+        .bind::<diesel::sql_types::Timestamptz, _>(before)
+        .execute(&mut self.conn()?)?)
+    }
+
     /// Answers a waiting review with its items and their images' rows, all
     /// at once; `None` (nothing written) when the review is not waiting.
+    /// The images count toward the account's `quotas.max_shot_bytes`,
+    /// checked under the account lock ([`StoreError::QuotaExceeded`]).
     pub fn answer_review(
         &self,
         account: &AccountId,
@@ -139,7 +181,10 @@ impl Store {
         images: &[ShotRow],
     ) -> Result<Option<ReviewRow>, StoreError> {
         let mut conn = self.conn()?;
-        Ok(conn.transaction(|conn| {
+        conn.transaction(|conn| {
+            super::quota::lock_account(conn, account.as_str())?;
+            let adding = images.iter().map(super::shots::row_bytes).sum();
+            super::quota::check_shot_bytes(conn, &self.quotas, account.as_str(), adding)?;
             let answered: Option<ReviewRow> = diesel::update(
                 reviews::table
                     .find(id.as_str())
@@ -161,7 +206,7 @@ impl Store {
                     .values(items)
                     .execute(conn)?;
             }
-            Ok::<_, diesel::result::Error>(answered)
-        })?)
+            Ok::<_, StoreError>(answered)
+        })
     }
 }

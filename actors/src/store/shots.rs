@@ -33,12 +33,28 @@ pub struct ShotRow {
 /// Kinds a box's own shots have (an annotation belongs to its feedback).
 const BOX_KINDS: [&str; 2] = ["screenshot", "recording"];
 
+/// The bytes a shot row stands for (its file, preview and poster).
+pub(super) fn row_bytes(row: &ShotRow) -> u64 {
+    [row.bytes, row.preview_bytes, row.poster_bytes]
+        .iter()
+        .map(|n| u64::try_from(*n).unwrap_or(0))
+        .sum()
+}
+
 impl Store {
+    /// Inserts the shot when the account's `quotas.max_shot_bytes` leaves
+    /// room for it, checked under the account lock (else
+    /// [`StoreError::QuotaExceeded`], nothing written).
     pub fn insert_shot(&self, row: &ShotRow) -> Result<(), StoreError> {
-        diesel::insert_into(shots::table)
-            .values(row)
-            .execute(&mut self.conn()?)?;
-        Ok(())
+        let mut conn = self.conn()?;
+        conn.transaction(|conn| {
+            super::quota::lock_account(conn, &row.account_id)?;
+            super::quota::check_shot_bytes(conn, &self.quotas, &row.account_id, row_bytes(row))?;
+            diesel::insert_into(shots::table)
+                .values(row)
+                .execute(conn)?;
+            Ok::<_, StoreError>(())
+        })
     }
 
     /// The box's own shots (no annotations), oldest first.
@@ -169,17 +185,26 @@ impl Store {
 
     /// The bytes the account's stored shots take (files, previews, posters).
     pub fn account_shot_bytes(&self, account: &AccountId) -> Result<i64, StoreError> {
-        #[derive(QueryableByName)]
-        struct Total {
-            #[diesel(sql_type = diesel::sql_types::BigInt)]
-            total: i64,
-        }
-        let row: Total = diesel::sql_query(
-            "SELECT COALESCE(SUM(bytes + preview_bytes + poster_bytes), 0)::BIGINT AS total \
-             FROM shots WHERE account_id = $1",
-        )
-        .bind::<diesel::sql_types::Text, _>(account.as_str())
-        .get_result(&mut self.conn()?)?;
-        Ok(row.total)
+        let mut conn = self.conn()?;
+        account_shot_bytes_on(&mut conn, account.as_str())
     }
+}
+
+/// [`Store::account_shot_bytes`] on a connection (in a transaction).
+pub(super) fn account_shot_bytes_on(
+    conn: &mut diesel::PgConnection,
+    account: &str,
+) -> Result<i64, StoreError> {
+    #[derive(QueryableByName)]
+    struct Total {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        total: i64,
+    }
+    let row: Total = diesel::sql_query(
+        "SELECT COALESCE(SUM(bytes + preview_bytes + poster_bytes), 0)::BIGINT AS total \
+         FROM shots WHERE account_id = $1",
+    )
+    .bind::<diesel::sql_types::Text, _>(account)
+    .get_result(conn)?;
+    Ok(row.total)
 }

@@ -270,7 +270,11 @@ pub async fn get(
     params(("id" = String, Path, description = "`rev_...`")),
     request_body = Answer,
     security(("api_key" = [])),
-    responses((status = 200, description = "Answered: `answered` with the items, or `approved`", body = ReviewView), ReviewErrors)
+    responses(
+        (status = 200, description = "Answered: `answered` with the items, or `approved`", body = ReviewView),
+        ReviewErrors,
+        (status = 429, description = "The images would take the account's shots past `quotas.max_shot_bytes` (`quota_exceeded`): nothing is stored", body = crate::error::ErrorBody),
+    )
 )]
 #[post("/reviews/{id}/answer")]
 pub async fn answer(

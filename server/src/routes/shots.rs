@@ -175,8 +175,15 @@ impl utoipa::IntoResponses for TakeErrors {
                 "The file would pass 200 MiB (`shot_too_large`): a smaller viewport, no fullPage, fewer seconds",
             ),
             (
+                429,
+                "The shot would take the account's shots past `quotas.max_shot_bytes` (`quota_exceeded`; nothing is stored), \
+                 or this account (4) or this server (16) is taking as many shots at once as it may (`too_many_shots`)",
+            ),
+            (
                 502,
-                "The page could not be opened (`shot_failed`: the URL and the browser's error), or Chromium or ffmpeg failed in the box (the last lines they wrote)",
+                "The page could not be opened (`shot_failed`: the URL and the browser's error), or Chromium or ffmpeg failed in the box (the last lines they wrote), \
+                 or boxd sent something other than what was asked for (`shot_failed`: not a PNG, or a recording whose first bytes are not WebM's or MP4's, \
+                 another media type, an image over 7680x16384 px, a file shorter than announced; nothing is stored)",
             ),
             (
                 503,

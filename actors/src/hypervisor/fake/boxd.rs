@@ -14,7 +14,9 @@
 //!
 //! Its `shot` answers any request with [`SHOT_PNG`] (64x48, one colour): as
 //! the screenshot, or as the poster of a recording whose file is a few bytes
-//! that are not a video ([`FAKE_VIDEO`]), `seconds` long.
+//! that open as a video but are none ([`FAKE_VIDEO`], [`FAKE_MP4`]),
+//! `seconds` long; or, once a test set one, with its [`FakeShot`] (what a
+//! hostile boxd can send).
 
 use super::Served;
 use psbx_wire::boxd::{
@@ -38,12 +40,36 @@ pub(super) enum Power {
     Off,
 }
 
+/// What the fake boxd answers to every `shot` once a test sets it
+/// (`FakeHypervisor::set_shot`).
+#[derive(Debug, Clone, Default)]
+pub struct FakeShot {
+    /// The header's media type.
+    pub mime: String,
+    pub width: u32,
+    pub height: u32,
+    /// The file's bytes sent.
+    pub file: Arc<Vec<u8>>,
+    /// The file's length announced, when not `file`'s: past what was sent,
+    /// the stream ends (boxd went away mid-file).
+    pub announced: Option<u64>,
+    /// The poster's bytes (none: no poster).
+    pub poster: Arc<Vec<u8>>,
+    /// When set, boxd waits for a permit of it after sending `file`, before
+    /// it goes on (the test looks at the server mid-shot meanwhile).
+    pub hold: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+/// The shot a test set for every domain, if any.
+pub(super) type ShotScript = Arc<Mutex<Option<FakeShot>>>;
+
 /// Serves one connection to the channel of domain `domain`.
 pub(super) async fn serve(
     io: DuplexStream,
     mut power: watch::Receiver<Power>,
     domain: String,
     served: Arc<Mutex<Vec<Served>>>,
+    script: ShotScript,
 ) {
     let boot_id = {
         let Ok(now) = power
@@ -83,7 +109,7 @@ pub(super) async fn serve(
                             target: incoming.target().to_owned(),
                         });
                     }
-                    tokio::spawn(answer(incoming, info.clone(), watched.clone()));
+                    tokio::spawn(answer(incoming, info.clone(), watched.clone(), script.clone()));
                 }
                 None => return,
             },
@@ -96,10 +122,18 @@ pub(super) async fn serve(
 }
 
 /// Reads the request to its end and answers it as boxd would.
-async fn answer(incoming: Incoming, info: BoxInfo, power: watch::Receiver<Power>) {
+async fn answer(
+    incoming: Incoming,
+    info: BoxInfo,
+    power: watch::Receiver<Power>,
+    script: ShotScript,
+) {
     let body = match incoming.target() {
         "exec" | "logs" => return hold(incoming, power).await,
-        "shot" => return shot(incoming).await,
+        "shot" => {
+            let scripted = script.lock().ok().and_then(|s| s.clone());
+            return shot(incoming, scripted).await;
+        }
         target if target.starts_with("port:") => return port(incoming, power).await,
         "info" => serde_json::to_vec(&info),
         "health" => serde_json::to_vec(&Health {
@@ -174,12 +208,15 @@ async fn port(incoming: Incoming, mut power: watch::Receiver<Power>) {
 
 /// The fake boxd's screenshot and poster: a 64x48 PNG of one colour (#3366cc).
 pub const SHOT_PNG: &[u8] = include_bytes!("shot.png");
-/// The fake boxd's recording: bytes that are not a video.
-pub const FAKE_VIDEO: &[u8] = b"fake recording";
+/// The fake boxd's WebM recording: EBML's magic, then bytes that are no video.
+pub const FAKE_VIDEO: &[u8] = b"\x1a\x45\xdf\xa3 fake recording";
+/// The fake boxd's MP4 recording: a box header `ftyp`, then no video.
+pub const FAKE_MP4: &[u8] = b"\0\0\0\x18ftypisom fake recording";
 
 /// Answers a `shot` request line with [`SHOT_PNG`] (and for a recording,
-/// [`FAKE_VIDEO`] with the PNG as its poster), then waits for the half-close.
-async fn shot(incoming: Incoming) {
+/// [`FAKE_VIDEO`] or [`FAKE_MP4`] with the PNG as its poster), or with the
+/// test's [`FakeShot`], then waits for the half-close.
+async fn shot(incoming: Incoming, scripted: Option<FakeShot>) {
     let stream = incoming.accept();
     let mut reader = tokio::io::BufReader::new(stream);
     let mut line = Vec::new();
@@ -189,13 +226,43 @@ async fn shot(incoming: Incoming) {
         stream.reset("the fake boxd takes only shot request lines");
         return;
     };
-    let (mime, file, poster, duration_ms) = match request.kind {
-        ShotKind::Screenshot => ("image/png", SHOT_PNG, &[][..], None),
+    let duration_ms =
+        (request.kind == ShotKind::Recording).then(|| u64::from(request.seconds) * 1000);
+    if let Some(scripted) = scripted {
+        let header = ShotHeader {
+            mime: scripted.mime.clone(),
+            width: scripted.width,
+            height: scripted.height,
+            duration_ms,
+            bytes: scripted.announced.unwrap_or(scripted.file.len() as u64),
+            poster_bytes: scripted.poster.len() as u64,
+        };
+        let mut out = serde_json::to_vec(&ShotAnswer::Shot(header)).unwrap_or_default();
+        out.push(b'\n');
+        let _ = stream.write_all(&out).await;
+        let _ = stream.write_all(&scripted.file).await;
+        if let Some(hold) = &scripted.hold {
+            let _ = hold.acquire().await.map(|permit| permit.forget());
+        }
+        if scripted.announced.is_none() {
+            let _ = stream.write_all(&scripted.poster).await;
+        }
+        let _ = stream.shutdown().await;
+        let _ = (&mut stream)
+            .take(1 << 20)
+            .read_to_end(&mut Vec::new())
+            .await;
+        return;
+    }
+    let (mime, file, poster) = match request.kind {
+        ShotKind::Screenshot => ("image/png", SHOT_PNG, &[][..]),
         ShotKind::Recording => (
             request.format.mime(),
-            FAKE_VIDEO,
+            match request.format {
+                psbx_wire::boxd::VideoFormat::Webm => FAKE_VIDEO,
+                psbx_wire::boxd::VideoFormat::Mp4 => FAKE_MP4,
+            },
             SHOT_PNG,
-            Some(u64::from(request.seconds) * 1000),
         ),
     };
     let header = ShotHeader {

@@ -12,7 +12,7 @@
 //! table operations and never across an `.await`.
 
 mod boxd;
-pub use boxd::{FAKE_VIDEO, SHOT_PNG};
+pub use boxd::{FAKE_MP4, FAKE_VIDEO, FakeShot, SHOT_PNG};
 
 use super::{ChannelStream, Dial, Hypervisor};
 use boxd::Power;
@@ -71,6 +71,8 @@ struct Inner {
     domains: BTreeMap<String, Domain>,
     calls: Vec<Call>,
     served: Arc<Mutex<Vec<Served>>>,
+    /// What every boxd answers to `shot`, once a test sets it.
+    shot: boxd::ShotScript,
     boots: u64,
 }
 
@@ -155,6 +157,13 @@ impl FakeHypervisor {
             let status = domain.status;
             domain.set(status);
         }
+    }
+
+    /// What every domain's boxd answers to `shot` from now on; `None`: its
+    /// own 64x48 PNG.
+    pub fn set_shot(&self, shot: Option<FakeShot>) {
+        let script = self.lock().shot.clone();
+        *script.lock().unwrap_or_else(|e| e.into_inner()) = shot;
     }
 
     /// Every lifecycle call so far.
@@ -248,6 +257,7 @@ impl FakeHypervisor {
             domain.power.subscribe(),
             name.clone(),
             inner.served.clone(),
+            inner.shot.clone(),
         ));
         Ok(Box::new(ours))
     }
