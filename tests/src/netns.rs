@@ -122,6 +122,36 @@ impl Netns {
         );
     }
 
+    /// The one address `addr` (a public one a test must stand for, such as
+    /// Azure's 168.63.129.16) put on the namespace's `lo` and routed to it from
+    /// the host; fails the test unless `ip route get` then says it leaves
+    /// through this namespace's veth (the route goes with the veth on drop).
+    pub fn routed_exactly(&mut self, addr: Ipv4Addr) -> Ipv4Addr {
+        let added = Command::new("ip")
+            .args(["route", "add", &format!("{addr}/32"), "via"])
+            .arg(self.ns_ip.to_string())
+            .args(["dev", &self.veth])
+            .output()
+            .expect("running ip");
+        assert!(
+            added.status.success(),
+            "cannot route {addr} to {} (another test's namespace holds it?): {}",
+            self.name,
+            String::from_utf8_lossy(&added.stderr)
+        );
+        ip(&[
+            "-n",
+            &self.name,
+            "addr",
+            "add",
+            &format!("{addr}/32"),
+            "dev",
+            "lo",
+        ]);
+        self.assert_routed(addr);
+        addr
+    }
+
     /// Fails the test unless the host sends `addr` through this namespace's veth.
     pub fn assert_routed(&self, addr: Ipv4Addr) {
         let out = Command::new("ip")

@@ -15,8 +15,12 @@
 //! psbx server's port, the database's, a loopback listener, the host's own
 //! address, the 10.x host and the link-local one are all out of reach, and
 //! nothing reached them; the internet still answers, also after a freeze and
-//! thaw (with the box's clock set from the host's again). The host's rules are
-//! put back when removed, and go when the server stops with no box left.
+//! thaw (with the box's clock set from the host's again). Azure's WireServer
+//! address (168.63.129.16, which the test routes to its own "internet" and
+//! lets through its allow-list) is out of reach by default, and the table's
+//! denied counter shows the drop. The host's rules are put back when removed
+//! or when their chain is flushed, and go when the server stops with no box
+//! left.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use psbx_tests::netns::{Listener, Netns};
@@ -70,6 +74,35 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The packets the table's deny-list rule (`ip daddr @denied counter drop`) dropped.
+fn denied_packets(table: &str) -> u64 {
+    let text = String::from_utf8(
+        Command::new("nft")
+            .args(["list", "table", "inet", table])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    text.lines()
+        .find(|l| l.contains("ip daddr @denied counter packets"))
+        .and_then(|l| {
+            l.split("packets ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no counter on the deny rule of {table}: {text}"))
+}
+
+/// Azure's WireServer, DNS and HostGAPlugin: a public address that trusts the
+/// host's own source address.
+const WIRESERVER: Ipv4Addr = Ipv4Addr::new(168, 63, 129, 16);
+
+/// One booted box with a card (TCG: about 10 s to boot, plus a freeze and
+/// thaw of about 5 s and a few 3-10 s timeouts; about 60 s in all).
 #[test]
 fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     // The internet: a web server and a DNS server on public test addresses.
@@ -77,6 +110,9 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     let web = internet.routed([198, 51, 100]);
     let dns = internet.routed([198, 51, 100]);
     let web_listener = internet.listener(web, 80, "HTTP/1.0 200 OK\r\n\r\nhello from the internet");
+    // Azure's WireServer, reached from the host (it trusts the host's address).
+    internet.routed_exactly(WIRESERVER);
+    let wireserver = internet.listener(WIRESERVER, 80, "HTTP/1.0 200 OK\r\n\r\ngoal state");
     // A public address the operator denies (boxes.egress.deny).
     let denied = internet.routed([198, 51, 100]);
     let denied_listener = internet.listener(denied, 80, "denied by the operator");
@@ -97,15 +133,19 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     let loopback = Listener::on_host(Ipv4Addr::LOCALHOST, free_port(), "loopback");
     let own = Listener::on_host(office.host_ip, free_port(), "host address");
 
+    // The test's ranges and the WireServer: only the built-in deny list
+    // keeps a box from it.
     let mut s = BoxServer::start(&format!(
         "pool_size = 0\nidle_freeze = \"15s\"\nnetwork = true\n\
-         [boxes.egress]\nresolvers = [\"{dns}\"]\ndeny = [\"{denied}\"]\n{TEST_RANGES}"
+         [boxes.egress]\nresolvers = [\"{dns}\"]\ndeny = [\"{denied}\"]\n\
+         only = [\"198.51.100.0/24\", \"203.0.113.0/24\", \"{WIRESERVER}/32\"]"
     ));
     let table = network_table(&s.installation());
     assert!(table_present(&table), "no nftables table {table}");
     // What the box must not reach is there: each answers the host.
     for l in [
         &web_listener,
+        &wireserver,
         &office_listener,
         &link_local_listener,
         &loopback,
@@ -126,6 +166,7 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
             .unwrap_or_else(|e| panic!("127.0.0.1:{port} does not answer the host: {e}"));
     }
     let reached_from_box = [
+        &wireserver,
         &denied_listener,
         &office_listener,
         &link_local_listener,
@@ -219,6 +260,33 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     for l in reached_from_box {
         l.assert_answers_the_host();
     }
+
+    // The WireServer from the box (its own rules gone): a timeout, nothing
+    // reached it, and the host's deny rule counted the drop.
+    internet.assert_routed(WIRESERVER);
+    let reached: Vec<usize> = reached_from_box.iter().map(|l| l.accepted()).collect();
+    let dropped = denied_packets(&table);
+    let out = exec(
+        &s,
+        &id,
+        &format!("wget -T 3 -q -O - http://{WIRESERVER}/machine/?comp=goalstate; echo exit=$?"),
+    );
+    assert!(
+        out.contains("exit=1") && !out.contains("goal state"),
+        "{out}"
+    );
+    assert_eq!(
+        reached,
+        reached_from_box
+            .iter()
+            .map(|l| l.accepted())
+            .collect::<Vec<_>>(),
+        "a listener was reached from the box"
+    );
+    assert!(
+        denied_packets(&table) > dropped,
+        "the deny rule of {table} counted no drop"
+    );
 
     // Frozen and thawed: the card still works, and the clock is the host's
     // again (boxd sets it from the server's on the new session).
@@ -853,6 +921,46 @@ fn tools(s: &BoxServer, id: &str) {
             && out.contains("cannot reach https://dot.net/v1/dotnet-install.sh")
             && out.contains("rc=1"),
         "{out}"
+    );
+}
+
+/// A flushed `box` chain (an operator's `nft flush chain`, or a reload of a
+/// ruleset that empties it) leaves the jump in place and filters nothing: the
+/// server sees the whole table is not what it wrote and writes it again.
+/// Boots no box (a server start, a few seconds).
+#[test]
+fn a_flushed_box_chain_is_put_back() {
+    let s = BoxServer::start("pool_size = 0\nnetwork = true");
+    let table = network_table(&s.installation());
+    let listing = || {
+        String::from_utf8(
+            Command::new("nft")
+                .args(["list", "chain", "inet", &table, "box"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+    };
+    assert!(listing().contains("@denied"), "{}", listing());
+    let flushed = Command::new("nft")
+        .args(["flush", "chain", "inet", &table, "box"])
+        .status()
+        .unwrap();
+    assert!(
+        flushed.success(),
+        "nft could not flush the chain of {table}"
+    );
+    assert!(!listing().contains("@denied"), "{}", listing());
+    wait::until(
+        "the box chain to be put back",
+        Duration::from_secs(30),
+        || listing().contains("ip daddr @denied counter").then_some(()),
+    );
+    let log = s.server.as_ref().unwrap().log.lines().join("\n");
+    assert!(
+        log.contains("the box network rules were removed or changed on the host"),
+        "{log}"
     );
 }
 
