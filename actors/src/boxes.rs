@@ -33,6 +33,7 @@ use tokio::sync::mpsc;
 pub mod shots;
 mod sync;
 mod takeover;
+pub mod terminals;
 pub use shots::ShotFile;
 pub use sync::Synced;
 pub use takeover::{DEFAULT_LINK_TTL, TakeoverError, TakeoverLink, Terminal};
@@ -67,6 +68,8 @@ pub struct Boxes {
     environments: Environments,
     /// How long a takeover link works.
     takeover_ttl: Duration,
+    /// The takeover terminals open on this server, and their limits.
+    terminals: terminals::Terminals,
     /// How the boxes' URLs are made, when they have any.
     urls: Option<BoxUrls>,
     /// The boxes box URLs found lately.
@@ -127,6 +130,7 @@ impl Boxes {
             secrets,
             environments,
             takeover_ttl: DEFAULT_LINK_TTL,
+            terminals: terminals::Terminals::default(),
             urls: None,
             url_boxes: crate::box_urls::Recent::default(),
             url_slots: Arc::new(Slots::new(UrlLimits::default())),

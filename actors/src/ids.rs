@@ -149,6 +149,10 @@ prefixed_id!(
     /// One item of a review's feedback (text, maybe an annotated image).
     FeedbackId, "fb_", "feedback item"
 );
+prefixed_id!(
+    /// A takeover terminal open on this server (`boxes::terminals`).
+    TerminalId, "term_", "terminal"
+);
 
 /// The secret of an API key, `psbx_` and 40 random characters (about 206 bits).
 /// Shown once when created; only its SHA-256 is stored. `Debug` never prints it.

@@ -151,6 +151,10 @@ impl AppState {
                 environments.clone(),
             )
             .with_takeover_ttl(config.takeover.link_ttl()?)
+            .with_terminal_limits(
+                config.takeover.idle_timeout()?,
+                config.takeover.max_lifetime()?,
+            )
             .with_urls(urls)
             .with_url_limits(config.box_urls.limits()?),
         );

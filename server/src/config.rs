@@ -205,12 +205,18 @@ impl BoxUrlsConfig {
 pub struct TakeoverConfig {
     /// How long a link works if unused (`"15m"`; 10s to 24h).
     pub link_ttl: String,
+    /// An open terminal closes after this long without input (`"30m"`; 1s to 24h).
+    pub idle_timeout: String,
+    /// An open terminal closes after this long whatever it does (`"8h"`; 1s to 7d).
+    pub max_lifetime: String,
 }
 
 impl Default for TakeoverConfig {
     fn default() -> Self {
         Self {
             link_ttl: "15m".to_owned(),
+            idle_timeout: "30m".to_owned(),
+            max_lifetime: "8h".to_owned(),
         }
     }
 }
@@ -232,18 +238,35 @@ impl Config {
 impl TakeoverConfig {
     /// The links' lifetime, checked.
     pub fn link_ttl(&self) -> Result<std::time::Duration, ConfigError> {
-        let ttl = psbx_actors::duration::parse(&self.link_ttl)
-            .map_err(|e| ConfigError::Invalid(format!("takeover.link_ttl: {e}")))?;
-        if !(std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(24 * 3600))
-            .contains(&ttl)
-        {
-            return Err(ConfigError::Invalid(format!(
-                "takeover.link_ttl {:?} must be between 1s and 24h",
-                self.link_ttl
-            )));
-        }
-        Ok(ttl)
+        bounded("takeover.link_ttl", &self.link_ttl, 24 * 3600, "24h")
     }
+
+    /// How long a terminal stays open without input, checked.
+    pub fn idle_timeout(&self) -> Result<std::time::Duration, ConfigError> {
+        bounded("takeover.idle_timeout", &self.idle_timeout, 24 * 3600, "24h")
+    }
+
+    /// How long a terminal stays open at most, checked.
+    pub fn max_lifetime(&self) -> Result<std::time::Duration, ConfigError> {
+        bounded("takeover.max_lifetime", &self.max_lifetime, 7 * 24 * 3600, "7d")
+    }
+}
+
+/// The duration `value` of setting `name`, between 1 s and `max_s` (`max`).
+fn bounded(
+    name: &str,
+    value: &str,
+    max_s: u64,
+    max: &str,
+) -> Result<std::time::Duration, ConfigError> {
+    let d = psbx_actors::duration::parse(value)
+        .map_err(|e| ConfigError::Invalid(format!("{name}: {e}")))?;
+    if !(std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(max_s)).contains(&d) {
+        return Err(ConfigError::Invalid(format!(
+            "{name} {value:?} must be between 1s and {max}"
+        )));
+    }
+    Ok(d)
 }
 
 /// Who may read `GET /metrics`.
@@ -816,7 +839,10 @@ impl Config {
         config.shared_dir = Some(match &config.shared_dir {
             Some(dir) => std::path::absolute(dir)
                 .map_err(|e| ConfigError::Invalid(format!("shared_dir {}: {e}", dir.display())))?,
-            None => crate::shared_dir::default_for(&config.data_dir),
+            None => crate::shared_dir::default_for(
+                &config.data_dir,
+                config.boxes.enabled || config.database_url.is_none(),
+            ),
         });
         config.validate()?;
         Ok(config)

@@ -10,9 +10,11 @@
 //!    (made by an earlier start, below);
 //! 3. the data directory when it already holds a cluster, boxes or images
 //!    (an installation from before this setting);
-//! 4. that `/var/lib/psbx/data-<hash>` when psbx runs as root and a directory
-//!    above the data directory cannot be entered by other users (a clone in
-//!    `/root`, or under any 0700 parent);
+//! 4. that `/var/lib/psbx/data-<hash>` when psbx runs as root, other users
+//!    must enter the shared directory (boxes run, or the embedded cluster
+//!    does), and the data directory, or a directory above it, cannot be
+//!    entered by them (a clone in `/root`, a directory under any 0700 parent,
+//!    or a 0700 data directory such as `mktemp -d` makes);
 //! 5. else the data directory itself.
 //!
 //! [`check_reachable`] then stops a server whose shared directory others
@@ -25,7 +27,6 @@
 //! `boxes.disk_margin_gb` free already: that margin is what keeps boxes from
 //! taking the database's room (admission never promises it, and the
 //! disk-pressure loop freezes boxes that write into it).
-
 
 use crate::config::Config;
 use sha2::{Digest, Sha256};
@@ -64,8 +65,9 @@ pub enum SharedDirError {
     Io(PathBuf, std::io::Error),
 }
 
-/// The shared directory for an absolute `data_dir` (rules 2–5 above).
-pub fn default_for(data_dir: &Path) -> PathBuf {
+/// The shared directory for an absolute `data_dir` (rules 2–5 above);
+/// `others_enter`: boxes run, or the embedded cluster does.
+pub fn default_for(data_dir: &Path, others_enter: bool) -> PathBuf {
     let relocated = relocated(data_dir);
     if relocated.is_dir() {
         return relocated;
@@ -73,7 +75,11 @@ pub fn default_for(data_dir: &Path) -> PathBuf {
     let holds_state = ["pg", "boxes", "images"]
         .iter()
         .any(|d| data_dir.join(d).exists());
-    if !holds_state && nix::unistd::geteuid().is_root() && closed_ancestor(data_dir).is_some() {
+    if !holds_state
+        && others_enter
+        && nix::unistd::geteuid().is_root()
+        && closed_ancestor(&data_dir.join("x")).is_some()
+    {
         return relocated;
     }
     data_dir.to_owned()
@@ -193,17 +199,39 @@ mod tests {
         std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
         let data = closed.join("clone/.psbx");
         assert_eq!(closed_ancestor(&data).unwrap().0, closed);
-        let shared = default_for(&data);
+        let shared = default_for(&data, true);
         if nix::unistd::geteuid().is_root() {
             assert!(shared.starts_with(ROOT_SHARED), "{}", shared.display());
-            assert_eq!(shared, default_for(&data), "not stable");
-            assert_ne!(shared, default_for(&closed.join("other/.psbx")));
+            assert_eq!(shared, default_for(&data, true), "not stable");
+            assert_ne!(shared, default_for(&closed.join("other/.psbx"), true));
         } else {
             assert_eq!(shared, data);
         }
         // An installation that already keeps its cluster there stays.
         std::fs::create_dir_all(data.join("pg")).unwrap();
-        assert_eq!(default_for(&data), data);
+        assert_eq!(default_for(&data, true), data);
+    }
+
+    #[test]
+    fn a_closed_data_dir_moves_its_shared_state_like_a_closed_parent() {
+        // What `psbx serve --data-dir "$(mktemp -d)"` gives: a 0700 data
+        // directory under an open parent.
+        let top = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let data = top.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let shared = default_for(&data, true);
+        if nix::unistd::geteuid().is_root() {
+            assert!(shared.starts_with(ROOT_SHARED), "{}", shared.display());
+        } else {
+            assert_eq!(shared, data);
+        }
+        // Nobody else needs it (no boxes, an external database): it stays.
+        assert_eq!(default_for(&data, false), data);
+        // Open, it keeps everything itself.
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(default_for(&data, true), data);
     }
 
     #[test]
@@ -236,6 +264,6 @@ mod tests {
         std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let data = top.path().join(".psbx");
         assert_eq!(closed_ancestor(&data), None);
-        assert_eq!(default_for(&data), data);
+        assert_eq!(default_for(&data, true), data);
     }
 }

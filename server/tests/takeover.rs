@@ -173,6 +173,7 @@ async fn expired_unknown_and_other_accounts_links_do_not_work() {
     let config = Config {
         takeover: TakeoverConfig {
             link_ttl: "1s".to_owned(),
+            ..TakeoverConfig::default()
         },
         ..Config::default()
     };
@@ -243,5 +244,82 @@ async fn the_takeover_route_is_in_the_api_document() {
     assert_eq!(op["operationId"], "takeoverBox", "{op}");
     for status in ["201", "401", "404", "409", "503"] {
         assert!(op["responses"].get(status).is_some(), "{status}: {op}");
+    }
+}
+
+/// The owner's view of a box's terminals: none open here (no host), another
+/// account's box is 404, a malformed or unknown terminal id says so; and the
+/// routes are documented.
+#[actix_web::test]
+async fn terminals_are_listed_and_closed_per_box_of_the_account() {
+    let f = fixture();
+    let key = f.first.key.secret.expose().to_owned();
+    let id = a_box(&f, &f.first.account.id, BoxState::Running);
+    let app = test::init_service(app::build(state_with(&f, &Config::default()))).await;
+    let call = |method: actix_web::http::Method, path: String, key: &str| {
+        TestRequest::default()
+            .method(method)
+            .uri(&path)
+            .insert_header((header::AUTHORIZATION, format!("Bearer {key}")))
+            .to_request()
+    };
+    use actix_web::http::Method;
+    let terminals = format!("/v1/boxes/{id}/terminals");
+    let res = test::call_service(&app, call(Method::GET, terminals.clone(), &key)).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let listed: Value = test::read_body_json(res).await;
+    assert_eq!(listed, serde_json::json!({"terminals": []}));
+    let res = test::call_service(&app, call(Method::DELETE, terminals.clone(), &key)).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = test::call_service(
+        &app,
+        call(Method::DELETE, format!("{terminals}/nope"), &key),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(code(&test::read_body(res).await), "invalid_terminal_id");
+    let res = test::call_service(
+        &app,
+        call(Method::DELETE, format!("{terminals}/term_abc"), &key),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    assert_eq!(code(&test::read_body(res).await), "terminal_not_found");
+    // Another account's box is not found, whoever asks.
+    let theirs = {
+        use diesel::{Connection, RunQueryDsl};
+        let account = AccountId::generate().unwrap();
+        let mut conn = diesel::PgConnection::establish(f.db.url()).unwrap();
+        diesel::sql_query(format!(
+            "INSERT INTO accounts (id, name) VALUES ('{account}', 'other')"
+        ))
+        .execute(&mut conn)
+        .unwrap();
+        account
+    };
+    let other = a_box(&f, &theirs, BoxState::Running);
+    let res = test::call_service(
+        &app,
+        call(Method::GET, format!("/v1/boxes/{other}/terminals"), &key),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+
+    let req = TestRequest::get().uri("/v1/openapi.json").to_request();
+    let doc: Value = test::call_and_read_body_json(&app, req).await;
+    for (path, method, op_id) in [
+        ("/v1/boxes/{id}/terminals", "get", "listTerminals"),
+        ("/v1/boxes/{id}/terminals", "delete", "closeTerminals"),
+        (
+            "/v1/boxes/{id}/terminals/{terminal}",
+            "delete",
+            "closeTerminal",
+        ),
+    ] {
+        let op = &doc["paths"][path][method];
+        assert_eq!(op["operationId"], op_id, "{op}");
+        for status in ["200", "401", "404"] {
+            assert!(op["responses"].get(status).is_some(), "{status}: {op}");
+        }
     }
 }

@@ -2,7 +2,9 @@
 
   moto.py user ENDPOINT
       an IAM user `psbx` (psbx's own identity) allowed sts:AssumeRole, and its
-      access key: {"accessKeyId", "secretAccessKey", "arn"}
+      access key: {"accessKeyId", "secretAccessKey", "arn"}; in moto's default
+      account, while every role, service, parameter and secret below is in
+      the customer's account CUSTOMER (psbx refuses roles in its own account)
   moto.py roles ENDPOINT PRINCIPAL EXTERNAL_ID ACTIONS
       roles trusting PRINCIPAL: `readonly` with sts:ExternalId = EXTERNAL_ID,
       `wrong-external-id` with another ExternalId, `other-principal` trusting
@@ -26,6 +28,8 @@
   moto.py revise ENDPOINT
       registers `api:2` (PLAIN changed, NEW added) and points the service at
       it: {"taskDefinition"}
+  moto.py assumed ENDPOINT
+      the roles anyone assumed so far, in any account: {"roleArns"}
 """
 
 import json
@@ -43,6 +47,30 @@ def client(service, endpoint, **keys):
         aws_access_key_id=keys.get("id", "testing"),
         aws_secret_access_key=keys.get("secret", "testing"),
     )
+
+
+# The account of the customer's roles and services (not psbx's own).
+CUSTOMER = "210987654321"
+
+
+def customer(service, endpoint):
+    """A client acting in CUSTOMER (moto switches accounts on an assumed role;
+    moto's IAM checks must be off)."""
+    sts = client("sts", endpoint)
+    keys = sts.assume_role(RoleArn=f"arn:aws:iam::{CUSTOMER}:role/setup", RoleSessionName="setup")["Credentials"]
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=keys["AccessKeyId"],
+        aws_secret_access_key=keys["SecretAccessKey"],
+        aws_session_token=keys["SessionToken"],
+    )
+
+
+def assumed(endpoint):
+    data = json.load(urllib.request.urlopen(endpoint + "/moto-api/data.json"))
+    return {"roleArns": [r["role_arn"] for r in data.get("sts", {}).get("AssumedRole", [])]}
 
 
 def user(endpoint):
@@ -83,7 +111,7 @@ def auth(endpoint, on):
 
 
 def roles(endpoint, principal, external_id, read_only):
-    iam = client("iam", endpoint)
+    iam = customer("iam", endpoint)
     arns = {}
     for key, name, policy, actions in [
         ("readonly", "readonly", trust(principal, external_id), read_only),
@@ -116,11 +144,11 @@ CREDS = {"user": "admin", "password": "p=w#1 $x", "port": 5432}
 
 def ecs(endpoint):
     auth(endpoint, False)
-    ssm = client("ssm", endpoint)
+    ssm = customer("ssm", endpoint)
     ssm.put_parameter(Name="/api/db_pass", Value=DB_PASS, Type="SecureString")
     ssm.put_parameter(Name="/api/db_url", Value="postgres://db.internal:5432/app", Type="SecureString")
     url_arn = ssm.get_parameter(Name="/api/db_url")["Parameter"]["ARN"]
-    sm = client("secretsmanager", endpoint)
+    sm = customer("secretsmanager", endpoint)
     made = sm.create_secret(Name="api/creds", SecretString=json.dumps(CREDS))
     secret, version = made["ARN"], made["VersionId"]
     sm.create_secret(Name="api/token", SecretString="tok-123")
@@ -149,7 +177,7 @@ def ecs(endpoint):
         "essential": True,
         "environment": [{"name": "ENVOY_UID", "value": "0"}],
     }
-    e = client("ecs", endpoint)
+    e = customer("ecs", endpoint)
     e.create_cluster(clusterName="prod")
     e.register_task_definition(family="api", containerDefinitions=[envoy, api])
     e.create_service(cluster="prod", serviceName="api", taskDefinition="api", desiredCount=1)
@@ -172,7 +200,7 @@ def ecs(endpoint):
 
 def boxrole(endpoint, issuer, subject):
     auth(endpoint, False)
-    iam = client("iam", endpoint)
+    iam = customer("iam", endpoint)
     provider = iam.create_open_id_connect_provider(
         Url=issuer, ClientIDList=["sts.amazonaws.com"], ThumbprintList=["0" * 40]
     )["OpenIDConnectProviderArn"]
@@ -196,7 +224,7 @@ def boxrole(endpoint, issuer, subject):
 
 def revise(endpoint):
     auth(endpoint, False)
-    e = client("ecs", endpoint)
+    e = customer("ecs", endpoint)
     current = e.describe_task_definition(taskDefinition="api")["taskDefinition"]
     containers = current["containerDefinitions"]
     for c in containers:
@@ -224,5 +252,7 @@ if __name__ == "__main__":
         print(json.dumps(boxrole(endpoint, sys.argv[3], sys.argv[4])))
     elif what == "revise":
         print(json.dumps(revise(endpoint)))
+    elif what == "assumed":
+        print(json.dumps(assumed(endpoint)))
     else:
         sys.exit(f"unknown step {what!r}")

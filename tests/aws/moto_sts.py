@@ -28,6 +28,10 @@
       a short one (e.g. 60) gives credentials that expire that soon.
       Like real STS, the call need not be signed: it alone is exempt from
       moto's IAM checks when they are on; every other call is checked as before.
+      And an AssumeRole of a role in another account than the caller's is
+      checked against that role's trust policy too (moto looks for the role
+      in the caller's account only, and then checks no trust at all): psbx's
+      identity and its customers' roles live in different accounts.
 """
 
 import base64
@@ -50,6 +54,9 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from moto import server  # noqa: E402
 from moto.iam.models import iam_backends  # noqa: E402
 from moto.sts.responses import TokenResponse  # noqa: E402
+from moto.iam.access_control import IAMRequestBase  # noqa: E402
+from moto.iam.utils import REQUIRE_RESOURCE_ACCESS_POLICIES_CHECK  # noqa: E402
+from moto.utilities.utils import get_partition  # noqa: E402
 
 ACTION = "AssumeRoleWithWebIdentity"
 SKEW = 300
@@ -207,8 +214,40 @@ def authenticate(self, resource="*"):
         moto_auth(self, resource)
 
 
+def role_backend(self, role_arn):
+    """The IAM of the account a role ARN names (the caller's without one)."""
+    found = re.match(r"arn:[^:]+:iam::(\d{12}):role/", role_arn or "")
+    return iam_backends[found.group(1) if found else self.account_id][get_partition(self._region)]
+
+
+moto_trust = IAMRequestBase._check_role_trust_relationship
+
+
+def is_assuming_role_operation(self, resource_arn):
+    if ":role" not in resource_arn.lower():
+        return False
+    try:
+        role_backend(self, resource_arn).get_role_by_arn(resource_arn)
+    except Exception:
+        return False
+    return self._action in REQUIRE_RESOURCE_ACCESS_POLICIES_CHECK
+
+
+def check_role_trust_relationship(self, role_arn):
+    # moto's own check, with the role's account as the backend it reads.
+    mine = self.account_id
+    found = re.match(r"arn:[^:]+:iam::(\d{12}):role/", role_arn or "")
+    self.account_id = found.group(1) if found else mine
+    try:
+        return moto_trust(self, role_arn)
+    finally:
+        self.account_id = mine
+
+
 TokenResponse.assume_role_with_web_identity = assume_role_with_web_identity
 TokenResponse._authenticate_and_authorize_normal_action = authenticate
+IAMRequestBase._is_assuming_role_operation = is_assuming_role_operation
+IAMRequestBase._check_role_trust_relationship = check_role_trust_relationship
 
 if __name__ == "__main__":
     server.main(["-H", sys.argv[1], "-p", sys.argv[2]])

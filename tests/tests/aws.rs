@@ -6,7 +6,14 @@
 //! another principal, is refused with AWS's own code and message and a hint
 //! naming the ExternalId; another account has another ExternalId. psbx's own
 //! identity is a moto IAM user whose key the server gets from its
-//! environment, as the SDK's default chain finds it anywhere.
+//! environment, as the SDK's default chain finds it anywhere; the roles and
+//! services are in another account, the customer's (moto's trust checks
+//! across accounts are `tests/aws/moto_sts.py`'s).
+//!
+//! review-2 M5: a role in psbx's own account (that of `aws.principal_arn`)
+//! or in `aws.denied_accounts` is refused with 400 before AWS is asked (moto
+//! records no AssumeRole of it), for `PUT /v1/aws` and an environment's
+//! `awsRoleArn`.
 //!
 //! Then the ECS import: the connected role lists the services, imports one
 //! container's settings (SSM SecureStrings, Secrets Manager JSON keys, an S3
@@ -34,20 +41,18 @@ impl Drop for Moto {
 }
 
 impl Moto {
+    /// moto's server as `tests/aws/moto_sts.py` runs it (its trust checks
+    /// hold across accounts).
     fn start() -> Self {
-        let server = psbx_tests::python::python().with_file_name("moto_server");
-        assert!(
-            server.is_file(),
-            "{} is missing: run scripts/setup (scripts/requirements.txt installs moto[server])",
-            server.display()
-        );
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("aws/moto_sts.py");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new(server)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        let child = Command::new(psbx_tests::python::python())
+            .arg(&script)
+            .args(["127.0.0.1", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -402,4 +407,88 @@ fn an_account_connects_its_role_then_imports_ecs_settings_and_syncs_them() {
     let (_, theirs) = call(&other, "GET", None);
     assert_ne!(theirs["externalId"], external_id.as_str(), "{theirs}");
     assert_eq!(theirs["roleArn"], Value::Null, "{theirs}");
+}
+
+/// review-2 M5: psbx is a deputy with AWS credentials of its own; a role in
+/// its own account (or one the operator denies) might trust it without an
+/// ExternalId, so it is never assumed: 400 `aws_role_denied`, before any
+/// call to AWS.
+#[test]
+fn roles_in_psbx_s_own_or_denied_accounts_are_refused_before_aws_is_asked() {
+    let moto = Moto::start();
+    let db = TestDatabase::new();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::without_boxes(
+        dir.path(),
+        &db,
+        &[
+            ("PSBX_AWS__ENDPOINT_URL", moto.url.as_str()),
+            (
+                "PSBX_AWS__PRINCIPAL_ARN",
+                "arn:aws:iam::111122223333:role/psbx",
+            ),
+            ("PSBX_AWS__DENIED_ACCOUNTS", "[\"444455556666\"]"),
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+            ("AWS_CONFIG_FILE", "/dev/null"),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+        ],
+    );
+    let key = server.first_key().expect("a first key");
+    let call = |method: &str, path: &str, body: Value| {
+        psbx_tests::api::call(&server.url, &key, method, path, Some(body))
+    };
+    for (role, says) in [
+        ("arn:aws:iam::111122223333:role/x", "psbx's own"),
+        ("arn:aws:iam::444455556666:role/x", "aws.denied_accounts"),
+    ] {
+        let (status, refused) = call(
+            "PUT",
+            "/v1/aws",
+            json!({"roleArn": role, "region": "us-east-1"}),
+        );
+        assert_eq!(status, 400, "{refused}");
+        assert_eq!(refused["error"]["code"], "aws_role_denied", "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(role) && message.contains(says),
+            "{refused}"
+        );
+        assert!(refused["error"]["hint"].is_string(), "{refused}");
+    }
+    // An environment's box role too.
+    let (status, made) = call("POST", "/v1/environments", json!({"name": "dev"}));
+    assert_eq!(status, 201, "{made}");
+    let (status, refused) = call(
+        "PUT",
+        "/v1/environments/dev",
+        json!({"awsRoleArn": "arn:aws:iam::111122223333:role/box"}),
+    );
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["code"], "aws_role_denied", "{refused}");
+    // A role elsewhere is asked of AWS (moto, its IAM checks off here, lets
+    // psbx in): the AssumeRole calls moto records show.
+    let (status, asked) = call(
+        "PUT",
+        "/v1/aws",
+        json!({"roleArn": "arn:aws:iam::777788889999:role/x", "region": "us-east-1"}),
+    );
+    assert_eq!(status, 200, "{asked}");
+    let assumed = moto.setup(&["assumed", &moto.url]);
+    let arns: Vec<&str> = assumed["roleArns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        arns.contains(&"arn:aws:iam::777788889999:role/x"),
+        "{arns:?}"
+    );
+    assert!(
+        arns.iter()
+            .all(|a| !a.contains("111122223333") && !a.contains("444455556666")),
+        "moto was asked to assume a refused role: {arns:?}"
+    );
 }

@@ -212,3 +212,90 @@ fn scripts_serve_from_a_closed_home_starts_a_debian_box_at_once() {
     let (clean, log) = cleanup.server.take().unwrap().stop();
     assert!(clean, "{log}");
 }
+
+/// `psbx serve --data-dir "$(mktemp -d)"` as root: a data directory that is
+/// itself closed (0700) keeps its box files where QEMU reaches them, as a
+/// closed parent does, instead of stopping with "cannot enter". Boxes are on
+/// (the check is QEMU's), with no pool and no network, so nothing boots: a
+/// few seconds, no VM.
+#[test]
+fn serve_with_a_closed_data_dir_relocates_its_shared_state() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test runs psbx serve as root, where box files must be reachable by QEMU's users"
+    );
+    let top = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = top.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let where_ = paths_of(&data);
+    let shared = where_["shared_dir"].clone();
+    assert!(
+        shared.starts_with("/var/lib/psbx/"),
+        "the box files would stay in the closed {}: {where_:?}",
+        data.display()
+    );
+    let mut cleanup = Cleanup {
+        server: None,
+        shared: shared.clone(),
+    };
+    let db = psbx_tests::TestDatabase::new();
+    let images = images_dir();
+    let server = cleanup.server.insert(ServerProcess::start(
+        &["--data-dir", data.to_str().unwrap()],
+        &[
+            ("DATABASE_URL", db.url()),
+            ("PSBX_BOXES__IMAGES_DIR", images.to_str().unwrap()),
+            ("PSBX_BOXES__IMAGE", "test"),
+            ("PSBX_BOXES__ACCEL", "tcg"),
+            ("PSBX_BOXES__POOL_SIZE", "0"),
+            ("PSBX_BOXES__NETWORK", "false"),
+        ],
+    ));
+    let (status, health) = psbx_tests::api::call(&server.url, "", "GET", "/v1/health", None);
+    assert_eq!(status, 200, "{health}");
+    assert!(
+        shared.join("DATA_DIR").is_file(),
+        "{} does not name its data directory",
+        shared.display()
+    );
+    // The server is the last the OOM killer picks (review-2 L9), where the
+    // machine lets root lower a score (CAP_SYS_RESOURCE; some containers do
+    // not, and then the server says so).
+    let adj = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", server.pid())).unwrap();
+    let server = cleanup.server.take().unwrap();
+    let (clean, log) = server.stop();
+    assert!(clean, "{log}");
+    if can_lower_oom_score() {
+        assert_eq!(adj.trim(), "-900");
+    } else {
+        assert!(log.contains("could not lower its oom_score_adj"), "{log}");
+    }
+    assert!(!log.contains("cannot enter"), "{log}");
+}
+
+/// `psbx config paths --data-dir DIR`: name → path.
+fn paths_of(data: &Path) -> std::collections::HashMap<String, PathBuf> {
+    let out = Command::new(psbx_tests::binary("psbx"))
+        .args(["config", "paths", "--data-dir"])
+        .arg(data)
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), PathBuf::from(v)))
+        .collect()
+}
+
+/// Whether a process of this machine may lower its OOM score (a child tries).
+fn can_lower_oom_score() -> bool {
+    Command::new("sh")
+        .args(["-c", "echo -900 > /proc/self/oom_score_adj"])
+        .status()
+        .is_ok_and(|s| s.success())
+}

@@ -10,7 +10,12 @@ use serde_json::json;
 fn the_takeover_page_runs_a_shell_once_and_keeps_the_box_awake() {
     psbx_tests::browser::require();
     // Frozen after 8 s without activity: the terminal is held open 15 s.
-    let s = BoxServer::start("idle_freeze = \"8s\"\npool_size = 0");
+    // Terminals close after 20 s without input: the idle one below waits
+    // that long (about 25 s more on the box this test boots anyway).
+    let s = BoxServer::start_with(
+        "[takeover]\nidle_timeout = \"20s\"",
+        "idle_freeze = \"8s\"\npool_size = 0",
+    );
     let (status, started) = s.call("POST", "/v1/boxes", Some(json!({"name": "takeover"})));
     assert_eq!(status, 201, "{started}");
     let id = started["id"].as_str().unwrap().to_owned();
@@ -49,7 +54,19 @@ fn the_takeover_page_runs_a_shell_once_and_keeps_the_box_awake() {
         "{status}"
     );
 
-    let seen = psbx_tests::browser::run_json("takeover.mjs", &json!({"url": url, "holdMs": 15000}));
+    let new_link = || {
+        let (status, link) = s.call("POST", &format!("/v1/boxes/{id}/takeover"), None);
+        assert_eq!(status, 201, "{link}");
+        link["url"].as_str().unwrap().to_owned()
+    };
+    let seen = psbx_tests::browser::run_json(
+        "takeover.mjs",
+        &json!({
+            "url": url, "holdMs": 15000,
+            "idleUrl": new_link(), "ownerUrl": new_link(),
+            "api": {"base": s.url(), "key": s.key, "boxId": id},
+        }),
+    );
     assert_eq!(seen["status"], 200, "{seen}");
     assert!(
         seen["csp"].as_str().unwrap().contains("script-src 'self'"),
@@ -60,7 +77,39 @@ fn the_takeover_page_runs_a_shell_once_and_keeps_the_box_awake() {
     assert_eq!(seen["utf8"], true, "{seen}");
     assert_eq!(seen["interrupted"], true, "{seen}");
     assert_eq!(seen["stillConnected"], true, "{seen}");
+    // Loading the page spent nothing: the terminal opened on the click.
+    assert_eq!(seen["readyBeforeClick"], true, "{seen}");
+    assert_eq!(seen["unspentBeforeClick"], 200, "{seen}");
     assert_eq!(seen["againStatus"], 410, "{seen}");
+    // psbx closed the terminal nobody typed at, and said why.
+    assert!(
+        seen["idleClosed"]
+            .as_str()
+            .unwrap()
+            .contains("20 s without input"),
+        "{seen}"
+    );
+    // The owner saw the open terminal and closed it.
+    let listed = seen["listed"]["terminals"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{seen}");
+    assert!(
+        listed[0]["id"].as_str().unwrap().starts_with("term_"),
+        "{seen}"
+    );
+    assert_eq!(listed[0]["boxId"], id.as_str(), "{seen}");
+    assert_eq!(seen["ownerClose"]["status"], 200, "{seen}");
+    assert_eq!(
+        seen["ownerClose"]["body"]["terminals"][0]["id"], listed[0]["id"],
+        "{seen}"
+    );
+    assert!(
+        seen["ownerClosed"]
+            .as_str()
+            .unwrap()
+            .contains("closed by the box's owner"),
+        "{seen}"
+    );
+    assert_eq!(seen["listedAfter"]["terminals"], json!([]), "{seen}");
     assert!(
         seen["againText"].as_str().unwrap().contains("already used"),
         "{seen}"

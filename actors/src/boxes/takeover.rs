@@ -14,11 +14,12 @@
 //! at the box's shell, not output returned to an agent, and masking would
 //! cut through escape sequences.
 
+use super::terminals::{Closed, Registration, TerminalView, Terminals};
 use super::{Awake, Boxes, SERVICE, over};
 use crate::blocking::blocking;
 use crate::box_actor::link::{LinkError, LinkHandle};
 use crate::error::BoxError;
-use crate::ids::{AccountId, BoxId};
+use crate::ids::{AccountId, BoxId, TerminalId};
 use crate::store::{LinkState, TAKEOVER_TOKEN_PREFIX};
 use chrono::{DateTime, Utc};
 use psbx_wire::boxd::{PtyInput, PtyRequest, Service};
@@ -69,10 +70,12 @@ impl From<crate::blocking::TaskFailed> for TakeoverError {
 }
 
 /// A terminal in a box: its output is read, its input and size sent. The
-/// box is kept awake until this is dropped.
+/// box is kept awake, and the terminal listed, until this is dropped;
+/// [`Terminal::closing`] says when psbx closes it.
 pub struct Terminal {
     stream: Stream,
     box_id: BoxId,
+    registration: Registration,
     /// Keeps the box awake until the terminal is dropped.
     _awake: Awake,
     /// Holds the box's channel open while the terminal is.
@@ -89,9 +92,23 @@ impl Terminal {
         self.stream.read(buf).await
     }
 
-    /// Sends typed bytes or a new size.
+    pub fn id(&self) -> &TerminalId {
+        self.registration.id()
+    }
+
+    /// Sends typed bytes or a new size; typed bytes count as input for the
+    /// idle timeout (a resize does not).
     pub async fn send(&mut self, input: &PtyInput) -> std::io::Result<()> {
+        if matches!(input, PtyInput::Input(_)) {
+            self.registration.input();
+        }
         self.stream.write_all(&input.encode()).await
+    }
+
+    /// Resolves when psbx closes this terminal (idle, lifetime, owner). It
+    /// borrows nothing: the bridge waits on it beside [`Terminal::read`].
+    pub fn closing(&self) -> impl std::future::Future<Output = Closed> + Send + 'static {
+        self.registration.closing()
     }
 
     /// Hangs the terminal up (the browser went away): a half-close.
@@ -148,6 +165,35 @@ impl Boxes {
         Ok(blocking(move || store.look_takeover_link(&token)).await?)
     }
 
+    /// How long takeover terminals stay open without input, and at most
+    /// (`[takeover] idle_timeout`, `max_lifetime`).
+    pub fn with_terminal_limits(mut self, idle: Duration, lifetime: Duration) -> Self {
+        self.terminals = Terminals::new(idle, lifetime);
+        self
+    }
+
+    /// The open terminals of box `id` of the account (on this server).
+    pub async fn terminals(
+        &self,
+        account: &AccountId,
+        id: &str,
+    ) -> Result<Vec<TerminalView>, BoxError> {
+        let record = self.record(account, id).await?;
+        Ok(self.terminals.list(account, &record.id))
+    }
+
+    /// Closes the open terminals of box `id` of the account, or only
+    /// `terminal`; answers those it closed.
+    pub async fn close_terminals(
+        &self,
+        account: &AccountId,
+        id: &str,
+        terminal: Option<&TerminalId>,
+    ) -> Result<Vec<TerminalView>, BoxError> {
+        let record = self.record(account, id).await?;
+        Ok(self.terminals.close(account, &record.id, terminal))
+    }
+
     /// Spends the link `token` and opens a `cols` × `rows` terminal in its
     /// box, thawing a frozen box. The link is spent even when the box then
     /// cannot be reached: a link opens at most one terminal.
@@ -160,6 +206,8 @@ impl Boxes {
         if !plausible(token) {
             return Err(TakeoverError::Unknown);
         }
+        let terminal_id = TerminalId::generate()
+            .map_err(|e| BoxError::Internal(format!("no randomness for a terminal id: {e}")))?;
         let (store, t) = (self.store.clone(), token.to_owned());
         let (account, box_id) = match blocking(move || store.spend_takeover_link(&t)).await? {
             Ok(spent) => spent,
@@ -188,9 +236,13 @@ impl Boxes {
             })?;
         // Taking the channel counted as activity; the guard goes on touching.
         let awake = self.awake(addr);
+        let registration = self
+            .terminals
+            .register(terminal_id, account, box_id.clone());
         Ok(Terminal {
             stream,
             box_id,
+            registration,
             _awake: awake,
             _link: link,
         })

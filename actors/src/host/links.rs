@@ -267,7 +267,12 @@ impl Links {
                 .and_then(|r| r.get(&other).cloned())
         };
         let mut linked = self.0.book.linked(&other);
-        let fresh = |l: &Linked| l.over.is_some() || l.read_at.elapsed() < RECHECK;
+        // Its account never changes, and an ended box stays ended.
+        let fresh = |l: &Linked| {
+            l.account.as_ref() != Some(&self.0.account)
+                || l.over.is_some()
+                || l.read_at.elapsed() < RECHECK
+        };
         let known_here = linked.is_some() && actor().is_some();
         if !known_here && !linked.as_ref().is_some_and(fresh) {
             linked = Some(self.read_linked(&other).await?);

@@ -31,6 +31,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
     let _lock = lock_data_dir(&config.data_dir)?;
+    protect_from_the_oom_killer();
     crate::shared_dir::prepare(&config)?;
     let tls = tls::server_config(&config)?;
     let listener = TcpListener::bind(config.listen)
@@ -211,6 +212,29 @@ fn print_now(text: &str) {
 /// One `psbx serve` per data directory: a second would share (and stop) the
 /// first one's database cluster. The lock is released when the process ends,
 /// however it ends.
+/// What the kernel's OOM killer weighs psbx (and the embedded PostgreSQL,
+/// which inherits it) by: boxes' QEMU processes, which hold most of the
+/// host's memory, go first, and the server and the database that every
+/// tenant needs last. Lowering it needs CAP_SYS_RESOURCE: as root without it
+/// (some containers) the log warns; as another user the default stays
+/// quietly (debug).
+const OOM_SCORE_ADJ: &str = "-900";
+
+fn protect_from_the_oom_killer() {
+    match fs::write("/proc/self/oom_score_adj", OOM_SCORE_ADJ) {
+        Ok(()) => tracing::debug!(
+            oom_score_adj = OOM_SCORE_ADJ,
+            "protected from the OOM killer"
+        ),
+        Err(e) if nix::unistd::geteuid().is_root() => tracing::warn!(
+            error = %e,
+            "psbx could not lower its oom_score_adj (no CAP_SYS_RESOURCE?): under memory \
+             pressure the OOM killer may pick psbx or PostgreSQL before a box"
+        ),
+        Err(e) => tracing::debug!(error = %e, "oom_score_adj left as it was"),
+    }
+}
+
 fn lock_data_dir(dir: &Path) -> anyhow::Result<nix::fcntl::Flock<fs::File>> {
     let path = dir.join("serve.lock");
     let file = fs::OpenOptions::new()

@@ -10,6 +10,10 @@
 //! * `GET /takeover/assets/{file}`: xterm.js, its fit addon and the page's
 //!   own script and style, bundled at build time ([`assets`]).
 //!
+//! The box's owner sees and ends the terminals open in a box:
+//! `GET /v1/boxes/{id}/terminals`, `DELETE /v1/boxes/{id}/terminals` (all of
+//! them) and `DELETE /v1/boxes/{id}/terminals/{terminal}`.
+//!
 //! Every answer under `/takeover/` carries [`page_headers`]: a strict
 //! Content-Security-Policy (no inline script), no referrer (the token is in
 //! the path), no sniffing; the page is not cached.
@@ -21,9 +25,11 @@ use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::server_info::ServerInfo;
 use actix_web::http::{StatusCode, header};
-use actix_web::{HttpResponse, HttpResponseBuilder, post, web};
+use actix_web::{HttpResponse, HttpResponseBuilder, delete, get, post, web};
 use chrono::{DateTime, Utc};
+use psbx_actors::boxes::terminals;
 use psbx_actors::boxes::{Boxes, TakeoverError, TakeoverLink};
+use psbx_actors::ids::TerminalId;
 use psbx_actors::store::LinkState;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -82,6 +88,125 @@ pub async fn create(
     Ok(HttpResponse::Created().json(TakeoverView::new(link, &info)))
 }
 
+/// A takeover terminal open in a box.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalView {
+    /// `term_...`
+    pub id: String,
+    /// `box_...`
+    pub box_id: String,
+    pub opened_at: DateTime<Utc>,
+    /// The page's last keystroke (or the opening).
+    pub last_input_at: DateTime<Utc>,
+    /// When psbx closes it unless input comes first.
+    pub closes_at: DateTime<Utc>,
+}
+
+impl TerminalList {
+    fn of(open: Vec<terminals::TerminalView>) -> Self {
+        let terminals = open
+            .into_iter()
+            .map(|t| TerminalView {
+                id: t.id.to_string(),
+                box_id: t.box_id.to_string(),
+                opened_at: t.opened_at,
+                last_input_at: t.last_input_at,
+                closes_at: t.closes_at,
+            })
+            .collect();
+        Self { terminals }
+    }
+}
+
+/// The terminals open in a box.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TerminalList {
+    /// Oldest first. Each closes by itself at `closesAt` unless input comes
+    /// first (`takeover.idle_timeout` after the last input, at most
+    /// `takeover.max_lifetime` after it opened).
+    pub terminals: Vec<TerminalView>,
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "listTerminals",
+    params(("id" = String, Path, description = "`box_...`")),
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "The takeover terminals open in the box", body = TerminalList),
+        crate::error::BoxCallErrors,
+    )
+)]
+#[get("/boxes/{id}/terminals")]
+pub async fn list_terminals(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let open = boxes.terminals(&who.account_id, &id).await?;
+    Ok(HttpResponse::Ok().json(TerminalList::of(open)))
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "closeTerminals",
+    params(("id" = String, Path, description = "`box_...`")),
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "The terminals closed (none when none was open): their pages \
+            lose the shell at once", body = TerminalList),
+        crate::error::BoxCallErrors,
+    )
+)]
+#[delete("/boxes/{id}/terminals")]
+pub async fn close_terminals(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let closed = boxes.close_terminals(&who.account_id, &id, None).await?;
+    Ok(HttpResponse::Ok().json(TerminalList::of(closed)))
+}
+
+#[utoipa::path(
+    tag = "boxes",
+    operation_id = "closeTerminal",
+    params(
+        ("id" = String, Path, description = "`box_...`"),
+        ("terminal" = String, Path, description = "`term_...`, as `GET /v1/boxes/{id}/terminals` lists it"),
+    ),
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "The terminal closed", body = TerminalList),
+        (status = 400, description = "Not a terminal id (`invalid_terminal_id`)", body = crate::error::ErrorBody),
+        crate::error::BoxCallErrors,
+    )
+)]
+#[delete("/boxes/{id}/terminals/{terminal}")]
+pub async fn close_terminal(
+    Auth(who): Auth,
+    boxes: web::Data<Boxes>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (id, terminal) = path.into_inner();
+    let terminal = TerminalId::parse(&terminal).map_err(|e| {
+        ApiError::bad_request("invalid_terminal_id", e.to_string())
+            .hint("use an id from GET /v1/boxes/{id}/terminals")
+    })?;
+    let closed = boxes
+        .close_terminals(&who.account_id, &id, Some(&terminal))
+        .await?;
+    if closed.is_empty() {
+        return Err(ApiError::not_found(
+            "terminal_not_found",
+            format!("no terminal {terminal} is open in box {id}"),
+        )
+        .hint("it closed already, or it is not this box's: GET /v1/boxes/{id}/terminals lists the open ones"));
+    }
+    Ok(HttpResponse::Ok().json(TerminalList::of(closed)))
+}
+
 /// The open routes: the page, its WebSocket and its assets.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/takeover/assets/{file}", web::get().to(assets::asset))
@@ -128,7 +253,9 @@ async fn page(boxes: web::Data<Boxes>, token: web::Path<String>) -> HttpResponse
             StatusCode::OK,
             &format!("{box_id} — psbx takeover"),
             &format!(
-                "<div id=\"status\" class=\"status\" role=\"status\">connecting…</div>\
+                "<div id=\"status\" class=\"status\" role=\"status\" data-state=\"ready\">\
+                 <button id=\"open\" type=\"button\">Open terminal</button> \
+                 a root shell in box {box_id}; this link opens it once</div>\
                  <div id=\"terminal\" class=\"terminal\" data-box=\"{box_id}\"></div>\
                  <script src=\"/takeover/assets/xterm.js\"></script>\
                  <script src=\"/takeover/assets/addon-fit.js\"></script>\

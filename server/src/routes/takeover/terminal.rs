@@ -10,7 +10,10 @@
 //! queue holds at most 32) before more is read from the box, so a slow
 //! browser slows the box's stream instead of growing this server's memory.
 //! The shell ending closes the socket normally with a reason; the browser
-//! closing hangs the terminal up.
+//! closing hangs the terminal up. psbx closing it (no input for
+//! `takeover.idle_timeout`, open `takeover.max_lifetime`, or the owner's
+//! `DELETE /v1/boxes/{id}/terminals`: [`psbx_actors::boxes::terminals`])
+//! hangs it up and closes the socket with a policy reason saying which.
 
 use super::page_headers;
 use crate::error::ApiError;
@@ -18,6 +21,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use actix_ws::{CloseCode, CloseReason, Message};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use psbx_actors::boxes::terminals::Closed;
 use psbx_actors::boxes::{Boxes, Terminal};
 use psbx_wire::boxd::PtyInput;
 use serde::Deserialize;
@@ -67,7 +71,7 @@ pub async fn terminal(
     })?;
     let (cols, rows) = clamp(size.cols.unwrap_or(80), size.rows.unwrap_or(24));
     let terminal = boxes.open_terminal(&token, cols, rows).await?;
-    tracing::info!(box_id = %terminal.box_id(), "takeover terminal opened");
+    tracing::info!(box_id = %terminal.box_id(), terminal = %terminal.id(), "takeover terminal opened");
     actix_web::rt::spawn(bridge(
         terminal,
         session,
@@ -87,6 +91,7 @@ enum End {
     BoxLost(String),
     PageLeft,
     BadMessage(String),
+    ClosedByPsbx(Closed),
 }
 
 async fn bridge(
@@ -95,8 +100,11 @@ async fn bridge(
     mut messages: actix_ws::MessageStream,
 ) {
     let mut buf = vec![0u8; CHUNK];
+    let closing = terminal.closing();
+    tokio::pin!(closing);
     let end = loop {
         tokio::select! {
+            closed = &mut closing => break End::ClosedByPsbx(closed),
             message = messages.next() => match message {
                 Some(Ok(Message::Text(text))) => {
                     let input = match serde_json::from_str::<FromPage>(&text) {
@@ -135,7 +143,10 @@ async fn bridge(
         }
     };
     let box_id = terminal.box_id().clone();
+    let terminal_id = terminal.id().clone();
     let _ = terminal.hang_up().await;
+    // No longer listed once the page learns it closed.
+    drop(terminal);
     let reason = match end {
         End::ShellEnded => Some((CloseCode::Normal, "the shell ended".to_owned())),
         End::BoxLost(why) => {
@@ -146,9 +157,18 @@ async fn bridge(
             ))
         }
         End::BadMessage(why) => Some((CloseCode::Policy, why)),
+        End::ClosedByPsbx(closed) => Some((
+            CloseCode::Policy,
+            format!("{closed}: ask for a new takeover link"),
+        )),
         End::PageLeft => None,
     };
-    tracing::info!(box_id = %box_id, "takeover terminal closed");
+    tracing::info!(
+        box_id = %box_id,
+        terminal = %terminal_id,
+        why = reason.as_ref().map(|(_, why)| why.as_str()).unwrap_or("the page left"),
+        "takeover terminal closed"
+    );
     if let Some((code, description)) = reason {
         let _ = ws
             .close(Some(CloseReason {
