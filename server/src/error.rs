@@ -344,9 +344,18 @@ impl From<psbx_actors::error::BoxError> for ApiError {
             E::Invalid(message) => Self::bad_request("invalid_request", message),
             E::CannotRun(message) => Self::new(StatusCode::CONFLICT, "cannot_run", message)
                 .hint("check that the working directory (`cwd`) exists in the box; create it first with another command"),
-            E::HostFull(message) => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "host_full", message)
-                    .hint("stop boxes you no longer need, or ask for a smaller size")
+            // The figures (the host's memory and disk, its paths, what other
+            // tenants' boxes hold) are the operator's: they go to the log,
+            // and the caller learns only that this size does not fit now.
+            E::HostFull(detail) => {
+                tracing::warn!(why = %detail, "a box was refused: the host is full");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "host_full",
+                    "this host has no room for a box of this size right now (CPU, memory or disk); \
+                     the server's log says what is short and which setting to change",
+                )
+                .hint("stop boxes you no longer need, ask for a smaller size, or try again later")
             }
             E::NetworkUnavailable(ref cause) => {
                 tracing::error!(error = %Causes(cause), "the box network rules are not in place");
@@ -561,6 +570,21 @@ mod tests {
     fn a_slow_boxd_is_a_504_and_a_closed_link_a_503_not_a_500() {
         use psbx_actors::box_actor::link::LinkError;
         let slow = ApiError::from(BoxError::from(LinkError::NoAnswer(
+    #[test]
+    fn a_full_host_tells_the_tenant_no_figure() {
+        let detail = "this host's disk cannot fit a box: 12.5 GiB are free in \
+                      /var/lib/psbx/data-0123/boxes, 5 GiB of it kept free (boxes.disk_margin_gb)";
+        let full = ApiError::from(BoxError::HostFull(detail.into()));
+        assert_eq!(
+            (full.status(), full.code()),
+            (StatusCode::SERVICE_UNAVAILABLE, "host_full")
+        );
+        for secret in ["GiB", "/var/lib", "disk_margin_gb", "12.5"] {
+            assert!(!full.detail.message.contains(secret), "{}", full.detail.message);
+        }
+        assert!(full.detail.hint.is_some());
+    }
+
             std::time::Duration::from_secs(30),
         )));
         assert_eq!(
