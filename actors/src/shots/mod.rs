@@ -540,7 +540,14 @@ impl Shots {
         part: Part,
     ) -> Result<(Shot, String, Vec<u8>), ShotError> {
         let row = self.row(account, id).await?;
-        let (part, mime) = match part {
+        let (part, mime) = Self::served_part(&row, id, part)?;
+        let bytes = self.storage.get(&key(&row, part)).await?;
+        Ok((row.into(), mime, bytes))
+    }
+
+    /// The file that answers for `part` of the shot, and its media type.
+    fn served_part(row: &ShotRow, id: &str, part: Part) -> Result<(Part, String), ShotError> {
+        Ok(match part {
             Part::Full => (Part::Full, row.mime.clone()),
             Part::Poster if row.poster_bytes == 0 => {
                 return Err(ShotError::NotFound(format!(
@@ -555,9 +562,21 @@ impl Shots {
                 return Err(ShotError::NotFound(format!("{id} (a preview)")));
             }
             Part::Poster => (Part::Poster, "image/png".into()),
-        };
-        let bytes = self.storage.get(&key(&row, part)).await?;
-        Ok((row.into(), mime, bytes))
+        })
+    }
+
+    /// A file of one of the account's shots to read in pieces, with its
+    /// media type and length (what the routes serve).
+    pub async fn open(
+        &self,
+        account: &AccountId,
+        id: &str,
+        part: Part,
+    ) -> Result<(Shot, String, u64, storage::FileReader), ShotError> {
+        let row = self.row(account, id).await?;
+        let (part, mime) = Self::served_part(&row, id, part)?;
+        let (len, reader) = self.storage.open(&key(&row, part)).await?;
+        Ok((row.into(), mime, len, reader))
     }
 
     /// Deletes one of the box's own shots.

@@ -32,6 +32,9 @@ pub const DECODING: usize = 2;
 /// The server's decoding permits.
 static PERMITS: Semaphore = Semaphore::const_new(DECODING);
 
+/// An image's size, and its preview when it is larger than one.
+pub type SizeAndPreview = ((u32, u32), Option<Vec<u8>>);
+
 /// What is wrong with an image.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -89,7 +92,7 @@ pub fn preview(png: &[u8]) -> Result<Option<Vec<u8>>, ImageError> {
 /// (once for the header, once more to decode).
 fn preview_of<R: BufRead + Seek>(
     open: impl Fn() -> std::io::Result<R>,
-) -> Result<((u32, u32), Option<Vec<u8>>), ImageError> {
+) -> Result<SizeAndPreview, ImageError> {
     let (width, height) = size_of(open()?)?;
     if width.max(height) <= PREVIEW_MAX {
         return Ok(((width, height), None));
@@ -121,7 +124,7 @@ async fn decoding<T: Send + 'static>(
 
 /// The size and preview of the PNG file at `path` (a shot as it arrived),
 /// decoded off the async threads, read from the file in pieces.
-pub async fn preview_file(path: PathBuf) -> Result<((u32, u32), Option<Vec<u8>>), ImageError> {
+pub async fn preview_file(path: PathBuf) -> Result<SizeAndPreview, ImageError> {
     decoding(move || preview_of(|| std::fs::File::open(&path).map(BufReader::new))).await
 }
 

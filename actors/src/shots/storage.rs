@@ -37,6 +37,9 @@ pub trait ShotStorage: Send + Sync + 'static {
     async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), StorageError>;
     /// The file under `key`.
     async fn get(&self, key: &str) -> Result<Vec<u8>, StorageError>;
+    /// The file under `key` to read in pieces (a recording is up to 200
+    /// MiB: never held whole to be served), and its length.
+    async fn open(&self, key: &str) -> Result<(u64, FileReader), StorageError>;
     /// Deletes the file under `key`; a missing file is not an error.
     async fn delete(&self, key: &str) -> Result<(), StorageError>;
     /// A private directory for files on their way in, made when missing.
@@ -45,6 +48,9 @@ pub trait ShotStorage: Send + Sync + 'static {
     /// it may move) under `key`, replacing what was there; whole or not at all.
     async fn put_file(&self, key: &str, path: &Path) -> Result<(), StorageError>;
 }
+
+/// A stored file being read.
+pub type FileReader = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
 
 /// The spool's folder under a [`DirStorage`]'s root (no key starts with a dot).
 const SPOOL: &str = ".spool";
@@ -131,6 +137,19 @@ impl ShotStorage for DirStorage {
         }
     }
 
+    async fn open(&self, key: &str) -> Result<(u64, FileReader), StorageError> {
+        let path = self.path(key)?;
+        let file = match tokio::fs::File::open(&path).await {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StorageError::NotFound(key.to_owned()));
+            }
+            Err(e) => return Err(io("opening", key)(e)),
+        };
+        let len = file.metadata().await.map_err(io("reading", key))?.len();
+        Ok((len, Box::new(file)))
+    }
+
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         let path = self.path(key)?;
         match tokio::fs::remove_file(&path).await {
@@ -183,6 +202,12 @@ mod tests {
             storage.get("acct_a/box_b/shot_c.full").await.unwrap(),
             b"png"
         );
+        let (len, mut reader) = storage.open("acct_a/box_b/shot_c.full").await.unwrap();
+        let mut read = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut reader, &mut read)
+            .await
+            .unwrap();
+        assert_eq!((len, read.as_slice()), (3, b"png".as_slice()));
         let mode = std::fs::metadata(dir.path().join("shots/acct_a/box_b/shot_c.full"))
             .unwrap()
             .permissions();

@@ -514,8 +514,8 @@ pub async fn shot_file(
             )));
         }
     };
-    let (shot, mime, bytes) = shots
-        .file(&who.account.id, &id, part)
+    let (shot, mime, len, reader) = shots
+        .open(&who.account.id, &id, part)
         .await
         .map_err(ApiError::from)?;
     let mut answer = HttpResponse::Ok();
@@ -529,5 +529,7 @@ pub async fn shot_file(
                 format!("attachment; filename=\"{}\"", shot.id),
             )),
     };
-    Ok(answer.body(bytes))
+    Ok(answer
+        .no_chunking(len)
+        .streaming(crate::routes::shots::pieces(reader)))
 }

@@ -9,6 +9,7 @@ use crate::server_info::ServerInfo;
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::{DateTime, Utc};
+use psbx_actors::shots::storage::FileReader;
 use psbx_actors::shots::{Part, Shot, Shots};
 use psbx_wire::boxd::{ShotKind, ShotRequest, VideoFormat};
 use serde::{Deserialize, Serialize};
@@ -30,12 +31,15 @@ pub struct TakeShot {
     pub kind: Option<ShotKind>,
     /// A recording's length in seconds (1 to 60, default 5; checked for screenshots too).
     #[schema(minimum = 1, maximum = 60)]
+    #[serde(default, deserialize_with = "super::whole::optional")]
     pub seconds: Option<u32>,
     /// The page's viewport in CSS pixels (320 to 3840, default 1280).
     #[schema(minimum = 320, maximum = 3840)]
+    #[serde(default, deserialize_with = "super::whole::optional")]
     pub width: Option<u32>,
     /// (240 to 2160, default 800).
     #[schema(minimum = 240, maximum = 2160)]
+    #[serde(default, deserialize_with = "super::whole::optional")]
     pub height: Option<u32>,
     /// The whole page, not only the viewport (screenshots of a page; cut at 16384 px).
     pub full_page: Option<bool>,
@@ -297,13 +301,31 @@ pub fn part(name: Option<&str>) -> Result<Part, ApiError> {
     }
 }
 
-/// A shot's bytes as an answer: never cached by shared caches, never sniffed.
-pub fn file_answer(mime: &str, bytes: Vec<u8>) -> HttpResponse {
+/// A shot's file as an answer, read from the storage in pieces as the client
+/// takes them (a recording is up to 200 MiB: never held whole): never
+/// cached by shared caches, never sniffed.
+pub fn file_answer(mime: &str, len: u64, reader: FileReader) -> HttpResponse {
     HttpResponse::Ok()
         .content_type(mime.to_owned())
         .insert_header((header::CACHE_CONTROL, "private, max-age=3600"))
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
-        .body(bytes)
+        .no_chunking(len)
+        .streaming(pieces(reader))
+}
+
+/// The reader's bytes, 64 KiB at a time.
+pub fn pieces(
+    reader: FileReader,
+) -> impl futures_util::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    futures_util::stream::try_unfold(reader, |mut reader| async move {
+        let mut piece = vec![0u8; 64 << 10];
+        let n = tokio::io::AsyncReadExt::read(&mut reader, &mut piece).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        piece.truncate(n);
+        Ok(Some((bytes::Bytes::from(piece), reader)))
+    })
 }
 
 #[utoipa::path(
@@ -328,8 +350,8 @@ pub async fn file(
     let (id, shot) = path.into_inner();
     let wanted = part(query.part.as_deref())?;
     of_box(&shots, &who, &id, &shot).await?;
-    let (_, mime, bytes) = shots.file(&who.account_id, &shot, wanted).await?;
-    Ok(file_answer(&mime, bytes))
+    let (_, mime, len, reader) = shots.open(&who.account_id, &shot, wanted).await?;
+    Ok(file_answer(&mime, len, reader))
 }
 
 #[utoipa::path(

@@ -1,0 +1,3 @@
+DROP INDEX reviews_answered;
+DROP INDEX shots_review;
+ALTER TABLE shots DROP CONSTRAINT shots_mime;
