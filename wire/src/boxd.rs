@@ -1078,7 +1078,10 @@ mod tests {
             "link:a..b:1",
         ] {
             let e = Outbound::parse(target).unwrap_err();
-            assert!(matches!(e, OutboundError::NotHostName(_)), "{target:?}: {e}");
+            assert!(
+                matches!(e, OutboundError::NotHostName(_)),
+                "{target:?}: {e}"
+            );
             assert!(!e.to_string().contains('\n'), "{e}");
         }
         let long = format!("link:{}:1", "a".repeat(1024));
