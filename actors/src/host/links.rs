@@ -12,8 +12,8 @@
 //! [`LinkBook`] keeps each box's spec links (read once, replaced by `wire`
 //! through the box's actor, forgotten when the actor ends) and what was read
 //! of each linked box (its account never changes and an ended box stays
-//! ended; one that is not among this host's actors is read again at most
-//! every [`RECHECK`]). Each box has a [`Bucket`] of [`BURST`] streams and
+//! ended; one whose actor was here and is gone is read again at once, one
+//! that is not among this host's actors at most every [`RECHECK`]). Each box has a [`Bucket`] of [`BURST`] streams and
 //! [`PER_SECOND`] more each second, and its refusals go through a
 //! [`RefusalLog`]. boxd's target parsing (`Outbound::parse`) refuses a host
 //! that is not a host name, so what is logged here is one.
@@ -67,6 +67,9 @@ struct Linked {
     /// Its state when it had ended (it stays ended).
     over: Option<&'static str>,
     read_at: Instant,
+    /// Its actor was found on this host since it was read: once the actor
+    /// is gone, the box is read again at once (it has most likely ended).
+    seen_live: bool,
 }
 
 impl LinkBook {
@@ -274,7 +277,12 @@ impl Links {
                 || l.read_at.elapsed() < RECHECK
         };
         let known_here = linked.is_some() && actor().is_some();
-        if !known_here && !linked.as_ref().is_some_and(fresh) {
+        if let Some(l) = linked.as_mut().filter(|l| known_here && !l.seen_live) {
+            l.seen_live = true;
+            self.0.book.keep_linked(&other, l.clone());
+        }
+        let seen_live = linked.as_ref().is_some_and(|l| l.seen_live);
+        if !known_here && (seen_live || !linked.as_ref().is_some_and(fresh)) {
             linked = Some(self.read_linked(&other).await?);
         }
         let Some(linked) = linked else {
@@ -328,6 +336,7 @@ impl Links {
         let _one = self.0.reading.lock().await;
         if let Some(linked) = self.0.book.linked(other)
             && linked.read_at.elapsed() < RECHECK
+            && !linked.seen_live
         {
             return Ok(linked);
         }
@@ -343,6 +352,7 @@ impl Links {
                 .filter(|r| r.state.is_terminal())
                 .map(|r| r.state.as_str()),
             read_at: Instant::now(),
+            seen_live: false,
         };
         self.0.book.keep_linked(other, linked.clone());
         Ok(linked)
