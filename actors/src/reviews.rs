@@ -66,6 +66,56 @@ impl ReviewState {
     }
 }
 
+/// Who answered a review: a person in psbx's app, or a caller of the API
+/// (`POST /v1/reviews/{id}/answer`), which may be the agent itself. Shown
+/// wherever the answer is, so that an agent's own answer is never taken for
+/// the person's (review-2 L6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answerer {
+    /// Signed in to psbx's app.
+    App,
+    /// An API key, by its id (`key_...`).
+    ApiKey(String),
+    /// An OAuth client (an MCP client), by its client id.
+    OAuthClient(String),
+}
+
+impl Answerer {
+    /// What the `answered_by` column holds.
+    pub fn stored(&self) -> String {
+        match self {
+            Self::App => "app".to_owned(),
+            Self::ApiKey(id) => format!("api_key:{id}"),
+            Self::OAuthClient(id) => format!("oauth:{id}"),
+        }
+    }
+
+    /// Back from the column; `None` for reviews answered before it existed.
+    pub fn parse(stored: &str) -> Option<Self> {
+        match stored.split_once(':') {
+            None if stored == "app" => Some(Self::App),
+            Some(("api_key", id)) => Some(Self::ApiKey(id.to_owned())),
+            Some(("oauth", id)) => Some(Self::OAuthClient(id.to_owned())),
+            _ => None,
+        }
+    }
+
+    /// Whether a person answered in the app (not through the API).
+    pub fn is_person(&self) -> bool {
+        matches!(self, Self::App)
+    }
+}
+
+impl std::fmt::Display for Answerer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::App => f.write_str("a person in psbx's app"),
+            Self::ApiKey(id) => write!(f, "the API with key {id}, not in psbx's app"),
+            Self::OAuthClient(id) => write!(f, "the API as OAuth client {id}, not in psbx's app"),
+        }
+    }
+}
+
 /// A review with its feedback and the shots it keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Review {
@@ -77,6 +127,9 @@ pub struct Review {
     pub state: ReviewState,
     pub created_at: DateTime<Utc>,
     pub answered_at: Option<DateTime<Utc>>,
+    /// Who answered (none while waiting, or for answers from before psbx
+    /// kept it).
+    pub answered_by: Option<Answerer>,
     pub items: Vec<FeedbackItem>,
     /// The box's screenshots and recordings the review keeps, oldest first.
     pub shots: Vec<Shot>,
@@ -250,6 +303,7 @@ impl Reviews {
                         state: ReviewState::Waiting.as_str().to_owned(),
                         created_at: Utc::now(),
                         answered_at: None,
+                        answered_by: None,
                     };
                     store.insert_review(&row)?;
                     row
@@ -346,6 +400,7 @@ impl Reviews {
             summary: row.summary,
             urls: row.urls,
             created_at: row.created_at,
+            answered_by: row.answered_by.as_deref().and_then(Answerer::parse),
             answered_at: row.answered_at,
         })
     }
@@ -356,6 +411,7 @@ impl Reviews {
         &self,
         account: &AccountId,
         id: &str,
+        by: &Answerer,
         approved: bool,
         items: Vec<NewItem>,
     ) -> Result<Review, ReviewError> {
@@ -421,14 +477,15 @@ impl Reviews {
                 } else {
                     ReviewState::Answered
                 };
-                let (store, account, rid, images) = (
+                let (store, account, rid, images, by) = (
                     self.store.clone(),
                     account.clone(),
                     rid.clone(),
                     images.clone(),
+                    by.stored(),
                 );
                 blocking(move || {
-                    store.answer_review(&account, &rid, state.as_str(), &item_rows, &images)
+                    store.answer_review(&account, &rid, state.as_str(), &by, &item_rows, &images)
                 })
                 .await
                 .map_err(ReviewError::from)
@@ -534,5 +591,29 @@ fn already(row: &ReviewRow) -> ReviewError {
         state: ReviewState::parse(&row.state)
             .unwrap_or(ReviewState::Answered)
             .as_str(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::Answerer;
+
+    #[test]
+    fn who_answered_is_stored_and_read_back() {
+        for by in [
+            Answerer::App,
+            Answerer::ApiKey("key_abc".into()),
+            Answerer::OAuthClient("client:x".into()),
+        ] {
+            assert_eq!(Answerer::parse(&by.stored()), Some(by));
+        }
+        assert_eq!(Answerer::parse("someone"), None);
+        assert!(!Answerer::ApiKey("key_abc".into()).is_person());
+        assert!(
+            Answerer::ApiKey("key_abc".into())
+                .to_string()
+                .contains("not in psbx's app")
+        );
     }
 }

@@ -611,6 +611,7 @@ async fn a_review(
         state: "waiting".into(),
         created_at: chrono::Utc::now(),
         answered_at: None,
+        answered_by: None,
     };
     f.store.insert_review(&review).unwrap();
     let files = psbx_actors::shots::NewFiles {
@@ -874,4 +875,76 @@ async fn failed_sign_ins_are_throttled_like_the_oauth_page() {
         refused.body
     );
     assert!(!b.cookies.contains_key("psbx_session"));
+}
+
+/// An answer through the API (`POST /v1/reviews/{id}/answer`, which an agent
+/// can call itself) is never shown as the person's: the review page says it
+/// came through the API with that key, the answer records `answeredBy`, and
+/// an answer in the app says nothing of the kind (review-2 L6).
+#[actix_web::test]
+async fn an_answer_through_the_api_is_shown_as_the_api_s_not_the_person_s() {
+    let f = signed_fixture();
+    let shots_dir = tempfile::tempdir().unwrap();
+    let config = psbx_server::config::Config {
+        shots_dir: Some(shots_dir.path().to_owned()),
+        ..Default::default()
+    };
+    let s = common::state_with(&f, &config);
+    let (by_api, _) = a_review(&f, &s, &f.first.account.id, "Answered by a program").await;
+    let (by_person, _) = a_review(&f, &s, &f.first.account.id, "Answered in the app").await;
+    let app = test::init_service(app::build(s)).await;
+    let key_id = f.first.key.key.id.to_string();
+
+    let res = test::call_service(
+        &app,
+        TestRequest::post()
+            .uri(&format!("/v1/reviews/{by_api}/answer"))
+            .insert_header((header::AUTHORIZATION, format!("Bearer {}", f.key())))
+            .set_json(serde_json::json!({"approved": true}))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let answered: serde_json::Value = test::read_body_json(res).await;
+    assert_eq!(
+        answered["answeredBy"],
+        format!("api_key:{key_id}"),
+        "{answered}"
+    );
+
+    let mut b = Browser::default();
+    b.sign_in(&app, &f.first.account.name).await;
+    let page = b.get(&app, &format!("/app/reviews/{by_api}")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.body
+            .contains(&format!("through the API with key {key_id}, not in psbx")),
+        "{}",
+        page.body
+    );
+
+    let csrf = b.csrf();
+    let answer = b
+        .send(
+            &app,
+            TestRequest::post()
+                .uri(&format!("/app/reviews/{by_person}/answer"))
+                .insert_header((header::ORIGIN, common::URL))
+                .insert_header(("x-csrf-token", csrf))
+                .set_json(serde_json::json!({"approved": true, "items": []})),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let page = b.get(&app, &format!("/app/reviews/{by_person}")).await;
+    assert!(!page.body.contains("id=\"answered-by\""), "{}", page.body);
+    let res = test::call_service(
+        &app,
+        TestRequest::get()
+            .uri(&format!("/v1/reviews/{by_person}"))
+            .insert_header((header::AUTHORIZATION, format!("Bearer {}", f.key())))
+            .to_request(),
+    )
+    .await;
+    let read: serde_json::Value = test::read_body_json(res).await;
+    assert_eq!(read["answeredBy"], "app", "{read}");
 }

@@ -23,6 +23,8 @@ pub struct ReviewRow {
     pub state: String,
     pub created_at: DateTime<Utc>,
     pub answered_at: Option<DateTime<Utc>>,
+    /// `app`, `api_key:<key id>` or `oauth:<client id>` (`reviews::Answerer`).
+    pub answered_by: Option<String>,
 }
 
 /// One feedback item as its row holds it.
@@ -177,6 +179,7 @@ impl Store {
         account: &AccountId,
         id: &ReviewId,
         state: &str,
+        answered_by: &str,
         items: &[ItemRow],
         images: &[ShotRow],
     ) -> Result<Option<ReviewRow>, StoreError> {
@@ -194,6 +197,7 @@ impl Store {
             .set((
                 reviews::state.eq(state),
                 reviews::answered_at.eq(diesel::dsl::now),
+                reviews::answered_by.eq(answered_by),
             ))
             .returning(ReviewRow::as_returning())
             .get_result(conn)

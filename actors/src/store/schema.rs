@@ -294,6 +294,7 @@ diesel::table! {
         state -> Text,
         created_at -> Timestamptz,
         answered_at -> Nullable<Timestamptz>,
+        answered_by -> Nullable<Text>,
     }
 }
 

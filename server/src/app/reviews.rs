@@ -29,7 +29,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use psbx_actors::boxes::Boxes;
-use psbx_actors::reviews::{NewItem, Review, ReviewState, Reviews};
+use psbx_actors::reviews::{Answerer, NewItem, Review, ReviewState, Reviews};
 use psbx_actors::shots::{Part, Shot, Shots, StoredKind};
 use psbx_wire::boxd::ShotRequest;
 use serde::{Deserialize, Serialize};
@@ -213,7 +213,16 @@ pub async fn show(
         when = layout::when(review.created_at),
         answered = review
             .answered_at
-            .map(|at| format!(" · answered {}", layout::when(at)))
+            .map(|at| {
+                let by = match &review.answered_by {
+                    Some(by) if !by.is_person() => format!(
+                        " <strong class=\"answered-by\" id=\"answered-by\">through {}</strong>",
+                        escape(&by.to_string())
+                    ),
+                    _ => String::new(),
+                };
+                format!(" · answered {}{by}", layout::when(at))
+            })
             .unwrap_or_default(),
         summary = if review.summary.is_empty() {
             "<span class=\"muted\">(no summary)</span>".to_owned()
@@ -468,7 +477,7 @@ pub async fn answer(
         });
     }
     let review = reviews
-        .answer(&who.account.id, &id, body.approved, items)
+        .answer(&who.account.id, &id, &Answerer::App, body.approved, items)
         .await
         .map_err(ApiError::from)?;
     tracing::info!(account = %who.account.id, review = %review.id, state = review.state.as_str(),

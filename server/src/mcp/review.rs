@@ -97,15 +97,17 @@ impl PsbxMcp {
                 review.id, review.title, view.app_url
             ),
             ReviewState::Approved => format!(
-                "review {} ({:?}) was approved: the person says it looks good ({} comments)",
+                "review {} ({:?}) was approved{}: it looks good ({} comments)",
                 review.id,
                 review.title,
+                by(review),
                 review.items.len()
             ),
             ReviewState::Answered => format!(
-                "review {} ({:?}) was answered: {} feedback items follow",
+                "review {} ({:?}) was answered{}: {} feedback items follow",
                 review.id,
                 review.title,
+                by(review),
                 review.items.len()
             ),
         })];
@@ -295,5 +297,16 @@ mod tests {
             }
             assert_eq!(flat["required"], serde_json::json!(["id"]), "{text}");
         }
+    }
+}
+
+/// Who answered, for the agent: a person in the app, or the API (which no
+/// person in the app saw), so an answer an agent gave itself is not read as
+/// the person's.
+fn by(review: &Review) -> String {
+    match &review.answered_by {
+        Some(by) if by.is_person() => " by the person in psbx's app".to_owned(),
+        Some(by) => format!(" through {by} (no person in the app answered)"),
+        None => String::new(),
     }
 }

@@ -12,7 +12,8 @@ use actix_web::{HttpResponse, get, post, web};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use chrono::{DateTime, Utc};
-use psbx_actors::reviews::{NewItem, NewReview, Review, ReviewState, Reviews};
+use psbx_actors::reviews::{Answerer, NewItem, NewReview, Review, ReviewState, Reviews};
+use psbx_actors::store::Credential;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -64,6 +65,11 @@ pub struct ReviewView {
     pub state: String,
     pub created_at: DateTime<Utc>,
     pub answered_at: Option<DateTime<Utc>>,
+    /// Who answered: `app` (a person signed in to psbx's app), or
+    /// `api_key:<key id>` / `oauth:<client id>` when the answer came through
+    /// `POST /v1/reviews/{id}/answer` (a program, perhaps the agent itself,
+    /// not the person in the app). Null while waiting.
+    pub answered_by: Option<String>,
     pub feedback: Vec<FeedbackView>,
     /// The box's screenshots and recordings the review keeps.
     pub shots: Vec<ShotView>,
@@ -82,6 +88,7 @@ impl ReviewView {
             state: review.state.as_str().to_owned(),
             created_at: review.created_at,
             answered_at: review.answered_at,
+            answered_by: review.answered_by.as_ref().map(Answerer::stored),
             feedback: review
                 .items
                 .iter()
@@ -308,8 +315,12 @@ pub async fn answer(
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
+    let by = match &who.credential {
+        Credential::ApiKey(key) => Answerer::ApiKey(key.to_string()),
+        Credential::OAuth { client_id, .. } => Answerer::OAuthClient(client_id.clone()),
+    };
     let review = reviews
-        .answer(&who.account_id, &id, body.approved, items)
+        .answer(&who.account_id, &id, &by, body.approved, items)
         .await?;
     Ok(web::Json(ReviewView::new(&review, &info)))
 }
