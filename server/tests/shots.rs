@@ -597,3 +597,56 @@ fn boxd_gets_only_what_was_asked_for_stored_and_its_media_type_never() {
     assert_eq!(status, 201, "{shot}");
     assert_eq!(shot["mime"], "image/png");
 }
+
+#[test]
+fn an_account_takes_at_most_four_shots_at_once() {
+    let s = Served::start(QuotasConfig::default());
+    let id = s.running_box();
+    let hold = Arc::new(tokio::sync::Semaphore::new(0));
+    s.fake.set_shot(Some(FakeShot {
+        mime: "image/png".into(),
+        width: 64,
+        height: 48,
+        file: Arc::new(SHOT_PNG.to_vec()),
+        hold: Some(hold.clone()),
+        ..FakeShot::default()
+    }));
+    let shots: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, key, id) = (s.url.clone(), s.key.clone(), id.clone());
+            std::thread::spawn(move || {
+                psbx_tests::api::call(
+                    &url,
+                    &key,
+                    "POST",
+                    &format!("/v1/boxes/{id}/shots"),
+                    Some(json!({})),
+                )
+            })
+        })
+        .collect();
+    let domain = s.fake.list().unwrap().pop().unwrap().name;
+    let asked = || {
+        s.fake
+            .served_on(&domain)
+            .iter()
+            .filter(|t| *t == "shot")
+            .count()
+    };
+    psbx_tests::wait::until("boxd holds four shots", Duration::from_secs(60), || {
+        (asked() == 4).then_some(())
+    });
+    // The fifth is refused before boxd is asked.
+    let (status, busy) = s.shoot(&id, json!({}));
+    assert_eq!((status, code(&busy)), (429, "too_many_shots"), "{busy}");
+    assert_eq!(asked(), 4);
+    // One permit more, for the shot taken after them.
+    hold.add_permits(5);
+    for shot in shots {
+        let (status, answer) = shot.join().unwrap();
+        assert_eq!(status, 201, "{answer}");
+    }
+    // Their slots are free again.
+    let (status, answer) = s.shoot(&id, json!({}));
+    assert_eq!(status, 201, "{answer}");
+}

@@ -42,6 +42,9 @@ use storage::{ShotStorage, StorageError};
 pub const SHOTS_PER_ACCOUNT: usize = 4;
 /// Shots being taken at once on a server, all accounts together.
 pub const SHOTS_PER_SERVER: usize = 16;
+/// How old a file in the storage's spool is when no shot can be writing it
+/// any more (a shot takes minutes at most).
+const SPOOL_AGE: Duration = Duration::from_secs(3600);
 /// How long an answered review keeps its files unless configured.
 pub const REVIEW_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 
@@ -634,6 +637,11 @@ impl Shots {
                 self.delete_files(row).await;
             }
             deleted += rows.len();
+        }
+        // What a server that stopped mid-shot left in the spool.
+        let stale = self.storage.clean_spool(SPOOL_AGE).await?;
+        if stale > 0 {
+            tracing::info!(files = stale, "deleted old files from the shot spool");
         }
         let store = self.store.clone();
         let reviews = blocking(move || store.delete_old_reviews(before)).await?;

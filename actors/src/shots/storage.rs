@@ -47,6 +47,9 @@ pub trait ShotStorage: Send + Sync + 'static {
     /// Stores the file at `path` (written in [`ShotStorage::spool`], which
     /// it may move) under `key`, replacing what was there; whole or not at all.
     async fn put_file(&self, key: &str, path: &Path) -> Result<(), StorageError>;
+    /// Deletes the spool's files older than `age` (left by a server that
+    /// stopped mid-shot: a shot's files live there for minutes); how many.
+    async fn clean_spool(&self, age: std::time::Duration) -> Result<usize, StorageError>;
 }
 
 /// A stored file being read.
@@ -167,6 +170,27 @@ impl ShotStorage for DirStorage {
         Ok(dir)
     }
 
+    async fn clean_spool(&self, age: std::time::Duration) -> Result<usize, StorageError> {
+        let dir = self.root.join(SPOOL);
+        let mut entries = match tokio::fs::read_dir(&dir).await {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(io("listing", SPOOL)(e)),
+        };
+        let mut deleted = 0;
+        while let Some(entry) = entries.next_entry().await.map_err(io("listing", SPOOL))? {
+            let old = entry
+                .metadata()
+                .await
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|e| e >= age));
+            if old && tokio::fs::remove_file(entry.path()).await.is_ok() {
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
     async fn put_file(&self, key: &str, from: &Path) -> Result<(), StorageError> {
         let path = self.path(key)?;
         if let Some(dir) = path.parent() {
@@ -221,6 +245,34 @@ mod tests {
             storage.get("acct_a/box_b/shot_c.full").await,
             Err(StorageError::NotFound(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn the_spool_keeps_files_on_their_way_in_and_loses_old_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(dir.path().join("shots"));
+        let spool = storage.spool().await.unwrap();
+        assert_eq!(spool, dir.path().join("shots/.spool"));
+        std::fs::write(spool.join(".shot-a"), b"png").unwrap();
+        std::fs::write(spool.join(".shot-b"), b"png").unwrap();
+        let day = std::time::Duration::from_secs(86_400);
+        assert_eq!(storage.clean_spool(day).await.unwrap(), 0);
+        storage
+            .put_file("acct_a/box_b/shot_c.full", &spool.join(".shot-a"))
+            .await
+            .unwrap();
+        assert_eq!(
+            storage.get("acct_a/box_b/shot_c.full").await.unwrap(),
+            b"png"
+        );
+        assert_eq!(
+            storage
+                .clean_spool(std::time::Duration::ZERO)
+                .await
+                .unwrap(),
+            1
+        );
+        assert!(std::fs::read_dir(&spool).unwrap().next().is_none());
     }
 
     #[tokio::test]
