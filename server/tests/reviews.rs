@@ -506,3 +506,55 @@ async fn an_answered_review_s_files_go_after_the_review_retention() {
     assert!(kept.items[0].image.is_some());
     assert_eq!(state.shots.sweep().await.unwrap(), 0);
 }
+
+#[actix_web::test]
+async fn an_answer_whose_images_pass_max_shot_bytes_is_429_and_stores_nothing() {
+    let mut f = fixture();
+    f.store = f.store.clone().with_quotas(psbx_actors::quota::Quotas {
+        max_shot_bytes: 1000,
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let key = f.key();
+    let state = state_with(&f, &config(dir.path()));
+    let id = a_box(&f, &f.first.account.id, BoxState::Running);
+    let review = state
+        .reviews
+        .hand_over(
+            &f.first.account.id,
+            &id,
+            psbx_actors::reviews::NewReview {
+                title: "look".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let app = test::init_service(app::build(state)).await;
+    let drawn = png(400, 300);
+    assert!(drawn.len() > 1000, "{}", drawn.len());
+    let res = test::call_service(
+        &app,
+        TestRequest::post()
+            .uri(&format!("/v1/reviews/{}/answer", review.id))
+            .insert_header(bearer(&key))
+            .set_json(json!({"items": [{"text": "this", "image": base64::engine::general_purpose::STANDARD.encode(&drawn)}]}))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body = test::read_body(res).await;
+    assert_eq!(code(&body), "quota_exceeded");
+    assert_eq!(walk(dir.path()), Vec::<std::path::PathBuf>::new());
+    // Still waiting: the person can answer without the image.
+    let res = test::call_service(
+        &app,
+        TestRequest::post()
+            .uri(&format!("/v1/reviews/{}/answer", review.id))
+            .insert_header(bearer(&key))
+            .set_json(json!({"items": [{"text": "this"}]}))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::OK);
+}
