@@ -536,6 +536,13 @@ impl Boxes {
         }
         let host = self.host()?;
         host.shared.actor(&record.id).map(Ok).ok_or_else(|| {
+            // Its actor starts once boxd has said hello.
+            if matches!(record.state, BoxState::Creating | BoxState::Booting) {
+                return BoxError::Starting {
+                    id: record.id.clone(),
+                    state: record.state,
+                };
+            }
             BoxError::NoHost(format!(
                 "box {} is {} but this server does not supervise it right now; retry shortly",
                 record.id, record.state
@@ -550,9 +557,12 @@ impl Boxes {
         id: &str,
         thaw: bool,
     ) -> Result<BoxSnapshot, BoxError> {
-        let snapshot = match self.actor(account, id).await? {
-            Err(record) => self.snapshot_of_row(record),
-            Ok(addr) => send(
+        let snapshot = match self.actor(account, id).await {
+            // Still being made: what is stored says so (`creating`, `booting`).
+            Err(BoxError::Starting { .. }) => self.snapshot_of_row(self.record(account, id).await?),
+            Err(e) => return Err(e),
+            Ok(Err(record)) => self.snapshot_of_row(record),
+            Ok(Ok(addr)) => send(
                 addr.send(Status {
                     thaw,
                     touch: true,

@@ -41,6 +41,13 @@ pub enum BoxError {
     /// No libvirt host is available to run boxes.
     #[error("{0}")]
     NoHost(String),
+    /// The box is still being made (`creating`, `booting`): it takes calls
+    /// once it runs (HTTP 409 `box_starting`).
+    #[error("box {id} is {state}: it takes calls once it is running; retry in a few seconds")]
+    Starting {
+        id: crate::ids::BoxId,
+        state: BoxState,
+    },
     /// The host's rules for boxes' network cards are not in place: no box
     /// with a card starts or wakes without them.
     #[error(transparent)]

@@ -958,3 +958,30 @@ async fn shots_come_back_from_boxd_whole_and_bad_ones_are_refused_before_it() {
         .unwrap_err();
     assert!(matches!(e, BoxError::NotFound(_)), "{e}");
 }
+
+/// A box still being made (its row says `booting` and it has no actor yet:
+/// boxd has not said hello) reads as stored, and a call on it is 409
+/// `box_starting`, not the 503 of a server that does not supervise it
+/// (issue 29, item 11).
+#[actix_rt::test]
+async fn a_box_still_booting_reads_as_stored_and_calls_on_it_are_refused_as_starting() {
+    let w = world(0);
+    let host = w.start().await;
+    // Written after the supervisor adopted what was there: as a start under way.
+    let id = w.put_row(BoxState::Booting, 3600, 0);
+    let boxes = w.boxes(host);
+    let read = boxes.get(&w.account, id.as_str(), false).await.unwrap();
+    assert_eq!(read.record.state, BoxState::Booting);
+    let e = boxes.keep(&w.account, id.as_str(), "2h").await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BoxError::Starting {
+                state: BoxState::Booting,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("retry"), "{e}");
+}

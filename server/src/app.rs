@@ -310,7 +310,30 @@ pub fn build(
     .wrap(TracingLogger::<crate::request_span::RedactedSpan>::new())
 }
 
+/// No route took the request: 405 with `Allow` when the document lists the
+/// path with other methods, else 404.
 async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let allowed = req
+        .app_data::<web::Data<ApiDocument>>()
+        .map(|doc| doc.methods_of(req.path()))
+        .unwrap_or_default();
+    if !allowed.is_empty() {
+        let allow = allowed.join(", ");
+        let mut response = actix_web::ResponseError::error_response(
+            &ApiError::new(
+                actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("{} takes {allow}, not {}", req.path(), req.method()),
+            )
+            .hint("the API is described at /v1/openapi.json"),
+        );
+        if let Ok(value) = actix_web::http::header::HeaderValue::from_str(&allow) {
+            response
+                .headers_mut()
+                .insert(actix_web::http::header::ALLOW, value);
+        }
+        return Ok(response);
+    }
     Err(ApiError::not_found(
         "route_not_found",
         format!("no route for {} {}", req.method(), req.path()),

@@ -63,7 +63,7 @@ impl utoipa::IntoResponses for BoxCallErrors {
             ),
             (
                 409,
-                "The box is stopped or failed (`box_stopped`, `box_failed`), its state does not allow the change (`invalid_state`), or boxd could not start the command as the box is now, e.g. its `cwd` is missing (`cannot_run`)",
+                "The box is stopped or failed (`box_stopped`, `box_failed`), still starting (`box_starting`: retry once it runs), its state does not allow the change (`invalid_state`), or boxd could not start the command as the box is now, e.g. its `cwd` is missing (`cannot_run`)",
             ),
             (
                 503,
@@ -365,6 +365,10 @@ impl From<psbx_actors::error::BoxError> for ApiError {
                     format!("boxes cannot start or wake now: {cause}"),
                 )
                 .hint("the operator should check the server log and nftables (nft list ruleset)")
+            }
+            E::Starting { ref id, .. } => {
+                let hint = format!("`GET /v1/boxes/{id}` shows its state; calls work once it is `running`");
+                Self::new(StatusCode::CONFLICT, "box_starting", e.to_string()).hint(hint)
             }
             E::NoHost(message) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -16,7 +16,26 @@ pub const MAX_PER_BOX: usize = 200;
 #[derive(Debug, Clone, Deserialize)]
 pub struct RawEndpoint {
     pub host: String,
+    #[serde(deserialize_with = "wide_port")]
     pub port: i64,
+}
+
+/// A port as JSON Schema's `integer` counts it: `5432.0` is `5432` (a whole
+/// number, saturated at i64's bounds so that [`check`] refuses it with its
+/// message); a fraction is refused as before.
+fn wide_port<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    let n = serde_json::Number::deserialize(deserializer)?;
+    if let Some(port) = n.as_i64() {
+        return Ok(port);
+    }
+    match n.as_f64() {
+        // `as` saturates (u64 past i64::MAX, or a huge whole float).
+        Some(f) if f.fract() == 0.0 => Ok(f as i64),
+        _ => Err(serde::de::Error::invalid_value(
+            serde::de::Unexpected::Other(&n.to_string()),
+            &"a whole number (a TCP port, 1 to 65535)",
+        )),
+    }
 }
 
 /// A checked address: a lower-case host name or an IPv4 address, and a port.
@@ -182,6 +201,16 @@ mod tests {
             let e = check(&raw(host, port)).unwrap_err();
             assert!(e.contains(why), "{host}:{port}: {e}");
         }
+    }
+
+    #[test]
+    fn ports_are_read_as_json_schema_integers() {
+        let port = |json: &str| serde_json::from_str::<RawEndpoint>(json).map(|r| r.port);
+        assert_eq!(port(r#"{"host": "db", "port": 5432.0}"#).unwrap(), 5432);
+        assert_eq!(port(r#"{"host": "db", "port": 70000}"#).unwrap(), 70000);
+        assert_eq!(port(r#"{"host": "db", "port": 1e300}"#).unwrap(), i64::MAX);
+        assert!(port(r#"{"host": "db", "port": 80.5}"#).is_err());
+        assert!(port(r#"{"host": "db", "port": "80"}"#).is_err());
     }
 
     #[test]

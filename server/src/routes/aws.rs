@@ -113,7 +113,7 @@ pub async fn get(
         (status = 200, description = "psbx assumed the role: it is connected", body = AwsView),
         (status = 400, description = "Not a role ARN or region (`invalid_request`), a role in psbx's own AWS account or one the operator denies (`aws_role_denied`, before AWS is asked), or AWS refused to let psbx assume the role (`aws_refused`, with AWS's code and message: the trust policy, the principal or the ExternalId)", body = crate::error::ErrorBody),
         (status = 502, description = "AWS could not be reached (`aws_unreachable`)", body = crate::error::ErrorBody),
-        (status = 503, description = "The operator has not given this server an AWS identity (`aws_not_configured`)", body = crate::error::ErrorBody),
+        (status = 501, description = "This server offers no AWS: the operator has not given it an AWS identity (`aws_not_configured`); not a passing state, so not worth retrying until the operator sets `aws.principal_arn`", body = crate::error::ErrorBody),
     )
 )]
 #[put("/aws")]
@@ -168,12 +168,14 @@ fn check_region(region: &str) -> Result<(), ApiError> {
     }
 }
 
-/// The principal accounts' roles trust, or 503 when the operator gave this
+/// The principal accounts' roles trust, or 501 when the operator gave this
 /// server no AWS identity (then nothing is sent to AWS).
 fn configured(aws: &Aws) -> Result<&str, ApiError> {
     aws.principal_arn().ok_or_else(|| {
+        // 501, not 503: the server lacks the feature until its operator
+        // configures it; nothing the caller can retry into working.
         ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::NOT_IMPLEMENTED,
             "aws_not_configured",
             "this server has no AWS identity for roles to trust",
         )
@@ -279,7 +281,7 @@ pub struct EcsServiceList {
         (status = 400, description = "Not a region name (`invalid_request`), the connected role is in an account psbx does not use (`aws_role_denied`), or AWS refused a call (`aws_refused`, with AWS's code and message and the action the role must allow)", body = crate::error::ErrorBody),
         (status = 409, description = "The account has not connected its AWS (`aws_not_connected`): PUT /v1/aws first", body = crate::error::ErrorBody),
         (status = 502, description = "AWS could not be reached (`aws_unreachable`)", body = crate::error::ErrorBody),
-        (status = 503, description = "The operator has not given this server an AWS identity (`aws_not_configured`)", body = crate::error::ErrorBody),
+        (status = 501, description = "This server offers no AWS: the operator has not given it an AWS identity (`aws_not_configured`); not a passing state, so not worth retrying until the operator sets `aws.principal_arn`", body = crate::error::ErrorBody),
     )
 )]
 #[get("/aws/ecs/services")]

@@ -35,10 +35,12 @@ pub struct ServiceSpec {
     pub name: String,
     /// The port callers dial.
     #[schema(minimum = 1, maximum = 65535)]
+    #[serde(default, deserialize_with = "super::whole::optional")]
     pub port: Option<u16>,
     /// The port the process in the box listens on, when not `port` (required
     /// when callers dial 80 and the process listens elsewhere).
     #[schema(minimum = 1, maximum = 65535)]
+    #[serde(default, deserialize_with = "super::whole::optional")]
     pub target_port: Option<u16>,
     /// A published version to run instead of a process of your own.
     pub version: Option<String>,
@@ -103,6 +105,7 @@ pub struct StartBox {
     #[schema(max_length = 2000)]
     pub goal: Option<String>,
     /// Size in units: 1, 2, 4 or 8 (default 1).
+    #[serde(default, deserialize_with = "super::whole::optional")]
     pub size: Option<u32>,
     /// Keep the box this long after its last use, e.g. `"3d"` (default `"24h"`, at most `"7d"`).
     pub keep: Option<String>,

@@ -28,6 +28,59 @@ impl ApiDocument {
     }
 }
 
+impl ApiDocument {
+    /// The methods the document lists for the path `path` (a request path,
+    /// matched against the document's templates: `{id}` stands for one
+    /// segment, and the template with the most fixed segments wins, as
+    /// `.../services/import` over `.../services/{name}`), upper-case, sorted;
+    /// empty when no documented path matches. A request with another method
+    /// is answered 405 with these in `Allow`.
+    pub fn methods_of(&self, path: &str) -> Vec<String> {
+        let Some(paths) = self.0.get("paths").and_then(Value::as_object) else {
+            return Vec::new();
+        };
+        let fixed = |template: &str| template.split('/').filter(|s| !s.starts_with('{')).count();
+        let matching: Vec<(&String, &Value)> = paths
+            .iter()
+            .filter(|(template, _)| matches_template(template, path))
+            .collect();
+        let most = matching.iter().map(|(t, _)| fixed(t)).max().unwrap_or(0);
+        let mut methods: Vec<String> = matching
+            .into_iter()
+            .filter(|(template, _)| fixed(template) == most)
+            .filter_map(|(_, item)| item.as_object())
+            .flat_map(|item| item.keys())
+            .filter(|key| HTTP_METHODS.contains(&key.as_str()))
+            .map(|key| key.to_ascii_uppercase())
+            .collect();
+        methods.sort();
+        methods.dedup();
+        methods
+    }
+}
+
+/// The keys of an OpenAPI path item that are operations.
+const HTTP_METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+/// Whether the request path `path` is one of `template`'s (`/v1/boxes/{id}`).
+fn matches_template(template: &str, path: &str) -> bool {
+    let (mut want, mut got) = (template.split('/'), path.split('/'));
+    loop {
+        match (want.next(), got.next()) {
+            (None, None) => return true,
+            (Some(w), Some(g)) if w.starts_with('{') && w.ends_with('}') => {
+                if g.is_empty() {
+                    return false;
+                }
+            }
+            (Some(w), Some(g)) if w == g => {}
+            _ => return false,
+        }
+    }
+}
+
 /// The documented error answer `status` of an operation, its description
 /// extended when the route documents that status already.
 fn add_error(operation: &mut Value, status: u16, description: &str) {
@@ -276,6 +329,34 @@ mod tests {
                 Some(&Value::Bool(false)),
                 "{schema}"
             );
+        }
+    }
+
+    #[test]
+    fn a_documented_path_names_its_methods() {
+        let doc = ApiDocument(document());
+        assert_eq!(doc.methods_of("/v1/api-keys"), ["GET", "POST"]);
+        assert_eq!(doc.methods_of("/v1/boxes/box_abc/exec"), ["POST"]);
+        assert!(
+            doc.methods_of("/v1/boxes/box_abc")
+                .contains(&"DELETE".to_owned())
+        );
+        // A fixed segment wins over a parameter, as the router decides.
+        assert_eq!(
+            doc.methods_of("/v1/environments/dev/services/import"),
+            ["POST"]
+        );
+        assert!(
+            doc.methods_of("/v1/environments/dev/services/api")
+                .contains(&"PUT".to_owned())
+        );
+        for unknown in [
+            "/v1/nothing",
+            "/v1/boxes//exec",
+            "/v1/boxes/box_abc/exec/more",
+            "/",
+        ] {
+            assert!(doc.methods_of(unknown).is_empty(), "{unknown}");
         }
     }
 }

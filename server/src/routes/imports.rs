@@ -141,7 +141,7 @@ async fn store(
         (status = 422, description = "The task definition does not give the settings (`not_importable`): no such container, or a secret that cannot be read as ECS reads it; or they hold a psbx credential (`not_a_secret`)", body = crate::error::ErrorBody),
         (status = 429, description = "The account's stored values would pass `quotas.max_stored_bytes` (`quota_exceeded`)", body = crate::error::ErrorBody),
         (status = 502, description = "AWS could not be reached (`aws_unreachable`)", body = crate::error::ErrorBody),
-        (status = 503, description = "The operator has not given this server an AWS identity (`aws_not_configured`)", body = crate::error::ErrorBody),
+        (status = 501, description = "This server offers no AWS: the operator has not given it an AWS identity (`aws_not_configured`); not a passing state, so not worth retrying until the operator sets `aws.principal_arn`", body = crate::error::ErrorBody),
     ))]
 #[post("/environments/{env}/services/import")]
 pub async fn import(
@@ -194,7 +194,7 @@ pub async fn import(
         (status = 422, description = "The task definition no longer gives the settings (`not_importable`), or they hold a psbx credential (`not_a_secret`)", body = crate::error::ErrorBody),
         (status = 429, description = "The account's stored values would pass `quotas.max_stored_bytes` (`quota_exceeded`)", body = crate::error::ErrorBody),
         (status = 502, description = "AWS could not be reached (`aws_unreachable`)", body = crate::error::ErrorBody),
-        (status = 503, description = "The operator has not given this server an AWS identity (`aws_not_configured`)", body = crate::error::ErrorBody),
+        (status = 501, description = "This server offers no AWS: the operator has not given it an AWS identity (`aws_not_configured`); not a passing state, so not worth retrying until the operator sets `aws.principal_arn`", body = crate::error::ErrorBody),
     ))]
 #[post("/environments/{env}/services/{name}/sync")]
 pub async fn sync(

@@ -23,6 +23,7 @@ pub mod shots;
 pub mod takeover;
 pub mod uploads;
 pub mod url_key;
+pub mod whole;
 pub mod wire;
 
 use utoipa_actix_web::service_config::ServiceConfig;

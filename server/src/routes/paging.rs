@@ -11,6 +11,9 @@ use utoipa::IntoParams;
 
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 200;
+/// The longest cursor taken (the document's pattern says the same): a time
+/// and an id, base64url, are far shorter.
+const MAX_CURSOR: usize = 400;
 
 /// The query of every list endpoint.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -19,7 +22,10 @@ pub struct ListQuery {
     /// Items per page, 1 to 200 (default 50).
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<u32>,
-    /// The `nextCursor` of the previous page.
+    /// The `nextCursor` of the previous page, passed unchanged: an opaque
+    /// token (base64url without padding) that only this server makes; any
+    /// other value is refused with 400 `invalid_cursor`.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,400}$")]
     pub cursor: Option<String>,
 }
 
@@ -65,6 +71,9 @@ fn decode<I, E>(
         )
         .hint("pass the `nextCursor` of the previous page unchanged, or omit `cursor`")
     };
+    if cursor.len() > MAX_CURSOR {
+        return Err(invalid());
+    }
     let text = URL_SAFE_NO_PAD
         .decode(cursor)
         .ok()

@@ -23,6 +23,8 @@ pub const ONE_LINE_NOT_BLANK: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\
 pub const COMMAND: &str = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$";
 /// Text without NUL (an environment variable's value).
 pub const NO_NUL: &str = "^[^\\u0000]*$";
+/// Text with a character Rust's `trim` keeps (one not Unicode White_Space).
+pub const NOT_BLANK: &str = "[^\\t\\n\\u000b\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
 /// An absolute path in the box.
 pub const ABSOLUTE_PATH: &str = "^/[^\\u0000]*$";
 /// A box id.
@@ -138,6 +140,30 @@ pub fn constraints() -> Vec<(&'static str, &'static str, Value)> {
                 },
             }),
         ),
+        // What `WireBody::change` refuses as a whole: mode, port, targetPort
+        // and version change a service, so they come with `service`; and a
+        // change changes something (a service, or at least one link).
+        (
+            "WireBody",
+            "",
+            json!({
+                "allOf": [
+                    {"anyOf": [
+                        {"required": ["service"], "properties": {"service": {"type": "string"}}},
+                        {"properties": {
+                            "mode": {"type": "null"},
+                            "port": {"type": "null"},
+                            "targetPort": {"type": "null"},
+                            "version": {"type": "null"},
+                        }},
+                    ]},
+                    {"anyOf": [
+                        {"required": ["service"], "properties": {"service": {"type": "string"}}},
+                        {"required": ["links"], "properties": {"links": {"minItems": 1}}},
+                    ]},
+                ],
+            }),
+        ),
         ("HandOver", "/properties/title", json!({"pattern": COMMAND})),
         (
             "HandOver",
@@ -148,6 +174,21 @@ pub fn constraints() -> Vec<(&'static str, &'static str, Value)> {
             "HandOver",
             "/properties/urls/items",
             json!({"pattern": psbx_wire::boxd::PAGE_URL_PATTERN, "maxLength": 2048}),
+        ),
+        // An answer that does not approve says something: an item whose
+        // text is not blank once trimmed, or that carries an image.
+        (
+            "Answer",
+            "",
+            json!({
+                "anyOf": [
+                    {"required": ["approved"], "properties": {"approved": {"const": true}}},
+                    {"required": ["items"], "properties": {"items": {"contains": {"anyOf": [
+                        {"required": ["text"], "properties": {"text": {"type": "string", "pattern": NOT_BLANK}}},
+                        {"required": ["image"], "properties": {"image": {"type": "string", "pattern": "[A-Za-z0-9+/]"}}},
+                    ]}}}},
+                ],
+            }),
         ),
         ("AnswerItem", "/properties/text", json!({"pattern": NO_NUL})),
         (

@@ -174,7 +174,7 @@ pub async fn close_terminals(
     operation_id = "closeTerminal",
     params(
         ("id" = String, Path, description = "`box_...`"),
-        ("terminal" = String, Path, description = "`term_...`, as `GET /v1/boxes/{id}/terminals` lists it"),
+        ("terminal" = String, Path, pattern = "^term_[A-Za-z0-9]{1,64}$", description = "`term_...`, as `GET /v1/boxes/{id}/terminals` lists it"),
     ),
     security(("api_key" = [])),
     responses(

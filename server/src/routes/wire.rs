@@ -46,12 +46,14 @@ pub struct LinkBody {
     pub name: String,
     /// The port they dial.
     #[schema(minimum = 1, maximum = 65535)]
+    #[serde(deserialize_with = "super::whole::required")]
     pub port: u16,
     /// The linked box, `box_...` (one of this account's, running or frozen).
     #[serde(rename = "box")]
     pub box_id: String,
     /// The port the linked box's process listens on (default `port`).
     #[schema(minimum = 1, maximum = 65535)]
+    #[serde(default, deserialize_with = "super::whole::optional")]
     pub target_port: Option<u16>,
 }
 
@@ -78,9 +80,11 @@ pub struct WireBody {
     /// The port callers dial: which declaration of `service`, or a new one
     /// (then in box mode unless `mode` says otherwise).
     #[schema(minimum = 1, maximum = 65535)]
+    #[serde(default, deserialize_with = "super::whole::optional")]
     pub port: Option<u16>,
     /// The port the box's process listens on.
     #[schema(minimum = 1, maximum = 65535)]
+    #[serde(default, deserialize_with = "super::whole::optional")]
     pub target_port: Option<u16>,
     /// A published version to run instead of a process of your own.
     pub version: Option<String>,
@@ -141,7 +145,7 @@ impl WireBody {
         (status = 200, description = "The box with its services and links as they are now (a frozen box is thawed first)", body = BoxView),
         (status = 400, description = "The change names no declared service and gives no port, asks for external mode without an external base URL, names a range, or a link to this box itself (`invalid_request`)", body = crate::error::ErrorBody),
         (status = 404, description = "No such box in this account, or a linked box is not one of its boxes (`box_not_found`)", body = crate::error::ErrorBody),
-        (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), or boxd could not rewire it (`cannot_run`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), still starting (`box_starting`: retry once it runs), or boxd could not rewire it (`cannot_run`)", body = crate::error::ErrorBody),
     )
 )]
 #[post("/boxes/{id}/wire")]
