@@ -257,6 +257,17 @@ impl PsbxMcp {
     }
 }
 
+/// Who answered, for the agent: a person in the app, or the API (which no
+/// person in the app saw), so an answer an agent gave itself is not read as
+/// the person's.
+fn by(review: &Review) -> String {
+    match &review.answered_by {
+        Some(by) if by.is_person() => " by the person in psbx's app".to_owned(),
+        Some(by) => format!(" through {by} (no person in the app answered)"),
+        None => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,16 +308,5 @@ mod tests {
             }
             assert_eq!(flat["required"], serde_json::json!(["id"]), "{text}");
         }
-    }
-}
-
-/// Who answered, for the agent: a person in the app, or the API (which no
-/// person in the app saw), so an answer an agent gave itself is not read as
-/// the person's.
-fn by(review: &Review) -> String {
-    match &review.answered_by {
-        Some(by) if by.is_person() => " by the person in psbx's app".to_owned(),
-        Some(by) => format!(" through {by} (no person in the app answered)"),
-        None => String::new(),
     }
 }
