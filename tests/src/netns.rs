@@ -152,6 +152,24 @@ impl Netns {
         addr
     }
 
+    /// A further address of the host (`addr`, on the host's end of the veth)
+    /// that the namespace routes back to the host: a source address for the
+    /// host's traffic into the namespace (`boxes.egress.snat`). It goes with
+    /// the veth on drop.
+    pub fn host_alias(&self, addr: Ipv4Addr) -> Ipv4Addr {
+        ip(&["addr", "add", &format!("{addr}/32"), "dev", &self.veth]);
+        ip(&[
+            "-n",
+            &self.name,
+            "route",
+            "add",
+            &format!("{addr}/32"),
+            "via",
+            &self.host_ip.to_string(),
+        ]);
+        addr
+    }
+
     /// Fails the test unless the host sends `addr` through this namespace's veth.
     pub fn assert_routed(&self, addr: Ipv4Addr) {
         let out = Command::new("ip")
@@ -326,6 +344,15 @@ impl Listener {
             log,
             child: Some((child, dir)),
         }
+    }
+
+    /// The source address of each connection it accepted, in order.
+    pub fn peers(&self) -> Vec<Ipv4Addr> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.rsplit_once(':')?.0.parse().ok())
+            .collect()
     }
 
     /// How many connections it accepted.

@@ -18,7 +18,9 @@
 //! thaw (with the box's clock set from the host's again). Azure's WireServer
 //! address (168.63.129.16, which the test routes to its own "internet" and
 //! lets through its allow-list) is out of reach by default, and the table's
-//! denied counter shows the drop. The host's rules are put back when removed
+//! denied counter shows the drop. The box's connections leave from the
+//! source address the test gives it (`boxes.egress.snat`, a second address of
+//! the host), the host's own from its usual one. The host's rules are put back when removed
 //! or when their chain is flushed, and go when the server stops with no box
 //! left.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -132,12 +134,15 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     // The host's own: a loopback listener, and one on an address of the host's.
     let loopback = Listener::on_host(Ipv4Addr::LOCALHOST, free_port(), "loopback");
     let own = Listener::on_host(office.host_ip, free_port(), "host address");
+    // The address boxes' traffic leaves from (boxes.egress.snat): a second
+    // address of the host on the internet's veth, which the namespace routes back.
+    let snat = internet.host_alias(Ipv4Addr::new(100, 64, 77, 77));
 
     // The test's ranges and the WireServer: only the built-in deny list
     // keeps a box from it.
     let mut s = BoxServer::start(&format!(
         "pool_size = 0\nidle_freeze = \"15s\"\nnetwork = true\n\
-         [boxes.egress]\nresolvers = [\"{dns}\"]\ndeny = [\"{denied}\"]\n\
+         [boxes.egress]\nresolvers = [\"{dns}\"]\ndeny = [\"{denied}\"]\nsnat = \"{snat}\"\n\
          only = [\"198.51.100.0/24\", \"203.0.113.0/24\", \"{WIRESERVER}/32\"]"
     ));
     let table = network_table(&s.installation());
@@ -200,6 +205,10 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     assert!(out.contains("hello from the internet"), "{out}");
     let asked = std::fs::read_to_string(&dns_log).unwrap();
     assert!(asked.contains("web.example.test\n"), "{asked}");
+    // It came from the box's own address; the host's connections did not.
+    let peers = web_listener.peers();
+    assert_eq!(peers.last(), Some(&snat), "{peers:?}");
+    assert_eq!(peers.first(), Some(&internet.host_ip), "{peers:?}");
 
     // A name only a private zone has: NXDOMAIN. A public name of a private
     // address: it resolves, and the connection times out, unlogged.
@@ -269,10 +278,10 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     let out = exec(
         &s,
         &id,
-        &format!("wget -T 3 -q -O - http://{WIRESERVER}/machine/?comp=goalstate; echo exit=$?"),
+        &format!("nc -w 3 {WIRESERVER} 80 </dev/null; echo exit=$?"),
     );
     assert!(
-        out.contains("exit=1") && !out.contains("goal state"),
+        out.contains("exit=1\n") && !out.contains("goal state"),
         "{out}"
     );
     assert_eq!(
@@ -283,9 +292,23 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
             .collect::<Vec<_>>(),
         "a listener was reached from the box"
     );
+    let listing = Command::new("nft")
+        .args(["list", "table", "inet", &table])
+        .output()
+        .unwrap();
     assert!(
         denied_packets(&table) > dropped,
-        "the deny rule of {table} counted no drop"
+        "the deny rule of {table} counted no drop (from {dropped}): {out}\n{}\n{}",
+        String::from_utf8_lossy(&listing.stdout),
+        s.server
+            .as_ref()
+            .unwrap()
+            .log
+            .lines()
+            .into_iter()
+            .filter(|l| l.contains("network"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 
     // Frozen and thawed: the card still works, and the clock is the host's
