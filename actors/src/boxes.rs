@@ -3,7 +3,7 @@
 //! the host supervisor or the box's actor.
 
 use crate::blocking::blocking;
-use crate::box_actor::link::LinkHandle;
+use crate::box_actor::link::{LinkError, LinkHandle};
 use crate::box_actor::state::BoxState;
 use crate::box_actor::{
     BoxSnapshot, Channel, Forget, Keep, PING_TIMEOUT, Rewire, Status, Stop, Touch, WOKEN_PATIENCE,
@@ -562,15 +562,17 @@ impl Boxes {
             Err(BoxError::Starting { .. }) => self.snapshot_of_row(self.record(account, id).await?),
             Err(e) => return Err(e),
             Ok(Err(record)) => self.snapshot_of_row(record),
-            Ok(Ok(addr)) => send(
-                addr.send(Status {
+            Ok(Ok(addr)) => match addr
+                .send(Status {
                     thaw,
                     touch: true,
                     patience: PING_TIMEOUT,
                 })
-                .await,
-            )?
-            .map(|s| self.dressed(s))?,
+                .await
+            {
+                Ok(answer) => answer.map(|s| self.dressed(s))?,
+                Err(e) => self.snapshot_of_row(self.after_gone(account, id, e).await?),
+            },
         };
         Ok(self.with_linked(snapshot).await)
     }
@@ -604,7 +606,10 @@ impl Boxes {
         let keep_secs = self.keep_secs(keep)?;
         match self.actor(account, id).await? {
             Err(record) => Err(over(&record)),
-            Ok(addr) => send(addr.send(Keep { keep_secs }).await)?.map(|s| self.dressed(s)),
+            Ok(addr) => match addr.send(Keep { keep_secs }).await {
+                Ok(answer) => answer.map(|s| self.dressed(s)),
+                Err(e) => Err(over(&self.after_gone(account, id, e).await?)),
+            },
         }
     }
 
@@ -627,7 +632,10 @@ impl Boxes {
         match self.actor(account, id).await? {
             Err(record) => Err(over(&record)),
             Ok(addr) => {
-                let snapshot = send(addr.send(Rewire { change }).await)??;
+                let snapshot = match addr.send(Rewire { change }).await {
+                    Ok(answer) => answer?,
+                    Err(e) => return Err(over(&self.after_gone(account, id, e).await?)),
+                };
                 Ok(self.with_linked(self.dressed(snapshot)).await)
             }
         }
@@ -637,12 +645,17 @@ impl Boxes {
     pub async fn stop(&self, account: &AccountId, id: &str) -> Result<BoxSnapshot, BoxError> {
         match self.actor(account, id).await? {
             Err(record) => Ok(self.snapshot_of_row(record)),
-            Ok(addr) => send(
-                addr.send(Stop {
+            Ok(addr) => match addr
+                .send(Stop {
                     reason: "stopped by request",
                 })
-                .await,
-            )?,
+                .await
+            {
+                Ok(answer) => answer,
+                // Stopped by something else meanwhile: as stopping a box
+                // that is over, its record.
+                Err(e) => Ok(self.snapshot_of_row(self.after_gone(account, id, e).await?)),
+            },
         }
     }
 
@@ -679,14 +692,37 @@ impl Boxes {
             Err(record) => return Err(over(&record)),
             Ok(addr) => addr,
         };
-        let (link, masker) = send(
-            addr.send(Channel {
+        let asked = addr
+            .send(Channel {
                 thaw: true,
                 touch: true,
             })
-            .await,
-        )??;
+            .await;
+        let (link, masker) = match asked {
+            Ok(answer) => answer?,
+            Err(e) => return Err(over(&self.after_gone(account, id, e).await?)),
+        };
         Ok((addr, link, masker))
+    }
+
+    /// The box as stored now, once its actor's mailbox closed between finding
+    /// it and asking it (the box stopped meanwhile): the record of a box that
+    /// is over, for the caller to answer as it answers any stopped box;
+    /// otherwise 503 `box_channel_lost` (retry). Never a 500: the race is the
+    /// caller's timing, not a fault.
+    async fn after_gone(
+        &self,
+        account: &AccountId,
+        id: &str,
+        e: actix::MailboxError,
+    ) -> Result<BoxRecord, BoxError> {
+        tracing::debug!(box_id = id, error = %e, "the box actor went away while asked");
+        let record = self.record(account, id).await?;
+        if record.state.is_terminal() {
+            Ok(record)
+        } else {
+            Err(BoxError::Boxd(LinkError::Closed))
+        }
     }
 
     /// The ticks at which a caller waiting on the box counts as activity
