@@ -312,14 +312,12 @@ mod tests {
                 {"match": {"op": "==", "left": {"meta": {"key": "skuid"}}, "right": 1879048200}},
                 {"jump": {"target": "box"}}]}}
         ]);
-        if rules {
-            if let Some(list) = items.as_array_mut() {
-                list.push(serde_json::json!(
-                    {"rule": {"family": "inet", "table": "psbx_t", "chain": "box", "handle": 7, "expr": [
-                        {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": "@denied"}},
-                        {"counter": {"packets": packets, "bytes": packets * 60}}, {"drop": null}]}}
-                ));
-            }
+        if rules && let Some(list) = items.as_array_mut() {
+            list.push(serde_json::json!(
+                {"rule": {"family": "inet", "table": "psbx_t", "chain": "box", "handle": 7, "expr": [
+                    {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": "@denied"}},
+                    {"counter": {"packets": packets, "bytes": packets * 60}}, {"drop": null}]}}
+            ));
         }
         serde_json::json!({ "nftables": items })
     }
