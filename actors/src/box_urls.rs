@@ -179,9 +179,10 @@ impl BoxUrls {
         self.known().remove(id);
     }
 
-    /// Takes the stored keys read from the database (at start-up); a key
-    /// the master key cannot open is skipped (its box gets the constant
-    /// 404 until its key is rotated) and counted in the answer.
+    /// Takes the stored keys read from the database (at start-up). A key
+    /// the master key cannot open (or whose hash it does not match) is
+    /// counted in the answer: its hash still admits the key, but the box's
+    /// URLs cannot be shown until its key is rotated.
     pub fn load(&self, rows: Vec<(BoxId, StoredUrlKey)>) -> usize {
         let mut unreadable = 0;
         for (id, stored) in rows {
@@ -196,7 +197,8 @@ impl BoxUrls {
                 Some(key) => self.remember(&id, &key),
                 None => {
                     unreadable += 1;
-                    // Known, so the derived key is not taken; no key matches.
+                    // Known, so the derived key is not taken; the hash still
+                    // admits the real key.
                     self.known().insert(
                         id,
                         KnownKey {
@@ -641,5 +643,70 @@ mod tests {
         assert_eq!(port_in_box(&at(Some(8080)), &services), 8080);
         assert_eq!(port_in_box(&at(Some(5173)), &services), 5173);
         assert_eq!(port_in_box(&at(None), &[]), DEFAULT_PORT);
+    }
+
+    #[test]
+    fn a_stored_key_replaces_the_derived_one_and_survives_a_restart() {
+        let u = urls("http://x");
+        let id = BoxId::parse("box_a").unwrap();
+        let derived = u.parse(&host_of(&u.url(&id, None))).unwrap();
+        assert_eq!(u.check(&derived), Admitted::Derived);
+        let new = u.new_key(&id).unwrap();
+        assert_eq!(new.key.len(), KEY_LEN);
+        assert_eq!(new.stored.hash, Sha256::digest(new.key.as_bytes()).to_vec());
+        assert!(
+            !new.stored
+                .sealed
+                .windows(KEY_LEN)
+                .any(|w| w == new.key.as_bytes())
+        );
+        u.remember(&id, &new.key);
+        let stored = u.parse(&host_of(&u.url(&id, None))).unwrap();
+        assert_eq!(u.check(&stored), Admitted::Stored);
+        assert_eq!(u.check(&derived), Admitted::No);
+        // Another server (or this one restarted) reads it back from its row.
+        let other = urls("http://x");
+        assert_eq!(other.load(vec![(id.clone(), new.stored.clone())]), 0);
+        assert_eq!(other.url(&id, None), u.url(&id, None));
+        assert_eq!(other.check(&derived), Admitted::No);
+        // A row the master key cannot open: its key still opens the box (by its
+        // hash), the derived one does not.
+        let stranger = BoxUrls::new(
+            "http://x",
+            "box.example",
+            Arc::new(Vault::from_key(&[1; 32])),
+        );
+        assert_eq!(stranger.load(vec![(id.clone(), new.stored)]), 1);
+        assert_eq!(stranger.check(&stored), Admitted::Stored);
+        assert_eq!(stranger.check(&derived), Admitted::No);
+    }
+
+    #[test]
+    fn slots_cap_each_box_and_each_client_and_come_back() {
+        let slots = Arc::new(Slots::new(UrlLimits {
+            per_box: 3,
+            per_client: 2,
+            ..UrlLimits::default()
+        }));
+        let (a, b) = (
+            BoxId::parse("box_a").unwrap(),
+            BoxId::parse("box_b").unwrap(),
+        );
+        let one: IpAddr = "198.51.100.1".parse().unwrap();
+        let two: IpAddr = "2001:db8::1".parse().unwrap();
+        let two_again: IpAddr = "2001:db8::ffff".parse().unwrap();
+        let held = [slots.take(&a, one).unwrap(), slots.take(&a, one).unwrap()];
+        assert_eq!(slots.take(&a, one).err(), Some(Crowded::Client(2)));
+        // Another box is counted apart.
+        let _other = slots.take(&b, one).unwrap();
+        let third = slots.take(&a, two).unwrap();
+        // The same /64 is the same client; the box is full anyway.
+        assert_eq!(slots.take(&a, two_again).err(), Some(Crowded::Box(3)));
+        drop(third);
+        let _again = slots.take(&a, two_again).unwrap();
+        assert_eq!(slots.take(&a, two).err(), Some(Crowded::Box(3)));
+        drop(held);
+        assert_eq!(slots.open_to(&a), 1);
+        let _back = slots.take(&a, one).unwrap();
     }
 }

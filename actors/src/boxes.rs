@@ -140,7 +140,9 @@ impl Boxes {
     /// Gives the boxes URLs (`url` in their snapshots, and the box URL proxy),
     /// with the stored keys of the boxes that are not over (a blocking read:
     /// at start-up). A failed read is logged: those boxes' URLs answer the
-    /// constant 404 until the server restarts or their keys are rotated.
+    /// constant 404 until the server restarts or their keys are rotated (a
+    /// box whose stored key is unknown here is taken to have none, and its
+    /// derived key is refused once the database says it has one).
     pub fn with_urls(mut self, urls: BoxUrls) -> Self {
         match self.store.live_url_keys() {
             Ok(rows) => {
@@ -148,8 +150,9 @@ impl Boxes {
                 if unreadable > 0 {
                     tracing::warn!(
                         boxes = unreadable,
-                        "box URL keys the master key cannot open: those boxes' URLs answer 404 \
-                         until their keys are rotated (POST /v1/boxes/{{id}}/url-key)"
+                        "box URL keys the master key cannot open: those boxes' URLs still work \
+                         but cannot be shown until their keys are rotated \
+                         (POST /v1/boxes/{{id}}/url-key)"
                     );
                 }
             }

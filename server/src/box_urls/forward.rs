@@ -470,3 +470,29 @@ fn pipe(
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_cookie_loses_only_its_domain() {
+        let cases: [(&[u8], &[u8]); 4] = [
+            (b"a=b; Domain=box.example; Path=/", b"a=b; Path=/"),
+            (b"c=d;domain=.box.example;Secure", b"c=d;Secure"),
+            (
+                b"e=f; DOMAIN = x; HttpOnly; Partitioned",
+                b"e=f; HttpOnly; Partitioned",
+            ),
+            (b"g=h; Path=/domain=x", b"g=h; Path=/domain=x"),
+        ];
+        for (given, expected) in cases {
+            assert_eq!(
+                without_domain(given),
+                expected,
+                "{}",
+                String::from_utf8_lossy(given)
+            );
+        }
+    }
+}
