@@ -83,41 +83,6 @@ pub struct Config {
     pub box_urls: BoxUrlsConfig,
 }
 
-/// Reviews (`sandbox_review`, the app's "Ready for you").
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct ReviewsConfig {
-    /// How long an answered or approved review keeps its screenshots,
-    /// recordings and reviewers' images (`"30d"`; 1h to 3650d); then they
-    /// are deleted, and the review too once its box is over.
-    pub retention: String,
-}
-
-impl Default for ReviewsConfig {
-    fn default() -> Self {
-        Self {
-            retention: "30d".to_owned(),
-        }
-    }
-}
-
-impl ReviewsConfig {
-    /// The retention, checked.
-    pub fn retention(&self) -> Result<std::time::Duration, ConfigError> {
-        let retention = psbx_actors::duration::parse(&self.retention)
-            .map_err(|e| ConfigError::Invalid(format!("reviews.retention: {e}")))?;
-        if !(std::time::Duration::from_secs(3600)..=std::time::Duration::from_secs(3650 * 86_400))
-            .contains(&retention)
-        {
-            return Err(ConfigError::Invalid(format!(
-                "reviews.retention {:?} must be between 1h and 3650d",
-                self.retention
-            )));
-        }
-        Ok(retention)
-    }
-}
-
 /// What box URLs may hold of a box (`server::box_urls`): past a cap a
 /// request is answered 503 at once, and quiet connections are cut, so that
 /// whoever holds a box URL cannot take the box's channel from its owner.
@@ -198,6 +163,41 @@ impl BoxUrlsConfig {
     }
 }
 
+/// Reviews (`sandbox_review`, the app's "Ready for you").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReviewsConfig {
+    /// How long an answered or approved review keeps its screenshots,
+    /// recordings and reviewers' images (`"30d"`; 1h to 3650d); then they
+    /// are deleted, and the review too once its box is over.
+    pub retention: String,
+}
+
+impl Default for ReviewsConfig {
+    fn default() -> Self {
+        Self {
+            retention: "30d".to_owned(),
+        }
+    }
+}
+
+impl ReviewsConfig {
+    /// The retention, checked.
+    pub fn retention(&self) -> Result<std::time::Duration, ConfigError> {
+        let retention = psbx_actors::duration::parse(&self.retention)
+            .map_err(|e| ConfigError::Invalid(format!("reviews.retention: {e}")))?;
+        if !(std::time::Duration::from_secs(3600)..=std::time::Duration::from_secs(3650 * 86_400))
+            .contains(&retention)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "reviews.retention {:?} must be between 1h and 3650d",
+                self.retention
+            )));
+        }
+        Ok(retention)
+    }
+}
+
 /// Takeover links (`POST /v1/boxes/{id}/takeover`): one-time links to a web
 /// terminal in a box.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -243,12 +243,22 @@ impl TakeoverConfig {
 
     /// How long a terminal stays open without input, checked.
     pub fn idle_timeout(&self) -> Result<std::time::Duration, ConfigError> {
-        bounded("takeover.idle_timeout", &self.idle_timeout, 24 * 3600, "24h")
+        bounded(
+            "takeover.idle_timeout",
+            &self.idle_timeout,
+            24 * 3600,
+            "24h",
+        )
     }
 
     /// How long a terminal stays open at most, checked.
     pub fn max_lifetime(&self) -> Result<std::time::Duration, ConfigError> {
-        bounded("takeover.max_lifetime", &self.max_lifetime, 7 * 24 * 3600, "7d")
+        bounded(
+            "takeover.max_lifetime",
+            &self.max_lifetime,
+            7 * 24 * 3600,
+            "7d",
+        )
     }
 }
 
@@ -883,8 +893,8 @@ impl Config {
         }
         self.boxes.settings(self.shared_dir())?;
         self.takeover.link_ttl()?;
-        self.reviews.retention()?;
         self.box_urls.limits()?;
+        self.reviews.retention()?;
         crate::client_addr::TrustedProxies::parse(&self.trusted_proxies)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if self.database_pool_size == 0 {

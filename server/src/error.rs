@@ -571,10 +571,6 @@ mod tests {
     }
 
     #[test]
-    fn a_slow_boxd_is_a_504_and_a_closed_link_a_503_not_a_500() {
-        use psbx_actors::box_actor::link::LinkError;
-        let slow = ApiError::from(BoxError::from(LinkError::NoAnswer(
-    #[test]
     fn a_full_host_tells_the_tenant_no_figure() {
         let detail = "this host's disk cannot fit a box: 12.5 GiB are free in \
                       /var/lib/psbx/data-0123/boxes, 5 GiB of it kept free (boxes.disk_margin_gb)";
@@ -584,11 +580,19 @@ mod tests {
             (StatusCode::SERVICE_UNAVAILABLE, "host_full")
         );
         for secret in ["GiB", "/var/lib", "disk_margin_gb", "12.5"] {
-            assert!(!full.detail.message.contains(secret), "{}", full.detail.message);
+            assert!(
+                !full.detail.message.contains(secret),
+                "{}",
+                full.detail.message
+            );
         }
         assert!(full.detail.hint.is_some());
     }
 
+    #[test]
+    fn a_slow_boxd_is_a_504_and_a_closed_link_a_503_not_a_500() {
+        use psbx_actors::box_actor::link::LinkError;
+        let slow = ApiError::from(BoxError::from(LinkError::NoAnswer(
             std::time::Duration::from_secs(30),
         )));
         assert_eq!(
