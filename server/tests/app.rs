@@ -640,15 +640,21 @@ async fn a_review(
     (review.id, row.id)
 }
 
-#[actix_web::test]
-async fn reviews_are_ready_for_you_and_answered_with_drawn_images() {
-    let f = signed_fixture();
+/// The app's state keeping shots in a directory of its own (dropped with
+/// the returned guard).
+fn state_with_shots(f: &Fixture) -> (app::AppState, tempfile::TempDir) {
     let shots_dir = tempfile::tempdir().unwrap();
     let config = psbx_server::config::Config {
         shots_dir: Some(shots_dir.path().to_owned()),
         ..Default::default()
     };
-    let s = common::state_with(&f, &config);
+    (common::state_with(f, &config), shots_dir)
+}
+
+#[actix_web::test]
+async fn reviews_are_ready_for_you_and_answered_with_drawn_images() {
+    let f = signed_fixture();
+    let (s, _shots_dir) = state_with_shots(&f);
     let (mine, my_shot) = a_review(&f, &s, &f.first.account.id, "Try the <home> page").await;
     let other = AccountId::generate().unwrap();
     f.db.add_account(other.as_str());
@@ -884,12 +890,7 @@ async fn failed_sign_ins_are_throttled_like_the_oauth_page() {
 #[actix_web::test]
 async fn an_answer_through_the_api_is_shown_as_the_api_s_not_the_person_s() {
     let f = signed_fixture();
-    let shots_dir = tempfile::tempdir().unwrap();
-    let config = psbx_server::config::Config {
-        shots_dir: Some(shots_dir.path().to_owned()),
-        ..Default::default()
-    };
-    let s = common::state_with(&f, &config);
+    let (s, _shots_dir) = state_with_shots(&f);
     let (by_api, _) = a_review(&f, &s, &f.first.account.id, "Answered by a program").await;
     let (by_person, _) = a_review(&f, &s, &f.first.account.id, "Answered in the app").await;
     let app = test::init_service(app::build(s)).await;

@@ -354,13 +354,19 @@ fn a_start_waits_for_the_booting_pool_box_boxes_are_admitted_by_use_and_pressure
         );
         ids.push(b["id"].as_str().unwrap().to_owned());
     }
-    // A box larger than what is available is refused, saying why.
+    // A box larger than what is available is refused: the caller learns no
+    // figure of the host's, the operator's log says why.
     let (status, big) = s.call("POST", "/v1/boxes", Some(json!({"size": 4})));
     assert_eq!(status, 503, "{big}");
+    assert_eq!(big["error"]["code"], "host_full", "{big}");
     let message = big["error"]["message"].as_str().unwrap();
+    assert!(!message.contains("MiB"), "{message}");
+    let why = s
+        .server()
+        .wait_for_log("the host is full", Duration::from_secs(10));
     assert!(
-        message.contains("MiB are available") && message.contains("boxes.memory_margin_mib"),
-        "{message}"
+        why.contains("MiB are available") && why.contains("boxes.memory_margin_mib"),
+        "{why}"
     );
 
     // Pressure: a threshold above what the host has freezes the idlest boxes.

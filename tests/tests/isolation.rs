@@ -30,6 +30,10 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         ),
         ("POST", "/v1/boxes/{id}/sync", None),
         ("POST", "/v1/boxes/{id}/takeover", None),
+        ("GET", "/v1/boxes/{id}/terminals", None),
+        ("DELETE", "/v1/boxes/{id}/terminals", None),
+        ("DELETE", "/v1/boxes/{id}/terminals/{terminal}", None),
+        ("POST", "/v1/boxes/{id}/url-key", None),
         ("POST", "/v1/boxes/{id}/shots", Some(json!({}))),
         ("GET", "/v1/boxes/{id}/shots", None),
         ("DELETE", "/v1/boxes/{id}/shots", None),
@@ -189,6 +193,7 @@ fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
                 },
             )
             .replace("{pid}", &pid)
+            .replace("{terminal}", "term_none")
             .replace("{shot}", &shot)
             .replace("{env}", "dev")
             .replace(

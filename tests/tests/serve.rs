@@ -73,11 +73,12 @@ impl Drop for Cleanup {
     }
 }
 
-/// `psbx config paths` from `cwd`: name → path.
-fn paths(cwd: &Path) -> std::collections::HashMap<String, PathBuf> {
+/// `psbx config paths` from `cwd`, with `args` after it: name → path.
+fn paths(cwd: &Path, args: &[&std::ffi::OsStr]) -> std::collections::HashMap<String, PathBuf> {
     let out = Command::new(psbx_tests::binary("psbx"))
         .current_dir(cwd)
         .args(["config", "paths"])
+        .args(args)
         .env_remove("DATABASE_URL")
         .output()
         .unwrap();
@@ -116,7 +117,7 @@ fn scripts_serve_from_a_closed_home_starts_a_debian_box_at_once() {
         .unwrap();
     assert!(copied.success());
 
-    let where_ = paths(&clone);
+    let where_ = paths(&clone, &[]);
     let shared = where_["shared_dir"].clone();
     assert_eq!(where_["data_dir"], clone.join(".psbx"));
     assert!(
@@ -229,7 +230,7 @@ fn serve_with_a_closed_data_dir_relocates_its_shared_state() {
     let data = top.path().join("data");
     std::fs::create_dir(&data).unwrap();
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let where_ = paths_of(&data);
+    let where_ = paths(top.path(), &["--data-dir".as_ref(), data.as_os_str()]);
     let shared = where_["shared_dir"].clone();
     assert!(
         shared.starts_with("/var/lib/psbx/"),
@@ -273,23 +274,6 @@ fn serve_with_a_closed_data_dir_relocates_its_shared_state() {
         assert!(log.contains("could not lower its oom_score_adj"), "{log}");
     }
     assert!(!log.contains("cannot enter"), "{log}");
-}
-
-/// `psbx config paths --data-dir DIR`: name → path.
-fn paths_of(data: &Path) -> std::collections::HashMap<String, PathBuf> {
-    let out = Command::new(psbx_tests::binary("psbx"))
-        .args(["config", "paths", "--data-dir"])
-        .arg(data)
-        .env_remove("DATABASE_URL")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), PathBuf::from(v)))
-        .collect()
 }
 
 /// Whether a process of this machine may lower its OOM score (a child tries).
