@@ -96,7 +96,11 @@ def main():
     print(f"# scripts/bench capacity {RUNS}: TCG, Debian image, default unit (2 vCPU / 8 GiB / 40 GB), "
           f"host {os.cpu_count()} CPUs, {total} MiB (MemAvailable {avail} at the start), "
           f"at most {MAX} boxes", flush=True)
-    server = boxes.Server("pool_size = 0\nidle_freeze = \"1h\"", image="debian", unit="")
+    # What is measured is memory: disk is promised as before issue 29 (32x the
+    # free space; the server's default is now 1.0, which on a machine with tens
+    # of GB free admits no default box at all).
+    server = boxes.Server("pool_size = 0\nidle_freeze = \"1h\"\ndisk_overcommit = 32.0",
+                          image="debian", unit="")
     ids, cold, freeze, thaw = [], [], [], []
     try:
         line(server, ids, "before")
@@ -163,7 +167,8 @@ def main():
         server.stop()
 
     pool = boxes.pool_starts(
-        boxes.Server("pool_size = 1\nidle_freeze = \"1h\"", image="debian", unit=""),
+        boxes.Server("pool_size = 1\nidle_freeze = \"1h\"\ndisk_overcommit = 32.0",
+                     image="debian", unit=""),
         "cap-pool", RUNS, timeout=900)
     boxes.report("start cold", cold[:RUNS])
     boxes.report("start from the pool", pool)
