@@ -15,24 +15,17 @@ mod common;
 
 use common::logs;
 
-use actix_web::HttpServer;
 use actix_web::dev::ServerHandle;
-use psbx_actors::connectors::Router;
 use psbx_actors::hypervisor::Hypervisor;
 use psbx_actors::hypervisor::fake::FakeHypervisor;
-use psbx_actors::ids::{AccountId, BoxId, ServerId};
-use psbx_actors::secrets::Secrets;
-use psbx_actors::secrets::vault::Vault;
+use psbx_actors::ids::{AccountId, BoxId};
 use psbx_actors::shots::{NewFiles, Part, Shots, StoredKind};
 use psbx_actors::store::{PoolOptions, Store};
-use psbx_libvirt::{Accel, HostResources};
-use psbx_server::app::{self, AppState, Parts};
 use psbx_server::config::{BoxesConfig, Config};
 use psbx_tests::TestDatabase;
 use serde_json::{Value, json};
 
 use std::net::TcpListener;
-use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 const PASSWORD: &str = "correct horse battery";
@@ -61,16 +54,7 @@ impl Served {
         store.set_password(&first.account.id, PASSWORD).unwrap();
         let server = store.register_server("app-browser", "0").unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let image = dir.path().join("images").join("test");
-        std::fs::create_dir_all(&image).unwrap();
-        std::fs::write(
-            image.join("manifest.json"),
-            r#"{"kernel": "vmlinuz", "initrd": "initrd.img", "disk": "disk.qcow2", "cmdline": "console=ttyS0"}"#,
-        )
-        .unwrap();
-        for file in ["vmlinuz", "initrd.img", "disk.qcow2"] {
-            std::fs::write(image.join(file), b"").unwrap();
-        }
+        let images = common::fake_image(dir.path());
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
         let config = Config {
@@ -78,7 +62,7 @@ impl Served {
             public_url: Some(url.clone()),
             box_domain: "box.localhost".into(),
             boxes: BoxesConfig {
-                images_dir: Some(dir.path().join("images")),
+                images_dir: Some(images),
                 image: "test".into(),
                 unit_vcpus: 1,
                 unit_memory_mib: 256,
@@ -93,54 +77,15 @@ impl Served {
             ..Config::default()
         };
         let fake = FakeHypervisor::new(&format!("fake:///{}", db.name()));
-        let (tx, rx) = mpsc::channel();
-        let thread = {
-            let (store, fake, url) = (store.clone(), fake.clone(), url.clone());
-            std::thread::spawn(move || {
-                actix_rt::System::new().block_on(async move {
-                    let secrets = Secrets::new(store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
-                    let hub = psbx_actors::connectors::Hub::default();
-                    let host = psbx_actors::host::supervise(
-                        psbx_actors::host::Connected {
-                            host: Arc::new(fake),
-                            resources: HostResources {
-                                cpus: 8,
-                                memory_mib: 8192,
-                            },
-                            accel: Accel::Tcg,
-                        },
-                        store.clone(),
-                        config.boxes.settings(&config.data_dir).unwrap(),
-                        server.id.to_string(),
-                        psbx_actors::host::BoxServices {
-                            secrets: secrets.clone(),
-                            router: Router::new(hub.clone(), store.clone()),
-                            box_role: None,
-                        },
-                    )
-                    .await
-                    .unwrap();
-                    let parts = Parts::new(
-                        store,
-                        secrets,
-                        hub,
-                        &url,
-                        ServerId::parse(server.id.as_str()).unwrap(),
-                    );
-                    let state = AppState::assemble(&config, parts, Ok(host)).unwrap();
-                    let shots = state.shots.clone();
-                    let running = HttpServer::new(move || app::build(state.clone()))
-                        .workers(2)
-                        .disable_signals()
-                        .listen(listener)
-                        .unwrap()
-                        .run();
-                    tx.send((running.handle(), shots)).unwrap();
-                    running.await.unwrap();
-                });
-            })
-        };
-        let (handle, shots) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        let served = common::serve_on_fake_host(
+            &store,
+            server.id.as_str(),
+            fake.clone(),
+            config,
+            listener,
+            2,
+        );
+        let (handle, shots, thread) = (served.handle, served.shots, served.thread);
         Self {
             key: first.key.secret.expose().to_owned(),
             account: first.account.id.clone(),

@@ -7,23 +7,18 @@
 //! the real wire protocol, and everything past it is the server's own code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use actix_web::HttpServer;
+mod common;
+
 use actix_web::dev::ServerHandle;
-use psbx_actors::connectors::Router;
 use psbx_actors::hypervisor::Hypervisor;
 use psbx_actors::hypervisor::fake::{FAKE_VIDEO, FakeHypervisor, FakeShot, SHOT_PNG};
-use psbx_actors::ids::ServerId;
-use psbx_actors::secrets::Secrets;
-use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::{PoolOptions, Store};
-use psbx_libvirt::{Accel, HostResources};
-use psbx_server::app::{self, AppState, Parts};
 use psbx_server::config::{BoxesConfig, Config, QuotasConfig};
 use psbx_tests::TestDatabase;
 use serde_json::{Value, json};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, mpsc};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The app serving on loopback with a fake host and one HTTP worker;
@@ -49,16 +44,7 @@ impl Served {
         let first = store.bootstrap().unwrap().unwrap();
         let server = store.register_server("shots", "0").unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let image = dir.path().join("images").join("test");
-        std::fs::create_dir_all(&image).unwrap();
-        std::fs::write(
-            image.join("manifest.json"),
-            r#"{"kernel": "vmlinuz", "initrd": "initrd.img", "disk": "disk.qcow2", "cmdline": "console=ttyS0"}"#,
-        )
-        .unwrap();
-        for file in ["vmlinuz", "initrd.img", "disk.qcow2"] {
-            std::fs::write(image.join(file), b"").unwrap();
-        }
+        let images = common::fake_image(dir.path());
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
         let config = Config {
@@ -67,7 +53,7 @@ impl Served {
             box_domain: "box.localhost".into(),
             quotas,
             boxes: BoxesConfig {
-                images_dir: Some(dir.path().join("images")),
+                images_dir: Some(images),
                 image: "test".into(),
                 unit_vcpus: 1,
                 unit_memory_mib: 256,
@@ -83,53 +69,15 @@ impl Served {
         };
         let shots_dir = config.shots_dir();
         let fake = FakeHypervisor::new(&format!("fake:///{}", db.name()));
-        let (tx, rx) = mpsc::channel();
-        let thread = {
-            let (store, fake, url) = (store.clone(), fake.clone(), url.clone());
-            std::thread::spawn(move || {
-                actix_rt::System::new().block_on(async move {
-                    let secrets = Secrets::new(store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
-                    let hub = psbx_actors::connectors::Hub::default();
-                    let host = psbx_actors::host::supervise(
-                        psbx_actors::host::Connected {
-                            host: Arc::new(fake),
-                            resources: HostResources {
-                                cpus: 8,
-                                memory_mib: 8192,
-                            },
-                            accel: Accel::Tcg,
-                        },
-                        store.clone(),
-                        config.boxes.settings(&config.data_dir).unwrap(),
-                        server.id.to_string(),
-                        psbx_actors::host::BoxServices {
-                            secrets: secrets.clone(),
-                            router: Router::new(hub.clone(), store.clone()),
-                            box_role: None,
-                        },
-                    )
-                    .await
-                    .unwrap();
-                    let parts = Parts::new(
-                        store,
-                        secrets,
-                        hub,
-                        &url,
-                        ServerId::parse(server.id.as_str()).unwrap(),
-                    );
-                    let state = AppState::assemble(&config, parts, Ok(host)).unwrap();
-                    let running = HttpServer::new(move || app::build(state.clone()))
-                        .workers(1)
-                        .disable_signals()
-                        .listen(listener)
-                        .unwrap()
-                        .run();
-                    tx.send(running.handle()).unwrap();
-                    running.await.unwrap();
-                });
-            })
-        };
-        let handle = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        let served = common::serve_on_fake_host(
+            &store,
+            server.id.as_str(),
+            fake.clone(),
+            config,
+            listener,
+            1,
+        );
+        let (handle, thread) = (served.handle, served.thread);
         Self {
             key: first.key.secret.expose().to_owned(),
             url,

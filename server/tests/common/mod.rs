@@ -117,3 +117,91 @@ impl Write for Captured {
         Ok(())
     }
 }
+
+/// Makes `<dir>/images/test`, an image the fake host "boots" (a manifest and
+/// empty files), and answers `<dir>/images`.
+pub fn fake_image(dir: &std::path::Path) -> std::path::PathBuf {
+    let images = dir.join("images");
+    let image = images.join("test");
+    std::fs::create_dir_all(&image).unwrap();
+    std::fs::write(
+        image.join("manifest.json"),
+        r#"{"kernel": "vmlinuz", "initrd": "initrd.img", "disk": "disk.qcow2", "cmdline": "console=ttyS0"}"#,
+    )
+    .unwrap();
+    for file in ["vmlinuz", "initrd.img", "disk.qcow2"] {
+        std::fs::write(image.join(file), b"").unwrap();
+    }
+    images
+}
+
+/// The real app served on `listener` as `psbx serve` assembles it, with the
+/// fake host `fake` in place of libvirt (8 CPUs, 8 GiB), on an actix system
+/// of a thread of its own.
+pub struct OnFakeHost {
+    pub handle: actix_web::dev::ServerHandle,
+    /// The app's shot storage, for tests that store shots directly.
+    pub shots: psbx_actors::shots::Shots,
+    pub thread: std::thread::JoinHandle<()>,
+}
+
+pub fn serve_on_fake_host(
+    store: &Store,
+    server_id: &str,
+    fake: psbx_actors::hypervisor::fake::FakeHypervisor,
+    config: Config,
+    listener: std::net::TcpListener,
+    workers: usize,
+) -> OnFakeHost {
+    use psbx_actors::connectors::{Hub, Router};
+    use psbx_actors::host::{BoxServices, Connected, supervise};
+    let url = config.public_url.clone().expect("the config's public URL");
+    let server_id = psbx_actors::ids::ServerId::parse(server_id).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let store = store.clone();
+    let thread = std::thread::spawn(move || {
+        actix_rt::System::new().block_on(async move {
+            let secrets = Secrets::new(store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
+            let hub = Hub::default();
+            let host = supervise(
+                Connected {
+                    host: Arc::new(fake),
+                    resources: psbx_libvirt::HostResources {
+                        cpus: 8,
+                        memory_mib: 8192,
+                    },
+                    accel: psbx_libvirt::Accel::Tcg,
+                },
+                store.clone(),
+                config.boxes.settings(&config.data_dir).unwrap(),
+                server_id.to_string(),
+                BoxServices {
+                    secrets: secrets.clone(),
+                    router: Router::new(hub.clone(), store.clone()),
+                    box_role: None,
+                },
+            )
+            .await
+            .unwrap();
+            let parts = app::Parts::new(store, secrets, hub, &url, server_id);
+            let state = AppState::assemble(&config, parts, Ok(host)).unwrap();
+            let shots = state.shots.clone();
+            let running = actix_web::HttpServer::new(move || app::build(state.clone()))
+                .workers(workers)
+                .disable_signals()
+                .listen(listener)
+                .unwrap()
+                .run();
+            tx.send((running.handle(), shots)).unwrap();
+            running.await.unwrap();
+        });
+    });
+    let (handle, shots) = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the app on the fake host started");
+    OnFakeHost {
+        handle,
+        shots,
+        thread,
+    }
+}
