@@ -134,32 +134,19 @@ impl BoxUrlsConfig {
         Ok(psbx_actors::box_urls::UrlLimits {
             per_box: self.max_requests_per_box,
             per_client: self.max_requests_per_client,
-            body_idle: Self::timeout("body_idle_timeout", &self.body_idle_timeout, 3600, "1h")?,
-            websocket_idle: Self::timeout(
-                "websocket_idle_timeout",
+            body_idle: bounded(
+                "box_urls.body_idle_timeout",
+                &self.body_idle_timeout,
+                3600,
+                "1h",
+            )?,
+            websocket_idle: bounded(
+                "box_urls.websocket_idle_timeout",
                 &self.websocket_idle_timeout,
                 24 * 3600,
                 "24h",
             )?,
         })
-    }
-
-    /// Timeout `name` (`value`), between 1 s and `max_s` (`max`).
-    fn timeout(
-        name: &str,
-        value: &str,
-        max_s: u64,
-        max: &str,
-    ) -> Result<std::time::Duration, ConfigError> {
-        let d = psbx_actors::duration::parse(value)
-            .map_err(|e| ConfigError::Invalid(format!("box_urls.{name}: {e}")))?;
-        if !(std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(max_s)).contains(&d)
-        {
-            return Err(ConfigError::Invalid(format!(
-                "box_urls.{name} {value:?} must be between 1s and {max}"
-            )));
-        }
-        Ok(d)
     }
 }
 
@@ -184,17 +171,12 @@ impl Default for ReviewsConfig {
 impl ReviewsConfig {
     /// The retention, checked.
     pub fn retention(&self) -> Result<std::time::Duration, ConfigError> {
-        let retention = psbx_actors::duration::parse(&self.retention)
-            .map_err(|e| ConfigError::Invalid(format!("reviews.retention: {e}")))?;
-        if !(std::time::Duration::from_secs(3600)..=std::time::Duration::from_secs(3650 * 86_400))
-            .contains(&retention)
-        {
-            return Err(ConfigError::Invalid(format!(
-                "reviews.retention {:?} must be between 1h and 3650d",
-                self.retention
-            )));
-        }
-        Ok(retention)
+        between(
+            "reviews.retention",
+            &self.retention,
+            (3600, "1h"),
+            (3650 * 86_400, "3650d"),
+        )
     }
 }
 
@@ -269,11 +251,23 @@ fn bounded(
     max_s: u64,
     max: &str,
 ) -> Result<std::time::Duration, ConfigError> {
+    between(name, value, (1, "1s"), (max_s, max))
+}
+
+/// The duration `value` of setting `name`, between `min` and `max` (each in
+/// seconds, and as the message writes it).
+fn between(
+    name: &str,
+    value: &str,
+    (min_s, min): (u64, &str),
+    (max_s, max): (u64, &str),
+) -> Result<std::time::Duration, ConfigError> {
     let d = psbx_actors::duration::parse(value)
         .map_err(|e| ConfigError::Invalid(format!("{name}: {e}")))?;
-    if !(std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(max_s)).contains(&d) {
+    let range = std::time::Duration::from_secs(min_s)..=std::time::Duration::from_secs(max_s);
+    if !range.contains(&d) {
         return Err(ConfigError::Invalid(format!(
-            "{name} {value:?} must be between 1s and {max}"
+            "{name} {value:?} must be between {min} and {max}"
         )));
     }
     Ok(d)
