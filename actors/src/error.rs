@@ -138,3 +138,14 @@ impl From<StoreError> for BoxError {
         }
     }
 }
+
+impl From<crate::jail::JailError> for BoxError {
+    /// A host with every uid of the installation taken is full; any other
+    /// failure to jail a box leaves the host unable to run it.
+    fn from(e: crate::jail::JailError) -> Self {
+        match e {
+            crate::jail::JailError::Full => Self::HostFull(e.to_string()),
+            other => Self::NoHost(other.to_string()),
+        }
+    }
+}

@@ -19,6 +19,7 @@ pub mod host;
 pub mod hypervisor;
 pub mod ids;
 pub mod image;
+pub mod jail;
 pub mod meter;
 pub mod oidc;
 pub mod quota;

@@ -303,6 +303,30 @@ async fn egress_is_stored_per_box_and_added_up() {
     assert_eq!(store.box_egress(&a).unwrap(), 1024);
 }
 
+/// The host's per-box internet counters are stored as what they add: a figure
+/// seen again adds nothing (a restarted server reads the same counter), a
+/// counter that began again (the table rewritten) adds all it holds.
+#[test]
+fn internet_egress_adds_what_each_counter_figure_adds() {
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let first = store.bootstrap().unwrap().unwrap();
+    let a = new_box(&store, &first.account.id);
+    assert_eq!(store.box_internet_egress(&a).unwrap(), 0);
+    store.add_internet_egress(&[(a.clone(), 1000)]).unwrap();
+    assert_eq!(store.box_internet_egress(&a).unwrap(), 1000);
+    store.add_internet_egress(&[(a.clone(), 1500)]).unwrap();
+    store.add_internet_egress(&[(a.clone(), 1500)]).unwrap();
+    assert_eq!(store.box_internet_egress(&a).unwrap(), 1500);
+    // The counter began again and has counted 200 since.
+    store
+        .add_internet_egress(&[(a.clone(), 200), ("box_gone".into(), 9)])
+        .unwrap();
+    assert_eq!(store.box_internet_egress(&a).unwrap(), 1700);
+    assert_eq!(store.box_egress(&a).unwrap(), 0, "connections' bytes apart");
+    assert_eq!(store.box_internet_egress("box_gone").unwrap(), 0);
+}
+
 /// A box's spec is stored as jsonb and read back as the type it was written
 /// as; a stored spec of another shape is an error naming the box, never a
 /// default (a box would lose its secrets' mask).

@@ -266,6 +266,18 @@ impl Host {
         })
     }
 
+    /// The security drivers libvirt confines QEMU with on this host (its
+    /// capabilities' `<secmodel>`s: `dac`, and `apparmor` or `selinux` where
+    /// one is active; `none` is left out).
+    pub fn security_models(&self) -> Result<Vec<String>, LibvirtError> {
+        self.with_conn(|c| {
+            let caps = c
+                .capabilities()
+                .map_err(|e| LibvirtError::from_virt(&e, None))?;
+            Ok(security_models(&caps))
+        })
+    }
+
     /// Starts a transient domain (gone once destroyed): the KVM probe.
     pub(crate) fn create_transient(&self, spec: &DomainSpec) -> Result<(), LibvirtError> {
         let xml = spec.to_xml();
@@ -285,5 +297,34 @@ impl Host {
             let d = Self::domain(c, name)?;
             f(&d).map_err(|e| LibvirtError::from_virt(&e, Some(name)))
         })
+    }
+}
+
+/// The `<host><secmodel><model>`s of a capabilities document, but `none`.
+fn security_models(caps: &str) -> Vec<String> {
+    let Ok(doc) = roxmltree::Document::parse(caps) else {
+        return Vec::new();
+    };
+    doc.descendants()
+        .filter(|n| n.has_tag_name("secmodel"))
+        .filter(|n| n.parent().is_some_and(|p| p.has_tag_name("host")))
+        .filter_map(|n| n.children().find(|c| c.has_tag_name("model"))?.text())
+        .map(str::trim)
+        .filter(|m| *m != "none")
+        .map(str::to_owned)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn security_models_are_read_from_the_hosts_capabilities() {
+        let caps = "<capabilities><host><cpu/><secmodel><model>none</model><doi>0</doi></secmodel>\
+                    <secmodel><model>dac</model><doi>0</doi></secmodel></host>\
+                    <guest><secmodel><model>selinux</model></secmodel></guest></capabilities>";
+        assert_eq!(super::security_models(caps), vec!["dac"]);
+        let caps = "<capabilities><host><secmodel><model>apparmor</model></secmodel>\
+                    <secmodel><model>dac</model></secmodel></host></capabilities>";
+        assert_eq!(super::security_models(caps), vec!["apparmor", "dac"]);
     }
 }

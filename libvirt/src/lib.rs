@@ -1,5 +1,5 @@
 //! Driving boxes through libvirt: typed domain descriptions rendered to XML
-//! (`xml`), qcow2 overlays on read-only base images (`disk`), the lifecycle
+//! (`xml`) with the box's share of the host's control groups (`cgroups`), qcow2 overlays on read-only base images (`disk`), the lifecycle
 //! calls on a host connection (`host`), the one mapping of libvirt's states to
 //! ours (`state`), and the choice between KVM and TCG (`accel`).
 //!
@@ -8,6 +8,7 @@
 //! error printing is silenced and its errors come back as [`LibvirtError`].
 
 mod accel;
+mod cgroups;
 mod disk;
 mod error;
 mod host;
@@ -15,8 +16,9 @@ mod state;
 mod xml;
 
 pub use accel::{Accel, AccelChoice, probe_kvm};
+pub use cgroups::Controllers;
 pub use disk::create_overlay;
 pub use error::LibvirtError;
 pub use host::{DOMAIN_PREFIX, DomainInfo, Host, HostResources};
 pub use state::DomainStatus;
-pub use xml::{Boot, Disk, DomainSpec, METADATA_URI, Nic};
+pub use xml::{Boot, Disk, DomainSpec, METADATA_URI, Nic, Tune};

@@ -12,6 +12,7 @@
 //! through virtlogd, which rotates it (2 MiB, 3 old files, `virtlogd.conf`).
 
 use crate::Accel;
+use crate::cgroups::Controllers;
 use std::fmt::Write;
 use std::path::PathBuf;
 
@@ -53,6 +54,50 @@ pub enum Nic {
     },
 }
 
+/// The box's share of the host when boxes contend for it, written into the
+/// domain's own cgroup: CPU time and disk I/O in proportion to its size
+/// (`<cputune><shares>`, `<blkiotune><weight>`), and memory above its own
+/// size reclaimed from it first (`<memtune><soft_limit>`). Each is left out
+/// where the host has no such controller ([`Controllers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tune {
+    pub cpu_shares: Option<u64>,
+    pub io_weight: Option<u32>,
+    pub memory_soft_mib: Option<u64>,
+}
+
+impl Tune {
+    /// The share of a box of `units` size units and `memory_mib` of memory
+    /// on a host with `controllers`: 1024 CPU shares per unit (the weight of
+    /// one ordinary process), an I/O weight of 100 per unit (libvirt takes
+    /// 100 to 1000).
+    pub fn for_units(units: u32, memory_mib: u64, controllers: Controllers) -> Self {
+        let units = units.max(1);
+        Self {
+            cpu_shares: controllers.cpu.then(|| 1024 * u64::from(units)),
+            io_weight: controllers.io.then(|| (100 * units).clamp(100, 1000)),
+            memory_soft_mib: controllers.memory.then_some(memory_mib),
+        }
+    }
+
+    fn to_xml(self) -> String {
+        let mut x = String::new();
+        if let Some(shares) = self.cpu_shares {
+            let _ = writeln!(x, "  <cputune><shares>{shares}</shares></cputune>");
+        }
+        if let Some(weight) = self.io_weight {
+            let _ = writeln!(x, "  <blkiotune><weight>{weight}</weight></blkiotune>");
+        }
+        if let Some(mib) = self.memory_soft_mib {
+            let _ = writeln!(
+                x,
+                "  <memtune><soft_limit unit='MiB'>{mib}</soft_limit></memtune>"
+            );
+        }
+        x
+    }
+}
+
 /// Everything libvirt needs to know about one box's VM.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DomainSpec {
@@ -61,6 +106,8 @@ pub struct DomainSpec {
     pub accel: Accel,
     pub vcpus: u32,
     pub memory_mib: u64,
+    /// Its share of the host's CPU, disk and memory (none: libvirt's defaults).
+    pub tune: Option<Tune>,
     pub boot: Boot,
     /// The box's disk, attached as `vda`.
     pub disk: Option<Disk>,
@@ -70,11 +117,12 @@ pub struct DomainSpec {
     pub console_log: Option<PathBuf>,
     /// None: the box has no network card at all.
     pub nic: Option<Nic>,
-    /// The uid and gid QEMU runs as (a DAC seclabel), instead of libvirt's
-    /// default user. libvirt then relabels nothing: the files QEMU writes (the
-    /// overlay) must be that user's already, and the shared read-only files
-    /// (kernel, initrd, base image) readable by all. Relabelling them would
-    /// fail while a domain of another user (another installation) uses them.
+    /// The uid and gid QEMU runs as (a DAC seclabel: the box's own uid),
+    /// instead of libvirt's default user. libvirt then relabels nothing: the
+    /// files QEMU writes (the overlay) must be that uid's already, and the
+    /// shared read-only files (kernel, initrd, base image) readable by all.
+    /// Relabelling them would fail while a domain of another uid (another
+    /// box) uses them.
     pub run_as: Option<(u32, u32)>,
     /// The psbx installation the domain belongs to, kept in the domain's
     /// metadata: reconciliation only ever touches its own installation's
@@ -141,6 +189,9 @@ impl DomainSpec {
         );
         let _ = writeln!(x, "  <memory unit='MiB'>{}</memory>", self.memory_mib);
         let _ = writeln!(x, "  <vcpu>{}</vcpu>", self.vcpus);
+        if let Some(tune) = self.tune {
+            x.push_str(&tune.to_xml());
+        }
         x.push_str("  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n");
         match &self.boot {
             Boot::Kernel {
@@ -255,6 +306,7 @@ mod tests {
             accel: Accel::Tcg,
             vcpus: 2,
             memory_mib: 512,
+            tune: None,
             boot: Boot::Kernel {
                 kernel: "/img/vmlinuz".into(),
                 initrd: "/img/initrd.img".into(),
@@ -392,5 +444,39 @@ mod tests {
         );
         assert!(!xml.contains("<boot dev"));
         assert!(xml.contains("<serial type='null'>"));
+    }
+
+    #[test]
+    fn a_box_gets_a_share_by_its_size_of_what_the_host_can_tune() {
+        let all = Controllers {
+            cpu: true,
+            io: true,
+            memory: true,
+        };
+        let mut s = spec();
+        s.tune = Some(Tune::for_units(2, 512, all));
+        let xml = s.to_xml();
+        assert!(
+            xml.contains("<cputune><shares>2048</shares></cputune>"),
+            "{xml}"
+        );
+        assert!(xml.contains("<blkiotune><weight>200</weight></blkiotune>"));
+        assert!(xml.contains("<memtune><soft_limit unit='MiB'>512</soft_limit></memtune>"));
+        assert_eq!(Tune::for_units(40, 1, all).io_weight, Some(1000));
+        let cpu_only = Tune::for_units(
+            1,
+            512,
+            Controllers {
+                cpu: true,
+                ..Controllers::default()
+            },
+        );
+        s.tune = Some(cpu_only);
+        let xml = s.to_xml();
+        assert!(xml.contains("<shares>1024</shares>"));
+        assert!(
+            !xml.contains("blkiotune") && !xml.contains("memtune"),
+            "{xml}"
+        );
     }
 }

@@ -42,15 +42,59 @@ pub fn virsh(args: &[&str]) -> (bool, String) {
     (out.status.success(), text.trim().to_owned())
 }
 
-/// The libvirt state of a box's domain (`running`, `shut off`, `paused`), or
-/// `None` when libvirt has no such domain.
-/// The command line of the QEMU process running box `box_id`, by argument.
-pub fn qemu_args(box_id: &str) -> Vec<String> {
+/// The pid of the QEMU process running box `box_id`.
+pub fn qemu_pid(box_id: &str) -> u32 {
     let pidfile = format!("/run/libvirt/qemu/psbx-{box_id}.pid");
     let pid = std::fs::read_to_string(&pidfile)
         .unwrap_or_else(|e| panic!("no QEMU pid file {pidfile}: {e}"));
-    let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim()))
-        .unwrap_or_else(|e| panic!("cannot read the command line of QEMU {}: {e}", pid.trim()));
+    pid.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{pidfile} holds {pid:?}: {e}"))
+}
+
+/// The uid the QEMU process of box `box_id` runs as (its effective uid).
+pub fn qemu_uid(box_id: &str) -> u32 {
+    let pid = qemu_pid(box_id);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("cannot read the status of QEMU {pid}: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or_else(|| panic!("no Uid in the status of QEMU {pid}: {status}"))
+}
+
+/// A file of the cgroup (v1 `controller`) libvirt made for box `box_id`'s
+/// domain: the parent of the one its QEMU process is in (libvirt moves the
+/// process into the domain's `emulator` group).
+pub fn domain_cgroup_file(box_id: &str, controller: &str, file: &str) -> String {
+    let pid = qemu_pid(box_id);
+    let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_else(|e| panic!("cannot read the cgroups of QEMU {pid}: {e}"));
+    let path = groups
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(':')?;
+            let (controllers, path) = rest.split_once(':')?;
+            controllers
+                .split(',')
+                .any(|c| c == controller)
+                .then_some(path)
+        })
+        .unwrap_or_else(|| panic!("QEMU {pid} is in no {controller} cgroup: {groups}"));
+    let domain = path.strip_suffix("/emulator").unwrap_or(path);
+    let at = format!("/sys/fs/cgroup/{controller}{domain}/{file}");
+    std::fs::read_to_string(&at)
+        .unwrap_or_else(|e| panic!("cannot read {at}: {e}"))
+        .trim()
+        .to_owned()
+}
+
+/// The command line of the QEMU process running box `box_id`, by argument.
+pub fn qemu_args(box_id: &str) -> Vec<String> {
+    let pid = qemu_pid(box_id);
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_else(|e| panic!("cannot read the command line of QEMU {pid}: {e}"));
     cmdline
         .split(|b| *b == 0)
         .filter(|a| !a.is_empty())
@@ -58,6 +102,8 @@ pub fn qemu_args(box_id: &str) -> Vec<String> {
         .collect()
 }
 
+/// The libvirt state of a box's domain (`running`, `shut off`, `paused`), or
+/// `None` when libvirt has no such domain.
 pub fn domain_state(box_id: &str) -> Option<String> {
     let (ok, text) = virsh(&["domstate", &format!("psbx-{box_id}")]);
     ok.then_some(text)

@@ -2,12 +2,47 @@
 //! driven through the `psbx` binary's REST API.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use psbx_tests::vm::{BoxServer, domain_state, has_saved_memory, qemu_args, virsh};
+use psbx_tests::vm::{
+    BoxServer, domain_cgroup_file, domain_state, has_saved_memory, qemu_args, qemu_uid, virsh,
+};
 use psbx_tests::wait;
 use serde_json::json;
 use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(180);
+
+/// Box `id` is in a jail of its own (review-2 L10): its QEMU runs as the uid
+/// that owns its directory (0700) and disk (0600), a uid of the
+/// installation's range; its domain's cgroup has the CPU shares of its size.
+/// Returns the uid.
+fn assert_jailed(s: &BoxServer, id: &str, size: u64) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    let uid = qemu_uid(id);
+    assert!(
+        (0x6000_0000..0x7000_0000).contains(&uid),
+        "box {id}'s QEMU runs as uid {uid}, not one of the box range"
+    );
+    let dir = std::fs::metadata(s.box_dir(id)).unwrap();
+    assert_eq!(
+        (dir.uid(), dir.mode() & 0o777),
+        (uid, 0o700),
+        "box directory of {id}: owner and mode {:o}",
+        dir.mode()
+    );
+    let disk = std::fs::metadata(s.box_dir(id).join("disk.qcow2")).unwrap();
+    assert_eq!(
+        (disk.uid(), disk.mode() & 0o777),
+        (uid, 0o600),
+        "disk of {id}: owner and mode {:o}",
+        disk.mode()
+    );
+    assert_eq!(
+        domain_cgroup_file(id, "cpu", "cpu.shares"),
+        (1024 * size).to_string(),
+        "box {id}'s CPU shares"
+    );
+    uid
+}
 
 #[test]
 fn a_box_runs_freezes_thaws_and_stops() {
@@ -29,11 +64,15 @@ fn a_box_runs_freezes_thaws_and_stops() {
     let boot_id = started["health"]["bootId"].as_str().unwrap().to_owned();
     assert_eq!(domain_state(&id).as_deref(), Some("running"));
     assert!(s.box_dir(&id).join("disk.qcow2").is_file());
-    // What is in the box's directory (console log, disk) is QEMU's to read, nobody else's.
-    let mode = std::os::unix::fs::PermissionsExt::mode(
-        &std::fs::metadata(s.box_dir(&id)).unwrap().permissions(),
+    // What is in the box's directory (console log, disk) is its QEMU's to
+    // read, nobody else's; the start said how libvirt confines QEMU besides.
+    assert_jailed(&s, &id, 1);
+    let log = s.server().log.lines().join("\n");
+    assert!(
+        log.contains("neither AppArmor nor SELinux")
+            || log.contains("confines each box's QEMU with"),
+        "nothing said of AppArmor or SELinux at start: {log}"
     );
-    assert_eq!(mode & 0o777, 0o750, "box directory mode {mode:o}");
     // QEMU runs confined (seccomp), without a USB controller, and its serial
     // console goes through virtlogd (which bounds it).
     let args = qemu_args(&id);
@@ -256,6 +295,17 @@ fn boxes_start_from_the_pool_and_the_pool_leaves_with_the_server() {
         .wait_for_log("box started from the pool", Duration::from_secs(10));
     let refill = s.server().wait_for_log("pool box ready", LONG);
     assert!(!refill.contains(&pooled_id));
+    // Two boxes, two jails.
+    let refill_id = refill
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("box_id="))
+        .unwrap()
+        .to_owned();
+    assert_ne!(
+        assert_jailed(&s, &pooled_id, 1),
+        assert_jailed(&s, &refill_id, 1),
+        "two boxes' QEMU run as one uid"
+    );
 
     // Operators see the box and the host, and can stop a box themselves.
     let (ok, out, err) = s.cli(&["boxes", "list", "--json"]);

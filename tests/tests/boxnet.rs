@@ -99,6 +99,25 @@ fn denied_packets(table: &str) -> u64 {
         .unwrap_or_else(|| panic!("no counter on the deny rule of {table}: {text}"))
 }
 
+/// The bytes the table's `egress` set counts for `uid` (0: no element).
+fn uid_bytes(table: &str, uid: u32) -> u64 {
+    let out = Command::new("nft")
+        .args(["-j", "list", "set", "inet", table, "egress"])
+        .output()
+        .unwrap();
+    let listing: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("nft listed the set egress of {table} as no JSON: {e}"));
+    listing["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item["set"]["elem"].as_array())
+        .flatten()
+        .find(|e| e["elem"]["val"].as_u64() == Some(u64::from(uid)))
+        .and_then(|e| e["elem"]["counter"]["bytes"].as_u64())
+        .unwrap_or(0)
+}
+
 /// Azure's WireServer, DNS and HostGAPlugin: a public address that trusts the
 /// host's own source address.
 const WIRESERVER: Ipv4Addr = Ipv4Addr::new(168, 63, 129, 16);
@@ -205,6 +224,18 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     assert!(out.contains("hello from the internet"), "{out}");
     let asked = std::fs::read_to_string(&dns_log).unwrap();
     assert!(asked.contains("web.example.test\n"), "{asked}");
+    // What the box sent is counted by the host for its own uid, and stored
+    // as the box's internet egress within a check or two (every 2 s).
+    let uid = psbx_tests::vm::qemu_uid(&id);
+    let sent = wait::until("the box's internet bytes", Duration::from_secs(20), || {
+        let view = s.ok("GET", &format!("/v1/boxes/{id}"), None);
+        view["internetEgressBytes"].as_u64().filter(|b| *b > 0)
+    });
+    let counted = uid_bytes(&table, uid);
+    assert!(
+        counted >= sent,
+        "{table} counts {counted} for uid {uid}, the box says {sent}"
+    );
     // It came from the box's own address; the host's connections did not.
     let peers = web_listener.peers();
     assert_eq!(peers.last(), Some(&snat), "{peers:?}");
@@ -323,6 +354,14 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     assert!(
         out.contains("hello from the internet"),
         "after a thaw: {out}"
+    );
+    wait::until(
+        "the box's internet bytes to grow",
+        Duration::from_secs(20),
+        || {
+            let view = s.ok("GET", &format!("/v1/boxes/{id}"), None);
+            view["internetEgressBytes"].as_u64().filter(|b| *b > sent)
+        },
     );
     let box_time: i64 = out.lines().next().unwrap().trim().parse().unwrap();
     let host_time = std::time::SystemTime::now()
@@ -1009,10 +1048,10 @@ fn installations_keep_their_own_rules() {
         .unwrap();
         text.lines()
             .find_map(|l| l.trim().strip_prefix("meta skuid "))
-            .and_then(|rest| rest.split_whitespace().next().map(str::to_owned))
-            .unwrap_or_else(|| panic!("no uid in {table}: {text}"))
+            .and_then(|rest| rest.split(" jump").next().map(str::to_owned))
+            .unwrap_or_else(|| panic!("no uids in {table}: {text}"))
     };
-    assert_ne!(uid(&ta), uid(&tb), "two installations filter the same uid");
+    assert_ne!(uid(&ta), uid(&tb), "two installations filter the same uids");
     let (stopped, log) = b.server.take().unwrap().stop();
     assert!(stopped, "{log}");
     assert!(!table_present(&tb), "{tb} left behind");

@@ -1,7 +1,10 @@
 //! The host's nftables table of one installation, `inet psbx_<installation>`:
 //! a filter on the `output` hook for the sockets of that installation's QEMU
-//! processes (`meta skuid`, the uid every box of it runs as), which are the
-//! ones QEMU's user networking opens for the box's connections. Written as
+//! processes (`meta skuid`, the range of uids its boxes run as, `jail.rs`),
+//! which are the ones QEMU's user networking opens for the box's
+//! connections. What a box sends past the filter is counted per uid in the
+//! dynamic set `egress` (an element with a counter per uid, made by the
+//! first packet), read by [`egress`] from the same listing the check reads. Written as
 //! nft's own text and replaced as a whole in one `nft -f -` transaction (the
 //! `nftables` crate would only build the same script as JSON for the same
 //! binary). Each installation has its own table and uid, so several on one
@@ -12,11 +15,12 @@
 //!
 //! Whether the rules are still in place is read from nft's JSON listing
 //! (`nft -j list table`) and compared, whole, with the listing taken right
-//! after psbx wrote them ([`normalized`]: without handles and counter
-//! values): a flushed chain, a removed rule, set or chain, or an added
+//! after psbx wrote them ([`normalized`]: without handles, counter values
+//! and the elements of `egress`, which packets add): a flushed chain, a removed rule, set or chain, or an added
 //! rule all count as "not installed", and the table is written again.
 
 use super::NetworkError;
+use crate::jail::UidRange;
 use ipnet::Ipv4Net;
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -28,7 +32,7 @@ use std::process::{Command, Stdio};
 pub struct Ruleset<'a> {
     pub table: &'a str,
     pub installation: &'a str,
-    pub uid: u32,
+    pub uids: UidRange,
     pub denied: &'a [Ipv4Net],
     pub allowed: &'a [Ipv4Net],
     pub only: &'a [Ipv4Net],
@@ -66,26 +70,31 @@ impl Ruleset<'_> {
                 "\t\tip daddr != @only counter drop comment \"allow-list mode: only these ranges\"\n",
             );
         }
+        rules.push_str("\t\tupdate @egress { meta skuid } comment \"what each box sends\"\n");
+        sets.push_str(EGRESS_SET);
         let nat = match self.snat {
             Some(addr) => format!(
                 "\tchain source_nat {{\n\t\ttype nat hook postrouting priority 100; policy accept;\n\
-                 \t\tmeta skuid {uid} counter snat ip to {addr} comment \"boxes leave from an address of their own\"\n\t}}\n",
-                uid = self.uid
+                 \t\tmeta skuid {uids} counter snat ip to {addr} comment \"boxes leave from an address of their own\"\n\t}}\n",
+                uids = self.uids.nft()
             ),
             None => String::new(),
         };
         // Declaring the table first makes the delete succeed when it is new.
         format!(
             "table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n\
-             \tcomment \"psbx: what the boxes of {inst} (QEMU as uid {uid}) may reach\"\n\
+             \tcomment \"psbx: what the boxes of {inst} (QEMU as uids {first}-{last}, {legacy}) may reach\"\n\
              {sets}\
              \tchain output {{\n\t\ttype filter hook output priority -10; policy accept;\n\
-             \t\tmeta skuid {uid} jump box\n\t}}\n\
+             \t\tmeta skuid {uids} jump box\n\t}}\n\
              \tchain box {{\n{rules}\t}}\n\
              {nat}\
              }}\n",
             inst = self.installation,
-            uid = self.uid,
+            first = self.uids.first,
+            last = self.uids.last,
+            legacy = self.uids.legacy,
+            uids = self.uids.nft(),
         )
     }
 }
@@ -95,8 +104,13 @@ pub fn apply(script: &str) -> Result<(), NetworkError> {
     nft(&["-f", "-"], Some(script)).map(drop)
 }
 
+/// The set that counts each box uid's bytes: one element per uid, made by
+/// its first packet, large enough for every uid of the range.
+const EGRESS_SET: &str =
+    "\tset egress {\n\t\ttype uid\n\t\tsize 65535\n\t\tflags dynamic\n\t\tcounter\n\t}\n";
+
 /// The table as nft lists it now, as JSON; `None` when there is none.
-fn listed(table: &str) -> Result<Option<Value>, NetworkError> {
+pub fn listed(table: &str) -> Result<Option<Value>, NetworkError> {
     match nft(&["-j", "list", "table", "inet", table], None) {
         // A table nft lists as nothing (one another program owns, `flags
         // owner`): there, but not psbx's rules.
@@ -106,33 +120,21 @@ fn listed(table: &str) -> Result<Option<Value>, NetworkError> {
     }
 }
 
-/// What the table holds now, [`normalized`], to compare later listings with
-/// ([`installed`]); `None` when there is no such table.
-pub fn snapshot(table: &str) -> Result<Option<Value>, NetworkError> {
-    Ok(listed(table)?.map(|v| normalized(&v)))
-}
-
-/// Whether the table is there now and holds what `expected` (a
-/// [`snapshot`] taken when psbx wrote it) holds: every set with its
-/// elements, every chain, every rule, nothing more (a table of that name made
-/// by something else, a flushed chain or a deleted rule do not count).
-pub fn installed(table: &str, expected: &Value) -> Result<bool, NetworkError> {
-    Ok(listed(table)?.is_some_and(|now| same_rules(&now, expected)))
-}
-
 /// Whether the listing `now` holds the rules of the normalized `expected`.
 pub fn same_rules(now: &Value, expected: &Value) -> bool {
     &normalized(now) == expected
 }
 
 /// A listing of `nft -j` without what changes while the rules stay the same:
-/// nft's version (`metainfo`), object handles, and counters' figures.
+/// nft's version (`metainfo`), object handles, counters' figures, and the
+/// elements packets add to `egress`.
 pub fn normalized(listing: &Value) -> Value {
     fn strip(v: &Value) -> Value {
+        let counting = v.get("name").and_then(Value::as_str) == Some("egress");
         match v {
             Value::Object(map) => Value::Object(
                 map.iter()
-                    .filter(|(k, _)| k.as_str() != "handle")
+                    .filter(|(k, _)| k.as_str() != "handle" && !(counting && k.as_str() == "elem"))
                     .map(|(k, v)| {
                         let v = if k == "counter" {
                             Value::Null
@@ -159,6 +161,36 @@ pub fn normalized(listing: &Value) -> Value {
         })
         .unwrap_or_default();
     Value::Array(items)
+}
+
+/// What each uid has sent past the filter, from a listing of the table: the
+/// bytes of each element of `egress`.
+pub fn egress(listing: &Value) -> Vec<(u32, u64)> {
+    let sets = listing.get("nftables").and_then(Value::as_array);
+    sets.into_iter()
+        .flatten()
+        .filter_map(|item| item.get("set"))
+        .filter(|set| set.get("name").and_then(Value::as_str) == Some("egress"))
+        .filter_map(|set| set.get("elem").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|e| {
+            let e = e.get("elem")?;
+            let uid = u32::try_from(e.get("val")?.as_u64()?).ok()?;
+            Some((uid, e.get("counter")?.get("bytes")?.as_u64()?))
+        })
+        .collect()
+}
+
+/// Drops `uid`'s counter (its box is new; the next packet starts another).
+pub fn forget(table: &str, uid: u32) -> Result<(), NetworkError> {
+    let element = format!("{{ {uid} }}");
+    match nft(
+        &["delete", "element", "inet", table, "egress", &element],
+        None,
+    ) {
+        Err(NetworkError::Nft(e)) if e.contains("No such file or directory") => Ok(()),
+        other => other.map(drop),
+    }
 }
 
 /// Deletes the table (nothing to do when it is gone already).
@@ -214,13 +246,21 @@ mod tests {
         list.iter().map(|n| n.parse().unwrap()).collect()
     }
 
+    fn uids() -> UidRange {
+        UidRange {
+            first: 1610612736,
+            last: 1610616831,
+            legacy: 1879048200,
+        }
+    }
+
     #[test]
-    fn the_script_filters_the_installations_uid() {
+    fn the_script_filters_the_installations_uids_and_counts_each() {
         let denied = nets(&["10.0.0.0/8", "127.0.0.0/8"]);
         let text = Ruleset {
             table: "psbx_inst_abc",
             installation: "inst_abc",
-            uid: 1879048200,
+            uids: uids(),
             denied: &denied,
             allowed: &[],
             only: &[],
@@ -232,20 +272,27 @@ mod tests {
             "table inet psbx_inst_abc\n\
              delete table inet psbx_inst_abc\n\
              table inet psbx_inst_abc {\n\
-             \tcomment \"psbx: what the boxes of inst_abc (QEMU as uid 1879048200) may reach\"\n\
+             \tcomment \"psbx: what the boxes of inst_abc (QEMU as uids 1610612736-1610616831, 1879048200) may reach\"\n\
              \tset denied {\n\
              \t\ttype ipv4_addr\n\
              \t\tflags interval\n\
              \t\telements = { 10.0.0.0/8, 127.0.0.0/8 }\n\
              \t}\n\
+             \tset egress {\n\
+             \t\ttype uid\n\
+             \t\tsize 65535\n\
+             \t\tflags dynamic\n\
+             \t\tcounter\n\
+             \t}\n\
              \tchain output {\n\
              \t\ttype filter hook output priority -10; policy accept;\n\
-             \t\tmeta skuid 1879048200 jump box\n\
+             \t\tmeta skuid { 1610612736-1610616831, 1879048200 } jump box\n\
              \t}\n\
              \tchain box {\n\
              \t\tmeta nfproto ipv6 counter drop comment \"IPv6 is switched off for boxes\"\n\
              \t\tfib daddr type { local, broadcast, anycast, multicast } counter drop comment \"the host's own addresses\"\n\
              \t\tip daddr @denied counter drop\n\
+             \t\tupdate @egress { meta skuid } comment \"what each box sends\"\n\
              \t}\n\
              }\n"
         );
@@ -261,7 +308,7 @@ mod tests {
         let text = Ruleset {
             table: "psbx_x",
             installation: "x",
-            uid: 1,
+            uids: uids(),
             denied: &denied,
             allowed: &allowed,
             only: &only,
@@ -280,7 +327,7 @@ mod tests {
         let text = Ruleset {
             table: "psbx_x",
             installation: "x",
-            uid: 7,
+            uids: uids(),
             denied: &[],
             allowed: &[],
             only: &[],
@@ -290,7 +337,7 @@ mod tests {
         assert!(
             text.contains(
                 "\tchain source_nat {\n\t\ttype nat hook postrouting priority 100; policy accept;\n\
-                 \t\tmeta skuid 7 counter snat ip to 192.0.2.9 comment"
+                 \t\tmeta skuid { 1610612736-1610616831, 1879048200 } counter snat ip to 192.0.2.9 comment"
             ),
             "{text}"
         );
@@ -305,6 +352,8 @@ mod tests {
             {"set": {"family": "inet", "name": "denied", "table": "psbx_t", "type": "ipv4_addr", "handle": 4,
                      "flags": ["interval"],
                      "elem": [{"prefix": {"addr": "10.0.0.0", "len": 8}}, "168.63.129.16"]}},
+            {"set": {"family": "inet", "name": "egress", "table": "psbx_t", "type": "uid", "handle": 5,
+                     "size": 65535, "flags": ["dynamic"], "stmt": [{"counter": null}]}},
             {"chain": {"family": "inet", "table": "psbx_t", "name": "output", "handle": 1, "type": "filter",
                        "hook": "output", "prio": -10, "policy": "accept"}},
             {"chain": {"family": "inet", "table": "psbx_t", "name": "box", "handle": 2}},
@@ -338,5 +387,27 @@ mod tests {
             &written
         ));
         assert!(!same_rules(&serde_json::json!({}), &written));
+    }
+
+    #[test]
+    fn each_uids_bytes_are_read_and_its_elements_are_not_rules() {
+        let written = normalized(&listing(true, 0));
+        let mut counting = listing(true, 0);
+        counting["nftables"][3]["set"]["elem"] = serde_json::json!([
+            {"elem": {"val": 1610612736u32, "counter": {"packets": 3, "bytes": 3084}}},
+            {"elem": {"val": 1610612737u32, "counter": {"packets": 1, "bytes": 60}}}
+        ]);
+        assert!(same_rules(&counting, &written), "packets add elements");
+        assert_eq!(
+            egress(&counting),
+            vec![(1610612736, 3084), (1610612737, 60)]
+        );
+        assert!(egress(&listing(true, 0)).is_empty());
+        // The counting set itself gone is a change.
+        let mut gone = listing(true, 0);
+        if let Some(items) = gone["nftables"].as_array_mut() {
+            items.remove(3);
+        }
+        assert!(!same_rules(&gone, &written));
     }
 }

@@ -183,12 +183,16 @@ impl Environments {
         Ok(rows.into_iter().map(|c| self.connection(c)).collect())
     }
 
-    /// Bytes a box sent through connections: what is stored in `box_egress`
-    /// and what this replica counted since its last flush.
-    pub async fn egress_bytes(&self, box_id: &str) -> Result<u64, EnvError> {
+    /// Bytes a box sent, both kinds `box_egress` holds: through connections
+    /// (what is stored and what this replica counted since its last flush),
+    /// and to the internet from its own card (as last stored).
+    pub async fn egress_bytes(&self, box_id: &str) -> Result<(u64, u64), EnvError> {
         let (store, id) = (self.store.clone(), box_id.to_owned());
-        let stored = blocking(move || store.box_egress(&id)).await?;
-        Ok(stored + self.hub.egress().pending(box_id))
+        let (connections, internet) = blocking(move || {
+            Ok::<_, StoreError>((store.box_egress(&id)?, store.box_internet_egress(&id)?))
+        })
+        .await?;
+        Ok((connections + self.hub.egress().pending(box_id), internet))
     }
 
     async fn detail(&self, record: EnvironmentRecord) -> Result<Environment, EnvError> {

@@ -128,12 +128,12 @@ impl Actor for HostSupervisor {
         // Rules removed or emptied under the server (an `nft flush ruleset`,
         // a flushed chain) are put back, and a change of the host's networks
         // reaches them; with the network off, as long as boxes with a card
-        // still run.
+        // still run. Each box's bytes are stored from the same listing.
         ctx.run_interval(crate::boxnet::CHECK_EVERY, |act, _| {
             let (shared, leftover) = (act.shared.clone(), act.leftover_network.clone());
             actix::spawn(async move {
                 let checked = crate::blocking::blocking(move || match &shared.network {
-                    Some(_) => shared.network_ready(),
+                    Some(_) => shared.check_network(),
                     None => keep_leftover_rules(&shared, &leftover),
                 })
                 .await;
@@ -145,18 +145,20 @@ impl Actor for HostSupervisor {
     }
 }
 
-/// With `boxes.network` off: while a QEMU process runs as the installation's
-/// box uid (a box started with a card while the network was on), its rules
-/// are kept in place; when none is left, they go.
+/// With `boxes.network` off: while a QEMU process runs as one of the
+/// installation's box uids (a box started with a card while the network was
+/// on: boxes without a card run as them too, so this keeps the rules until
+/// the last box of the installation stops), its rules are kept in place;
+/// when none is left, they go.
 fn keep_leftover_rules(
     shared: &shared::HostShared,
     leftover: &Mutex<Option<Arc<BoxNetwork>>>,
 ) -> Result<(), crate::error::BoxError> {
-    let uid = crate::boxnet::uid_for(&shared.installation);
+    let uids = crate::jail::UidRange::of(&shared.installation);
     let mut kept = leftover
         .lock()
         .map_err(|_| crate::error::BoxError::Internal("leftover network poisoned".into()))?;
-    if !crate::boxnet::uid_runs(uid) {
+    if !uids.runs() {
         if let Some(network) = kept.take() {
             network.remove()?;
             tracing::info!(table = %network.table(), "the last box with a network card has stopped: removed its rules");
@@ -167,6 +169,7 @@ fn keep_leftover_rules(
         let network = BoxNetwork::new(
             &shared.installation,
             shared.host.uri(),
+            uids,
             shared.settings.egress.clone(),
             shared.settings.resolvers.clone(),
         )?;
@@ -178,7 +181,10 @@ fn keep_leftover_rules(
         *kept = Some(Arc::new(network));
     }
     match kept.as_ref() {
-        Some(network) => Ok(network.ensure()?),
+        Some(network) => {
+            let counts = network.ensure()?;
+            shared.meter(network, &counts)
+        }
         None => Ok(()),
     }
 }

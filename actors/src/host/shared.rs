@@ -43,12 +43,13 @@ use crate::host::meminfo::HostMemory;
 use crate::hypervisor::Hypervisor;
 use crate::ids::{AccountId, BoxId};
 use crate::image::Image;
+use crate::jail::Jails;
 use crate::secrets::Secrets;
 use crate::settings::{BoxSettings, Unit};
 use crate::spec::BoxSpec;
 use crate::store::{BoxRecord, Store, Transition};
 use actix::Addr;
-use psbx_libvirt::{Accel, Boot, Disk, DomainSpec, Nic};
+use psbx_libvirt::{Accel, Boot, Controllers, Disk, DomainSpec, Nic, Tune};
 use psbx_wire::boxd::{BoxInfo, Outbound};
 use psbx_wire::frame::code;
 use psbx_wire::mux::Incoming;
@@ -71,6 +72,9 @@ pub struct HostShared {
     pub router: Router,
     /// The host's rules for boxes' network cards (none: boxes have no card).
     pub network: Option<Arc<BoxNetwork>>,
+    /// The uid each box's QEMU runs as (none: libvirt's own user, on a host
+    /// other than this machine's system instance).
+    pub jails: Option<Arc<Jails>>,
     /// Signs the identity tokens of boxes whose environment names an AWS role.
     pub box_role: Option<BoxRole>,
     /// The boxes' links as last stored (`wire` replaces them).
@@ -190,6 +194,7 @@ pub struct HostFacts {
     pub cpus: u32,
     pub memory_mib: u64,
     pub network: Option<Arc<BoxNetwork>>,
+    pub jails: Option<Arc<Jails>>,
 }
 
 impl HostShared {
@@ -219,6 +224,7 @@ impl HostShared {
             secrets,
             router,
             network: facts.network,
+            jails: facts.jails,
             box_role,
             links: Arc::default(),
             capacity: Mutex::new(capacity),
@@ -242,27 +248,36 @@ impl HostShared {
         Image::load(&self.settings.images_dir, name).map_err(|e| BoxError::NoHost(e.to_string()))
     }
 
-    /// The domain of a box record: with a network card (run as the
-    /// installation's uid, which the host's rules filter) when the box
-    /// network is on.
-    pub fn domain_spec(&self, record: &BoxRecord, image: &Image) -> DomainSpec {
+    /// The domain of a box record, its QEMU run as `run_as` (the box's uid
+    /// and QEMU's group; none: libvirt's user): with a network card (which
+    /// the host's rules filter by that uid) when the box network is on.
+    pub fn domain_spec(
+        &self,
+        record: &BoxRecord,
+        image: &Image,
+        run_as: Option<(u32, u32)>,
+    ) -> DomainSpec {
         let dir = self.box_dir(&record.id);
-        let (nic, run_as, cmdline) = match &self.network {
+        let (nic, cmdline) = match &self.network {
             Some(network) => (
                 Some(Nic::User {
                     network: boxnet::GUEST_NETWORK.0,
                     prefix: boxnet::GUEST_NETWORK.1,
                 }),
-                Some(network.run_as()),
                 format!("{} {}", image.cmdline, network.cmdline()),
             ),
-            None => (None, None, image.cmdline.clone()),
+            None => (None, image.cmdline.clone()),
         };
         DomainSpec {
             name: Self::domain_name(&record.id),
             accel: self.accel,
             vcpus: record.vcpus,
             memory_mib: record.memory_mib,
+            tune: Some(Tune::for_units(
+                record.size,
+                record.memory_mib,
+                Controllers::here(),
+            )),
             boot: Boot::Kernel {
                 kernel: image.kernel.clone(),
                 initrd: image.initrd.clone(),
@@ -294,9 +309,40 @@ impl HostShared {
     /// started without them.
     pub fn network_ready(&self) -> Result<(), BoxError> {
         match &self.network {
-            Some(network) => Ok(network.ensure()?),
+            Some(network) => network.ensure().map(drop).map_err(BoxError::from),
             None => Ok(()),
         }
+    }
+
+    /// The periodic check of the box network: the rules put back if they are
+    /// not in place, and each box's bytes stored.
+    pub fn check_network(&self) -> Result<(), BoxError> {
+        match &self.network {
+            Some(network) => {
+                let counts = network.ensure()?;
+                self.meter(network, &counts)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Stores the figures of `counts` (uid, bytes its counter holds) that
+    /// changed, for the boxes holding those uids.
+    pub fn meter(&self, network: &BoxNetwork, counts: &[(u32, u64)]) -> Result<(), BoxError> {
+        let Some(jails) = &self.jails else {
+            return Ok(());
+        };
+        let owners = jails.owners()?;
+        let changed = network.meter.changed(counts, &owners);
+        if !changed.is_empty() {
+            let rows: Vec<(String, u64)> = changed
+                .iter()
+                .map(|(_, id, bytes)| (id.as_str().to_owned(), *bytes))
+                .collect();
+            self.store.add_internet_egress(&rows)?;
+        }
+        network.meter.stored(changed, &owners);
+        Ok(())
     }
 
     /// The link to a box's boxd: the DNS queries it forwards go to the
@@ -623,19 +669,31 @@ impl HostShared {
         let image = self.image(&record.image)?;
         let dir = self.box_dir(&record.id);
         std::fs::create_dir_all(&dir).map_err(io_error(format!("making {}", dir.display())))?;
-        allow_qemu(&dir, self.network.as_ref().map(|n| n.run_as()))?;
+        let run_as = match &self.jails {
+            Some(jails) => {
+                let (uid, new) = jails.assign(&dir)?;
+                if new && let Some(network) = &self.network {
+                    // The uid's byte counter may still hold its last box's.
+                    network.forget(uid)?;
+                }
+                Some((uid, jails.gid()))
+            }
+            None => {
+                allow_qemu(&dir)?;
+                None
+            }
+        };
         self.network_ready()?;
         let overlay = dir.join("disk.qcow2");
         self.host
             .create_overlay(&image.disk, &overlay, record.disk_gb)?;
-        if let Some(network) = &self.network {
-            // QEMU runs as the installation's user and libvirt relabels
-            // nothing for it: the overlay it writes must be that user's.
-            let (uid, gid) = network.run_as();
-            std::os::unix::fs::chown(&overlay, Some(uid), Some(gid))
-                .map_err(io_error(format!("giving {} to QEMU", overlay.display())))?;
+        if let (Some(jails), Some((uid, _))) = (&self.jails, run_as) {
+            // QEMU runs as the box's uid and libvirt relabels nothing for
+            // it: the overlay it writes must be that uid's, and only its.
+            jails.give(&overlay, uid)?;
         }
-        self.host.define(&self.domain_spec(record, &image))?;
+        self.host
+            .define(&self.domain_spec(record, &image, run_as))?;
         self.host.start(&Self::domain_name(&record.id))?;
         Ok(())
     }
@@ -654,19 +712,17 @@ pub fn teardown(host: &dyn Hypervisor, boxes_dir: &Path, id: &BoxId) -> Result<(
     }
 }
 
-/// libvirt's QEMU runs as its own user (`libvirt-qemu`), or as the
-/// installation's (`run_as`, with the box network): it must reach the box
-/// directory (and the KVM probe's), and nobody else may read what is in it
-/// (the console log, the disk): the directory is 0750 with QEMU's group. Where
-/// that group is not known (no `libvirt-qemu` user), it is 0755.
-pub(super) fn allow_qemu(dir: &Path, run_as: Option<(u32, u32)>) -> Result<(), BoxError> {
+/// Where boxes have no uid of their own (`jail.rs`), and for the KVM
+/// probe, libvirt's QEMU runs as its own user (`libvirt-qemu`): it must reach
+/// the directory, and nobody else may read what is in it (the console log,
+/// the disk): the directory is 0750 with QEMU's group. Where that group is
+/// not known (no `libvirt-qemu` user), it is 0755.
+pub(super) fn allow_qemu(dir: &Path) -> Result<(), BoxError> {
     use std::os::unix::fs::PermissionsExt;
-    let group = run_as.map(|(_, gid)| gid).or_else(|| {
-        nix::unistd::User::from_name(QEMU_USER)
-            .ok()
-            .flatten()
-            .map(|u| u.gid.as_raw())
-    });
+    let group = nix::unistd::User::from_name(QEMU_USER)
+        .ok()
+        .flatten()
+        .map(|u| u.gid.as_raw());
     let mode = match group {
         Some(gid) => {
             std::os::unix::fs::chown(dir, None, Some(gid)).map_err(io_error(format!(

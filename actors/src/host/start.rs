@@ -12,6 +12,7 @@ use crate::boxnet::BoxNetwork;
 use crate::connectors::Router;
 use crate::error::{BoxError, io_error};
 use crate::hypervisor::Hypervisor;
+use crate::jail::{Jails, UidRange};
 use crate::secrets::Secrets;
 use crate::settings::BoxSettings;
 use crate::store::Store;
@@ -59,6 +60,7 @@ pub async fn start_host(
     let (host, resources, accel) = blocking(move || {
         let host = Host::connect(&uri)?;
         warn_if_kvm_unreachable();
+        say_confinement(&host);
         let mut resources = host.resources()?;
         // libvirt's figure is a NUMA node's (about half of this kind of
         // machine): the kernel's is what boxes are admitted against.
@@ -107,18 +109,31 @@ pub async fn supervise(
         s.installation_id()
     })
     .await?;
+    // Each box's QEMU gets a uid of its own where psbx can hand them out.
+    let jails = if host.uri() == "qemu:///system" {
+        let jails = Jails::new(&installation, &settings.boxes_dir)?;
+        let range = jails.range();
+        tracing::info!(
+            uids = %format!("{}-{}", range.first, range.last),
+            gid = jails.gid(),
+            "each box's QEMU runs as a uid of its own"
+        );
+        Some(Arc::new(jails))
+    } else {
+        None
+    };
     let network = if settings.network {
         let (inst, uri) = (installation.clone(), host.uri().to_owned());
         let (policy, resolvers) = (settings.egress.clone(), settings.resolvers.clone());
+        let uids = UidRange::of(&installation);
         let network = blocking(move || {
-            let network = BoxNetwork::new(&inst, &uri, policy, resolvers)?;
+            let network = BoxNetwork::new(&inst, &uri, uids, policy, resolvers)?;
             network.ensure()?;
             Ok::<_, BoxError>(network)
         })
         .await?;
         tracing::info!(
             table = %network.table(),
-            uid = network.run_as().0,
             resolvers = ?network.resolvers(),
             "box network rules in place"
         );
@@ -133,6 +148,7 @@ pub async fn supervise(
         cpus: resources.cpus,
         memory_mib: resources.memory_mib,
         network,
+        jails,
     };
     let BoxServices {
         secrets,
@@ -190,6 +206,32 @@ async fn adopt_box(shared: &Arc<HostShared>, adopt: Adopt) {
 
 /// libvirt re-probes QEMU (tens of seconds) before every domain start while
 /// /dev/kvm exists but its QEMU user cannot open it: say so once, clearly.
+/// Says at start how libvirt confines each box's QEMU beyond its own uid:
+/// with AppArmor or SELinux (libvirt's `security_driver`), or, clearly, with
+/// neither (review-2 L10).
+fn say_confinement(host: &Host) {
+    match host.security_models() {
+        Ok(models) => match models.iter().find(|m| *m == "apparmor" || *m == "selinux") {
+            Some(driver) => tracing::info!(
+                security_models = ?models,
+                "libvirt confines each box's QEMU with {driver}, besides its own uid"
+            ),
+            None => tracing::warn!(
+                security_models = ?models,
+                "libvirt on this host confines QEMU with neither AppArmor nor SELinux (no security_driver \
+                 of either kind): a box whose QEMU is escaped is held only by its own uid, QEMU's seccomp \
+                 filter and the host's network rules. For a second wall, install AppArmor (apt install \
+                 apparmor, with the kernel's apparmor=1), set security_driver = \"apparmor\" in \
+                 /etc/libvirt/qemu.conf and restart libvirtd"
+            ),
+        },
+        Err(e) => tracing::warn!(
+            error = %e,
+            "could not read libvirt's security drivers: whether QEMU is confined by AppArmor or SELinux is unknown"
+        ),
+    }
+}
+
 fn warn_if_kvm_unreachable() {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::metadata("/dev/kvm") else {
@@ -298,12 +340,13 @@ fn probe(host: &Host, settings: &BoxSettings) -> Result<bool, BoxError> {
         .boxes_dir
         .join(format!("kvm-probe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(io_error(format!("making {}", dir.display())))?;
-    super::shared::allow_qemu(&dir, None)?;
+    super::shared::allow_qemu(&dir)?;
     let spec = DomainSpec {
         name: format!("psbx-kvm-probe-{}", std::process::id()),
         accel: Accel::Kvm,
         vcpus: 1,
         memory_mib: 256,
+        tune: None,
         boot: Boot::Kernel {
             kernel: image.kernel,
             initrd: image.initrd,

@@ -1,5 +1,6 @@
 //! `box_egress`: the bytes each box sent through its environment's
-//! connections, added to by each replica as it counts them.
+//! connections, added to by each replica as it counts them, and the bytes it
+//! sent to the internet, from the host's per-uid counters (`boxnet::meter`).
 
 use super::schema::box_egress;
 use super::{Store, StoreError};
@@ -25,6 +26,43 @@ impl Store {
             }
             Ok(())
         })
+    }
+
+    /// Stores the host's counter figures of boxes' internet traffic (box,
+    /// bytes since the counter began), all or none: what each adds over the
+    /// figure stored last (all of it when the counter began again).
+    pub fn add_internet_egress(&self, counted: &[(String, u64)]) -> Result<(), StoreError> {
+        let mut conn = self.conn()?;
+        conn.transaction(|conn| {
+            for (box_id, counter) in counted {
+                let counter = i64::try_from(*counter).unwrap_or(i64::MAX);
+                diesel::sql_query(
+                    "INSERT INTO box_egress (box_id, internet_bytes, internet_counted) \
+                     SELECT id, $2, $2 FROM boxes WHERE id = $1 \
+                     ON CONFLICT (box_id) DO UPDATE \
+                     SET internet_bytes = box_egress.internet_bytes + CASE \
+                         WHEN EXCLUDED.internet_counted >= box_egress.internet_counted \
+                         THEN EXCLUDED.internet_counted - box_egress.internet_counted \
+                         ELSE EXCLUDED.internet_counted END, \
+                         internet_counted = EXCLUDED.internet_counted, updated_at = now() \
+                     WHERE box_egress.internet_counted <> EXCLUDED.internet_counted",
+                )
+                .bind::<diesel::sql_types::Text, _>(box_id)
+                .bind::<diesel::sql_types::BigInt, _>(counter)
+                .execute(conn)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The bytes a box sent to the internet (0 when it never sent any).
+    pub fn box_internet_egress(&self, box_id: &str) -> Result<u64, StoreError> {
+        let bytes: Option<i64> = box_egress::table
+            .find(box_id)
+            .select(box_egress::internet_bytes)
+            .first(&mut self.conn()?)
+            .optional()?;
+        Ok(bytes.map_or(0, |b| u64::try_from(b).unwrap_or(0)))
     }
 
     /// The bytes stored for a box (0 when it never sent any).

@@ -255,6 +255,8 @@ diesel::table! {
         box_id -> Text,
         bytes -> Int8,
         updated_at -> Timestamptz,
+        internet_bytes -> Int8,
+        internet_counted -> Int8,
     }
 }
 

@@ -206,6 +206,12 @@ pub struct BoxView {
     /// replica stored, plus what the one that answered counted since its last flush.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub egress_bytes: Option<u64>,
+    /// Bytes the box sent to the internet through its own network card (what
+    /// its QEMU process sent past the host's filter, counted per box by the
+    /// host's kernel and stored every few seconds; replies are not counted).
+    /// Given by a box's own view, not in lists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub internet_egress_bytes: Option<u64>,
 }
 
 /// A declared service.
@@ -397,6 +403,8 @@ impl BoxView {
         let spec = snapshot.record.spec.clone();
         let account = snapshot.record.account_id.clone();
         let mut view = Self::from(snapshot);
+        let egress = envs.egress_bytes(&view.id).await.ok();
+        view.internet_egress_bytes = egress.map(|(_, internet)| internet);
         if let (Some(claimed), Some(account)) = (claimed, account) {
             // A deleted environment leaves its connections offline.
             let status: HashMap<String, ConnectionStatus> = envs
@@ -410,7 +418,7 @@ impl BoxView {
                 })
                 .unwrap_or_default();
             view.environment = Some(BoxEnvironmentView::new(claimed, &status, &spec, &view.id));
-            view.egress_bytes = envs.egress_bytes(&view.id).await.ok();
+            view.egress_bytes = egress.map(|(connections, _)| connections);
         }
         view
     }
@@ -476,6 +484,7 @@ impl From<BoxSnapshot> for BoxView {
             external_base_url,
             environment,
             egress_bytes: None,
+            internet_egress_bytes: None,
             id: r.id.to_string(),
             name: r.name,
             goal: r.goal,
