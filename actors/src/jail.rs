@@ -20,6 +20,10 @@
 //! - **The host's rules** (`boxnet`) filter the whole range with one
 //!   `meta skuid` match and count each uid's bytes on their own, so each box
 //!   has its own egress counter.
+//! - **Memory.** When the host runs out anyway, the kernel's OOM killer takes
+//!   a box's QEMU first: each gets `oom_score_adj` [`QEMU_OOM_SCORE_ADJ`]
+//!   when it starts or is restored ([`prefer_for_oom`]), while psbx and its
+//!   PostgreSQL ask for -900 (`psbx serve`).
 //! - Boxes started before psbx gave each box a uid run as the installation's
 //!   one uid ([`UidRange::legacy`], `0x7000_0000 | 24 bits of the hash`) until
 //!   they stop; the rules cover it too.
@@ -44,6 +48,24 @@ const LEGACY_BASE: u32 = 0x7000_0000;
 /// libvirt's QEMU state directory: the group that owns it is the group QEMU
 /// needs to run at all (it keeps each domain's files below it).
 const QEMU_STATE_DIR: &str = "/var/lib/libvirt/qemu";
+
+/// The `oom_score_adj` of every box's QEMU process: killed before anything
+/// of the host's own (0) and long before psbx and PostgreSQL (-900).
+pub const QEMU_OOM_SCORE_ADJ: i32 = 500;
+/// Where libvirt's system instance writes each domain's QEMU pid.
+const QEMU_PID_DIR: &str = "/run/libvirt/qemu";
+
+/// Gives the QEMU process of `domain` (just started or restored) the
+/// `oom_score_adj` of boxes. Raising a process's score needs no privilege
+/// beyond reaching it, which root has.
+pub fn prefer_for_oom(domain: &str) -> Result<(), JailError> {
+    let pidfile = Path::new(QEMU_PID_DIR).join(format!("{domain}.pid"));
+    let pid = std::fs::read_to_string(&pidfile)
+        .map_err(|e| JailError::Io(format!("reading {}: {e}", pidfile.display())))?;
+    let file = format!("/proc/{}/oom_score_adj", pid.trim());
+    std::fs::write(&file, QEMU_OOM_SCORE_ADJ.to_string())
+        .map_err(|e| JailError::Io(format!("writing {file}: {e}")))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum JailError {

@@ -7,7 +7,9 @@
 //! token issued for one of this server's resources (`/mcp`, `/v1`, the issuer;
 //! not expired, not revoked), with the same account scoping. A token issued
 //! for another resource is refused. Each 401 points OAuth clients to its
-//! protected resource metadata (RFC 9728) in `WWW-Authenticate`.
+//! protected resource metadata (RFC 9728) in `WWW-Authenticate`. An address
+//! that sent 60 invalid tokens within a minute gets 429 `too_many_attempts`
+//! without a lookup (`oauth::throttle`).
 
 use crate::error::{ApiError, blocking};
 use crate::oauth::OAuth;
@@ -94,6 +96,12 @@ async fn principal(req: &ServiceRequest, surface: Surface) -> Result<Principal, 
             }));
         }
     };
+    // An address past its failed lookups gets no more (review-2 L7).
+    let address = crate::oauth::throttle::address(req.request());
+    let failures = &oauth.throttles.tokens_by_address;
+    if let Err(exceeded) = failures.check(&address) {
+        return Err(ApiError::too_many_attempts(&exceeded));
+    }
     let store = req
         .app_data::<web::Data<Store>>()
         .ok_or_else(|| ApiError::internal("the store is not registered with the app"))?
@@ -108,6 +116,9 @@ async fn principal(req: &ServiceRequest, surface: Surface) -> Result<Principal, 
         }
     })
     .await?;
+    if found.is_none() {
+        failures.record(&address);
+    }
     found.ok_or_else(|| {
         let invalid = ApiError::invalid_credentials();
         refuse(if is_oauth {

@@ -88,6 +88,8 @@ pub struct ApiError {
     bad_credential: bool,
     /// For 401: the protected resource metadata URL (RFC 9728) to point to.
     resource_metadata: Option<String>,
+    /// For 429: seconds to wait (`Retry-After`).
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -105,7 +107,21 @@ impl ApiError {
             },
             bad_credential: false,
             resource_metadata: None,
+            retry_after: None,
         }
+    }
+
+    /// Too many failed attempts from the caller's address (429
+    /// `too_many_attempts`, with `Retry-After`): nothing was looked up.
+    pub fn too_many_attempts(exceeded: &crate::limits::rate::Exceeded) -> Self {
+        let mut error = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_attempts",
+            exceeded.message(),
+        )
+        .hint("check the credential (an API key from `psbx keys create`, or sign in again), then retry after Retry-After seconds");
+        error.retry_after = Some(exceeded.retry_after_secs());
+        error
     }
 
     /// Points a 401's `WWW-Authenticate` challenge at the protected resource
@@ -265,6 +281,9 @@ impl ResponseError for ApiError {
             if let Ok(value) = HeaderValue::from_str(&challenge) {
                 response.insert_header((header::WWW_AUTHENTICATE, value));
             }
+        }
+        if let Some(secs) = self.retry_after {
+            response.insert_header((header::RETRY_AFTER, secs.to_string()));
         }
         response.json(ErrorBody {
             error: ErrorDetail {

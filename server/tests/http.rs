@@ -951,6 +951,63 @@ async fn links_that_do_not_work_are_throttled_per_address() {
     );
 }
 
+/// review-2 L7: every bearer token is looked up in the database, so an
+/// address that sent 60 invalid ones within a minute gets 429 without a
+/// lookup, on `/v1`, `/mcp` and takeover links alike; another address is
+/// still answered.
+#[actix_rt::test]
+async fn invalid_bearer_tokens_are_throttled_per_address() {
+    let f = fixture();
+    let app = service!(f);
+    let call = |path: &str, token: &str, peer: &str| {
+        TestRequest::get()
+            .uri(path)
+            .insert_header((header::AUTHORIZATION, format!("Bearer {token}")))
+            .peer_addr(peer.parse().unwrap())
+            .to_request()
+    };
+    for n in 1..=60 {
+        let token = if n % 2 == 0 {
+            "psbx_guess"
+        } else {
+            "psbxo_guess"
+        };
+        let res = test::call_service(&app, call("/v1/boxes", &format!("{token}{n}"), PEER)).await;
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED, "guess {n}");
+    }
+    for path in ["/v1/boxes", "/mcp"] {
+        let res = test::call_service(&app, call(path, "psbx_guess61", PEER)).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS, "{path}");
+        assert!(res.headers().contains_key(header::RETRY_AFTER), "{path}");
+        let body: Value = test::read_body_json(res).await;
+        assert_eq!(error_code(&body), "too_many_attempts", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("at most 60"),
+            "{body}"
+        );
+    }
+    let res = test::call_service(
+        &app,
+        TestRequest::get()
+            .uri("/takeover/guess")
+            .peer_addr(PEER.parse().unwrap())
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let res = test::call_service(&app, call("/v1/boxes", "psbx_guess", "198.51.100.7:1")).await;
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED, "another address");
+    let res = test::call_service(&app, call("/v1/boxes", &f.key(), "198.51.100.7:1")).await;
+    assert_eq!(
+        res.status(),
+        StatusCode::OK,
+        "a good key from another address"
+    );
+}
+
 #[actix_rt::test]
 async fn mcp_accepts_the_origin_browsers_send_for_a_default_port() {
     let f = fixture();

@@ -41,7 +41,22 @@ fn assert_jailed(s: &BoxServer, id: &str, size: u64) -> u32 {
         (1024 * size).to_string(),
         "box {id}'s CPU shares"
     );
+    assert_eq!(
+        qemu_oom_score_adj(id),
+        500,
+        "box {id}'s QEMU is not the OOM killer's first choice"
+    );
     uid
+}
+
+/// The `oom_score_adj` of box `id`'s QEMU process.
+fn qemu_oom_score_adj(id: &str) -> i32 {
+    let pid = psbx_tests::vm::qemu_pid(id);
+    std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 #[test]
@@ -139,6 +154,8 @@ fn a_box_runs_freezes_thaws_and_stops() {
     assert_eq!(thawed["state"], "running");
     assert_eq!(thawed["health"]["answering"], true, "{thawed}");
     assert_eq!(thawed["health"]["bootId"], boot_id.as_str());
+    // The restored QEMU is a new process, jailed as the first was.
+    assert_jailed(&s, &id, 1);
     assert_eq!(domain_state(&id).as_deref(), Some("running"));
 
     // keep: up to 7 days.

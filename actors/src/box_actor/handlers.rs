@@ -111,10 +111,12 @@ impl BoxActor {
         let started = std::time::Instant::now();
         Box::pin(
             async move {
-                let h = shared.clone();
+                let (h, record_id) = (shared.clone(), record.id.clone());
                 blocking(move || {
                     h.network_ready()?;
-                    h.host.start(&name).map_err(BoxError::from)
+                    h.host.start(&name)?;
+                    h.prefer_for_oom(&record_id);
+                    Ok::<_, BoxError>(())
                 })
                 .await?;
                 let restored_ms = started.elapsed().as_millis() as u64;

@@ -695,7 +695,19 @@ impl HostShared {
         self.host
             .define(&self.domain_spec(record, &image, run_as))?;
         self.host.start(&Self::domain_name(&record.id))?;
+        self.prefer_for_oom(&record.id);
         Ok(())
+    }
+
+    /// After box `id`'s QEMU started or was restored: the kernel's OOM
+    /// killer takes it before psbx and PostgreSQL (`jail::prefer_for_oom`).
+    /// A failure is logged: the box runs either way.
+    pub fn prefer_for_oom(&self, id: &BoxId) {
+        if self.jails.is_some()
+            && let Err(e) = crate::jail::prefer_for_oom(&Self::domain_name(id))
+        {
+            tracing::warn!(box_id = %id, error = %e, "could not raise the OOM score of the box's QEMU");
+        }
     }
 }
 

@@ -8,7 +8,12 @@
 //!   client address;
 //! * dynamic client registrations: 20 a minute per client address;
 //! * client metadata documents fetched (not from the cache): 30 a minute per
-//!   client address.
+//!   client address;
+//! * bearer tokens on `/v1` and `/mcp` that are not valid (unknown API keys,
+//!   unknown, expired or revoked OAuth tokens) and takeover links that do not
+//!   work: 60 a minute per client address; once over, the answer is 429
+//!   `too_many_attempts` with `Retry-After`, and no token is looked up
+//!   (review-2 L7: every lookup is a database query).
 //!
 //! The client address is [`crate::client_addr::client_ip`]'s: the TCP peer's,
 //! or behind one of the configured `trusted_proxies` the address it forwarded
@@ -48,6 +53,12 @@ pub const REGISTRATIONS_PER_ADDRESS: Limit = Limit {
     per: MINUTE,
 };
 
+pub const FAILED_TOKENS_PER_ADDRESS: Limit = Limit {
+    what: "invalid bearer tokens or takeover links from this address",
+    max: 60,
+    per: MINUTE,
+};
+
 pub const DOCUMENT_FETCHES_PER_ADDRESS: Limit = Limit {
     what: "client metadata documents fetched for this address",
     max: 30,
@@ -61,6 +72,7 @@ pub struct Throttles {
     pub links_by_address: RateLimiter,
     pub registrations_by_address: RateLimiter,
     pub documents_by_address: RateLimiter,
+    pub tokens_by_address: RateLimiter,
 }
 
 impl Default for Throttles {
@@ -71,6 +83,7 @@ impl Default for Throttles {
             links_by_address: RateLimiter::new(FAILED_LINKS_PER_ADDRESS),
             registrations_by_address: RateLimiter::new(REGISTRATIONS_PER_ADDRESS),
             documents_by_address: RateLimiter::new(DOCUMENT_FETCHES_PER_ADDRESS),
+            tokens_by_address: RateLimiter::new(FAILED_TOKENS_PER_ADDRESS),
         }
     }
 }

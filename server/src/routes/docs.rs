@@ -2,7 +2,7 @@
 //! route definitions themselves. Open to all (discovery).
 //!
 //! What every route answers alike is added here, in one place, from what the
-//! app does for all of them ([`complete`]): the API key middleware's 401, the
+//! app does for all of them ([`complete`]): the API key middleware's 401 and 429, the
 //! JSON body's 400 and 413, the query's and typed path's 400, and the
 //! database's 503. The configured longest `keep` goes into its pattern.
 
@@ -135,6 +135,11 @@ fn complete(doc: &mut Value, max_keep: Duration) {
                     operation,
                     401,
                     "No API key or OAuth access token, or one that is unknown, revoked or expired (`unauthorized`)",
+                );
+                add_error(
+                    operation,
+                    429,
+                    "This address sent too many invalid tokens within a minute (`too_many_attempts`, with `Retry-After`): nothing was looked up",
                 );
             }
             if operation.get("requestBody").is_some() {
@@ -283,7 +288,7 @@ mod tests {
         for (path, item) in paths {
             for (method, operation) in item.as_object().unwrap() {
                 let responses = operation["responses"].as_object().unwrap();
-                for status in ["401", "503"] {
+                for status in ["401", "429", "503"] {
                     assert!(
                         responses.contains_key(status),
                         "{method} {path}: no {status}"

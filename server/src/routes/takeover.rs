@@ -25,7 +25,7 @@ use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::server_info::ServerInfo;
 use actix_web::http::{StatusCode, header};
-use actix_web::{HttpResponse, HttpResponseBuilder, delete, get, post, web};
+use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, delete, get, post, web};
 use chrono::{DateTime, Utc};
 use psbx_actors::boxes::terminals;
 use psbx_actors::boxes::{Boxes, TakeoverError, TakeoverLink};
@@ -246,9 +246,51 @@ fn unusable(status: StatusCode, why: &str) -> HttpResponse {
     )
 }
 
+/// Failed takeover-link lookups from one address are limited with its
+/// invalid bearer tokens (`oauth::throttle`): each costs a database query.
+/// `Err` when the address is past the limit (nothing is looked up); else the
+/// limiter and the address, to record a link that did not work.
+pub(crate) fn lookup_allowed(
+    req: &HttpRequest,
+) -> Result<Option<(web::Data<crate::oauth::OAuth>, String)>, ApiError> {
+    let Some(oauth) = req.app_data::<web::Data<crate::oauth::OAuth>>().cloned() else {
+        return Ok(None);
+    };
+    let address = crate::oauth::throttle::address(req);
+    oauth
+        .throttles
+        .tokens_by_address
+        .check(&address)
+        .map_err(|exceeded| ApiError::too_many_attempts(&exceeded))?;
+    Ok(Some((oauth, address)))
+}
+
+/// Counts a takeover link that did not work against its address.
+pub(crate) fn lookup_failed(limiter: Option<(web::Data<crate::oauth::OAuth>, String)>) {
+    if let Some((oauth, address)) = limiter {
+        oauth.throttles.tokens_by_address.record(&address);
+    }
+}
+
 /// `GET /takeover/{token}`: the terminal page, without spending the link.
-async fn page(boxes: web::Data<Boxes>, token: web::Path<String>) -> HttpResponse {
-    match boxes.look_takeover(&token).await {
+async fn page(req: HttpRequest, boxes: web::Data<Boxes>, token: web::Path<String>) -> HttpResponse {
+    let limiter = match lookup_allowed(&req) {
+        Ok(limiter) => limiter,
+        Err(refused) => {
+            return unusable(
+                refused.status(),
+                "Too many takeover links that did not work from this address: wait a minute",
+            );
+        }
+    };
+    let found = boxes.look_takeover(&token).await;
+    if matches!(
+        found,
+        Ok(LinkState::Unknown | LinkState::Used | LinkState::Expired)
+    ) {
+        lookup_failed(limiter);
+    }
+    match found {
         Ok(LinkState::Valid { box_id, .. }) => html(
             StatusCode::OK,
             &format!("{box_id} — psbx takeover"),

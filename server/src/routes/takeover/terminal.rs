@@ -22,7 +22,7 @@ use actix_ws::{CloseCode, CloseReason, Message};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use psbx_actors::boxes::terminals::Closed;
-use psbx_actors::boxes::{Boxes, Terminal};
+use psbx_actors::boxes::{Boxes, TakeoverError, Terminal};
 use psbx_wire::boxd::PtyInput;
 use serde::Deserialize;
 
@@ -70,7 +70,19 @@ pub async fn terminal(
         .hint("open the takeover page itself (without /ws) in a browser")
     })?;
     let (cols, rows) = clamp(size.cols.unwrap_or(80), size.rows.unwrap_or(24));
-    let terminal = boxes.open_terminal(&token, cols, rows).await?;
+    let limiter = super::lookup_allowed(&req)?;
+    let terminal = match boxes.open_terminal(&token, cols, rows).await {
+        Ok(terminal) => terminal,
+        Err(e) => {
+            if matches!(
+                e,
+                TakeoverError::Unknown | TakeoverError::Used | TakeoverError::Expired
+            ) {
+                super::lookup_failed(limiter);
+            }
+            return Err(e.into());
+        }
+    };
     tracing::info!(box_id = %terminal.box_id(), terminal = %terminal.id(), "takeover terminal opened");
     actix_web::rt::spawn(bridge(
         terminal,
