@@ -308,6 +308,8 @@ pub fn build(
     .wrap(from_fn(crate::box_urls::route))
     .wrap(from_fn(metrics::track))
     .wrap(TracingLogger::<crate::request_span::RedactedSpan>::new())
+    // Outermost: a connection past its requests in flight costs nothing more.
+    .wrap(from_fn(crate::limits::streams::cap))
 }
 
 /// No route took the request: 405 with `Allow` when the document lists the

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use actix_web::HttpServer;
+use bytes::Bytes;
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::{PoolOptions, Store};
@@ -12,13 +13,17 @@ use psbx_server::app::{self, AppState};
 use psbx_server::config::Config;
 use psbx_server::tls;
 use psbx_tests::TestDatabase;
+use rustls::pki_types::pem::PemObject;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
+use std::sync::Arc;
 
 /// A server of the real app over TLS on 127.0.0.1; stopped on drop.
 struct Running {
     _db: TestDatabase,
     addr: SocketAddr,
+    /// The first account's API key.
+    key: String,
     handle: actix_web::dev::ServerHandle,
 }
 
@@ -26,7 +31,14 @@ impl Running {
     async fn start(config: &Config) -> Self {
         let db = TestDatabase::new();
         let store = Store::open(db.url(), PoolOptions::short_lived(2)).unwrap();
-        store.bootstrap().unwrap();
+        let key = store
+            .bootstrap()
+            .unwrap()
+            .unwrap()
+            .key
+            .secret
+            .expose()
+            .to_owned();
         let secrets = Secrets::new(store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -39,6 +51,7 @@ impl Running {
             .unwrap()
             .expect("a TLS configuration");
         let server = HttpServer::new(move || app::build(state.clone()))
+            .on_connect(psbx_server::limits::streams::on_connect)
             .workers(1)
             .disable_signals()
             .listen_rustls_0_23(listener, tls)
@@ -49,6 +62,7 @@ impl Running {
         Self {
             _db: db,
             addr,
+            key,
             handle,
         }
     }
@@ -128,6 +142,121 @@ async fn the_self_signed_certificate_covers_box_urls_and_http2_is_offered() {
         .await
         .unwrap();
     assert_eq!(res.version(), reqwest::Version::HTTP_11);
+}
+
+/// review-2 L7: actix-http sets no HTTP/2 stream limit, so psbx caps the
+/// requests in flight per connection: with 128 held open on one connection
+/// (bodies never finished), the next is answered 503 `too_many_streams` at
+/// once, another connection is served, and the first serves again once its
+/// requests are cancelled. A raw h2 client: reqwest's holds itself to 100
+/// streams when the server names no limit.
+#[actix_rt::test]
+async fn one_http2_connection_has_at_most_128_requests_in_flight() {
+    use psbx_server::limits::streams::PER_CONNECTION;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config {
+        data_dir: dir.path().to_owned(),
+        ..Config::default()
+    };
+    config.tls.self_signed = true;
+    let server = Running::start(&config).await;
+    let pem = std::fs::read(dir.path().join("tls/self-signed.crt")).unwrap();
+    let connect = || async {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h2".to_vec()];
+        let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        let (client, connection) = h2::client::Builder::new()
+            .initial_max_send_streams(1000)
+            .handshake::<_, Bytes>(stream)
+            .await
+            .unwrap();
+        actix_rt::spawn(async move {
+            let _ = connection.await;
+        });
+        client
+    };
+    let request = |method: &str, path: &str, key: Option<&str>| {
+        let mut builder = http::Request::builder()
+            .method(method)
+            .uri(format!("https://localhost{path}"));
+        if let Some(key) = key {
+            builder = builder
+                .header("authorization", format!("Bearer {key}"))
+                .header("content-type", "application/json");
+        }
+        builder.body(()).unwrap()
+    };
+    async fn status(
+        client: &mut h2::client::SendRequest<Bytes>,
+        req: http::Request<()>,
+    ) -> (u16, String) {
+        let mut ready = client.clone().ready().await.unwrap();
+        let (response, _) = ready.send_request(req, true).unwrap();
+        let response = response.await.unwrap();
+        let status = response.status().as_u16();
+        let mut body = response.into_body();
+        let mut text = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            text.extend_from_slice(&chunk);
+        }
+        (status, String::from_utf8_lossy(&text).into_owned())
+    }
+    let mut client = connect().await;
+    let mut held = Vec::new();
+    for n in 0..PER_CONNECTION {
+        let req = request("PUT", &format!("/v1/secrets/held{n}"), Some(&server.key));
+        let mut ready = client.clone().ready().await.unwrap();
+        let (response, body) = ready.send_request(req, false).unwrap();
+        held.push((response, body));
+    }
+    // The held requests reach the server in their time: until they all have,
+    // the next may still be served; another connection always is.
+    let mut other = connect().await;
+    let mut refused = (0, String::new());
+    for _ in 0..100 {
+        assert_eq!(
+            status(&mut other, request("GET", "/v1/health", None))
+                .await
+                .0,
+            200
+        );
+        refused = status(&mut client, request("GET", "/v1/health", None)).await;
+        if refused.0 == 503 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(refused.0, 503, "{}", refused.1);
+    assert!(refused.1.contains("too_many_streams"), "{}", refused.1);
+    for (_, mut body) in held.drain(..) {
+        body.send_reset(h2::Reason::CANCEL);
+    }
+    let mut again = (0, String::new());
+    for _ in 0..100 {
+        again = status(&mut client, request("GET", "/v1/health", None)).await;
+        if again.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(again.0, 200, "the places were not given back: {}", again.1);
 }
 
 /// A self-signed pair for `names`, written as `<stem>.crt`/`<stem>.key`;

@@ -94,6 +94,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         // Our own signal handling, installed before we say we listen: a stop
         // signal arriving at any moment after that is a clean shutdown.
         let mut http = HttpServer::new(move || app::build(state.clone()))
+            .on_connect(crate::limits::streams::on_connect)
             .shutdown_timeout(SHUTDOWN_GRACE)
             .disable_signals();
         if let Some(workers) = config.http_workers {
