@@ -2,9 +2,10 @@
 //! route definitions themselves. Open to all (discovery).
 //!
 //! What every route answers alike is added here, in one place, from what the
-//! app does for all of them ([`complete`]): the API key middleware's 401 and 429, the
-//! JSON body's 400 and 413, the query's and typed path's 400, and the
-//! database's 503. The configured longest `keep` goes into its pattern.
+//! app does for all of them ([`complete`]): the API key middleware's 401 and
+//! 429, the JSON body's 400 and 413, the query's and typed path's 400, the
+//! database's 503 and the connection's (`limits::streams`). The configured
+//! longest `keep` goes into its pattern.
 
 use actix_web::{HttpResponse, get, web};
 use serde_json::{Value, json};
@@ -188,6 +189,11 @@ fn complete(doc: &mut Value, max_keep: Duration) {
                     "The database does not answer (`database_unavailable`)",
                 );
             }
+            add_error(
+                operation,
+                503,
+                "This connection has 128 requests in flight already (`too_many_streams`, with `Retry-After`)",
+            );
         }
     }
     for (schema, pointer, merge) in super::patterns::constraints() {
