@@ -624,6 +624,7 @@ impl Boxes {
         id: &str,
         change: WireChange,
     ) -> Result<BoxSnapshot, BoxError> {
+        crate::wiring::check_change(&change).map_err(BoxError::Invalid)?;
         for link in &change.links {
             if link.box_id == id {
                 return Err(BoxError::Invalid(format!(

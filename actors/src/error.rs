@@ -31,6 +31,10 @@ pub enum BoxError {
     /// The request asks for something psbx does not do.
     #[error("{0}")]
     Invalid(String),
+    /// A change of the box's wiring that does not fit what the box declares
+    /// now (`wiring::Refused::Conflict`; HTTP 409 `wire_conflict`).
+    #[error("{0}")]
+    WireConflict(String),
     /// boxd could not start the command in the box as it is now (its working
     /// directory is missing, say): the request is well formed, the box refuses it.
     #[error("{0}")]

@@ -260,12 +260,55 @@ pub struct ServiceChange {
     pub version: Option<String>,
 }
 
+/// Why a change was refused: the request on its own (a name, a port, a link
+/// it gives; 400), or how it meets what the box declares now (a service it
+/// does not declare, one declared on several ports, external mode in a box
+/// without an external base URL, a name:port both linked and declared, the
+/// most services; 409).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    Invalid(String),
+    Conflict(String),
+}
+
+/// The change checked on its own, before the box is asked (or thawed): the
+/// service's name (a range is declared at start only) and ports, and the
+/// links it adds.
+pub fn check_change(change: &WireChange) -> Result<(), String> {
+    if let Some(c) = &change.service {
+        if let Name::Range(net) = parse_name("service", &c.name)? {
+            return Err(format!(
+                "range {net} is declared at sandbox_start only: start a new box to change it"
+            ));
+        }
+        nonzero("port", c.port)?;
+        nonzero("targetPort", c.target_port)?;
+    }
+    if change.links.len() > MAX_LINKS {
+        return Err(format!(
+            "{} links: a box has at most {MAX_LINKS}",
+            change.links.len()
+        ));
+    }
+    for link in &change.links {
+        check_link(&mut link.clone())?;
+    }
+    Ok(())
+}
+
 /// The spec with `change` made: the service named (with `port`, the one
 /// declared on that port, else its only one) gets the mode, target port and
 /// version given; a name:port not declared yet is declared now, in box mode
 /// unless a mode is given (its name is then taken over in place). Links are
 /// added, replacing those of the same name:port.
-pub fn apply(spec: &BoxSpec, change: &WireChange) -> Result<BoxSpec, String> {
+pub fn apply(spec: &BoxSpec, change: &WireChange) -> Result<BoxSpec, Refused> {
+    check_change(change).map_err(Refused::Invalid)?;
+    merge(spec, change).map_err(Refused::Conflict)
+}
+
+/// [`apply`] on a change checked on its own: what is refused now is how it
+/// meets the box's declarations.
+fn merge(spec: &BoxSpec, change: &WireChange) -> Result<BoxSpec, String> {
     let mut spec = spec.clone();
     if let Some(c) = &change.service {
         let name = match parse_name("service", &c.name)? {
@@ -592,11 +635,37 @@ mod tests {
         let new = apply(&spec, &change("orders", Some(7070), None)).unwrap();
         assert_eq!(new.services[3].mode, Some(Mode::Box));
         assert_eq!(new.services[3].port, Some(7070));
-        let which = apply(&spec, &change("api", None, Some(Mode::Box))).unwrap_err();
+        // What depends on the box's declarations is a conflict; what is
+        // wrong with the request alone is invalid.
+        let Err(Refused::Conflict(which)) = apply(&spec, &change("api", None, Some(Mode::Box)))
+        else {
+            panic!("several ports: not a conflict");
+        };
         assert!(which.contains("ports 1, 2"), "{which}");
-        let unknown = apply(&spec, &change("nope", None, Some(Mode::Box))).unwrap_err();
+        let Err(Refused::Conflict(unknown)) = apply(&spec, &change("nope", None, Some(Mode::Box)))
+        else {
+            panic!("an undeclared service: not a conflict");
+        };
         assert!(unknown.contains("not declared"), "{unknown}");
-        assert!(apply(&spec, &change("10.0.0.0/8", Some(1), None)).is_err());
+        let no_base = BoxSpec {
+            external_base_url: None,
+            ..spec.clone()
+        };
+        assert!(matches!(
+            apply(
+                &no_base,
+                &change("orders", Some(7070), Some(Mode::External))
+            ),
+            Err(Refused::Conflict(_))
+        ));
+        assert!(matches!(
+            apply(&spec, &change("10.0.0.0/8", Some(1), None)),
+            Err(Refused::Invalid(_))
+        ));
+        assert!(matches!(
+            apply(&spec, &change("orders", Some(0), None)),
+            Err(Refused::Invalid(_))
+        ));
         let link = LinkSpec {
             name: "orders".into(),
             port: 7070,
@@ -619,7 +688,10 @@ mod tests {
         .unwrap();
         assert_eq!(linked.links.len(), 1);
         assert_eq!(linked.links[0].target_port, 9);
-        assert!(apply(&linked, &change("orders", Some(7070), None)).is_err());
+        assert!(matches!(
+            apply(&linked, &change("orders", Some(7070), None)),
+            Err(Refused::Conflict(_))
+        ));
     }
 
     #[test]

@@ -361,6 +361,8 @@ impl From<psbx_actors::error::BoxError> for ApiError {
             }
             E::InvalidTransition(refused) => Self::invalid_state(&refused),
             E::Invalid(message) => Self::bad_request("invalid_request", message),
+            E::WireConflict(message) => Self::new(StatusCode::CONFLICT, "wire_conflict", message)
+                .hint("`GET /v1/boxes/{id}` lists the box's services and links as they are now"),
             E::CannotRun(message) => Self::new(StatusCode::CONFLICT, "cannot_run", message)
                 .hint("check that the working directory (`cwd`) exists in the box; create it first with another command"),
             // The figures (the host's memory and disk, its paths, what other

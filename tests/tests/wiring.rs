@@ -559,6 +559,21 @@ fn declared_services_external_mode_take_over_and_links() {
         (s.listed_state(&a).as_deref() == Some("frozen")).then_some(())
     });
     step("box A frozen");
+    // A change that does not fit A's declarations (a service it does not
+    // declare, given without the port to declare it) is a conflict, and is
+    // refused before anything is done: A stays frozen.
+    let (status, answer) = api.call(
+        "POST",
+        &format!("/boxes/{a}/wire"),
+        json!({"service": "nope.svc.local", "mode": "box"}),
+    );
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["error"]["code"], "wire_conflict", "{answer}");
+    assert_eq!(
+        s.listed_state(&a).as_deref(),
+        Some("frozen"),
+        "thawed by a refused change"
+    );
     let (code, out) = api.sh(&b, "timeout 60 wget -qO- http://api.svc.local:8080/");
     assert_eq!(
         (code, out.as_str()),

@@ -335,6 +335,18 @@ impl Handler<Rewire> for BoxActor {
     type Result = Reply<BoxSnapshot>;
 
     fn handle(&mut self, msg: Rewire, _: &mut Context<Self>) -> Self::Result {
+        // Checked against the declarations first: a refused change thaws
+        // nothing (the spec changes only here, one message at a time).
+        let spec = match crate::wiring::apply(&self.record.spec, &msg.change) {
+            Ok(spec) => spec,
+            Err(refused) => {
+                let e = match refused {
+                    crate::wiring::Refused::Invalid(why) => BoxError::Invalid(why),
+                    crate::wiring::Refused::Conflict(why) => BoxError::WireConflict(why),
+                };
+                return AtomicResponse::new(Box::pin(ready(Err(e)).into_actor(self)));
+            }
+        };
         let thaw = self.thaw();
         AtomicResponse::new(Box::pin(thaw.then(
             move |result, act, _| -> Flow<BoxSnapshot> {
@@ -343,10 +355,6 @@ impl Handler<Rewire> for BoxActor {
                     Err(e) => return Box::pin(ready(Err(e))),
                 };
                 let (store, id) = (act.shared.store.clone(), act.record.id.clone());
-                let spec = match crate::wiring::apply(&act.record.spec, &msg.change) {
-                    Ok(spec) => spec,
-                    Err(e) => return Box::pin(ready(Err(BoxError::Invalid(e)))),
-                };
                 let wiring = crate::wiring::boxd_wiring(&spec);
                 Box::pin(
                     async move {

@@ -143,9 +143,9 @@ impl WireBody {
     security(("api_key" = [])),
     responses(
         (status = 200, description = "The box with its services and links as they are now (a frozen box is thawed first)", body = BoxView),
-        (status = 400, description = "The change names no declared service and gives no port, asks for external mode without an external base URL, names a range, or a link to this box itself (`invalid_request`)", body = crate::error::ErrorBody),
+        (status = 400, description = "The request alone is refused: mode, port, targetPort or version without service, nothing to change, a range as service (declared at start only), a port 0, a malformed link or more than the most links, or a link to this box itself (`invalid_request`)", body = crate::error::ErrorBody),
         (status = 404, description = "No such box in this account, or a linked box is not one of its boxes (`box_not_found`)", body = crate::error::ErrorBody),
-        (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), still starting (`box_starting`: retry once it runs), or boxd could not rewire it (`cannot_run`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The box is stopped or failed (`box_stopped`, `box_failed`), still starting (`box_starting`: retry once it runs), or boxd could not rewire it (`cannot_run`); or the change does not fit what the box declares now (`wire_conflict`: a service it does not declare given without port, one declared on several ports given without port, external mode in a box without an external base URL, a name:port both declared and linked, the most services)", body = crate::error::ErrorBody),
     )
 )]
 #[post("/boxes/{id}/wire")]
