@@ -509,6 +509,25 @@ impl Recent {
     }
 }
 
+/// The port a request to `address` dials in the URL: its `-<port>`, or for
+/// the bare URL the first declared service's port, else [`DEFAULT_PORT`].
+pub fn dialed_port(address: &BoxAddress, services: &[ServiceSpec]) -> u16 {
+    address.port.unwrap_or_else(|| bare_port(services))
+}
+
+/// The port the bare URL dials: the first declared service's, else
+/// [`DEFAULT_PORT`].
+pub fn bare_port(services: &[ServiceSpec]) -> u16 {
+    services.iter().find_map(|s| s.port).unwrap_or(DEFAULT_PORT)
+}
+
+/// Whether a box whose URL reaches `url_ports` (none: every port) serves a
+/// request to `address` (review-2 L3: a link shared for one port need not
+/// open the box's databases and admin ports).
+pub fn reaches(address: &BoxAddress, services: &[ServiceSpec], url_ports: Option<&[u16]>) -> bool {
+    url_ports.is_none_or(|ports| ports.contains(&dialed_port(address, services)))
+}
+
 /// The port in the box a request to `address` goes to, given the box's
 /// declared services.
 pub fn port_in_box(address: &BoxAddress, services: &[ServiceSpec]) -> u16 {
@@ -643,6 +662,16 @@ mod tests {
         assert_eq!(port_in_box(&at(Some(8080)), &services), 8080);
         assert_eq!(port_in_box(&at(Some(5173)), &services), 5173);
         assert_eq!(port_in_box(&at(None), &[]), DEFAULT_PORT);
+        // Only the listed ports are reached; the bare URL counts as 80 here.
+        let only = Some(&[80u16, 8080][..]);
+        assert!(reaches(&at(None), &services, only));
+        assert!(reaches(&at(Some(8080)), &services, only));
+        assert!(!reaches(&at(Some(6379)), &services, only));
+        assert!(reaches(&at(Some(6379)), &services, None));
+        assert!(
+            !reaches(&at(None), &[], Some(&[3000])),
+            "the bare URL of no service is 80"
+        );
     }
 
     #[test]

@@ -26,6 +26,10 @@ pub struct BoxSpec {
     /// Names of the account's secrets the box received as environment variables.
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// The only ports of the box its URL reaches (the ports dialed in the URL,
+    /// the bare URL counting as the one it serves); none: every port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_ports: Option<Vec<u16>>,
     /// The environment the caller asked for, by name.
     #[serde(default)]
     pub environment: Option<String>,

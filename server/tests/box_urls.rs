@@ -510,6 +510,70 @@ fn box_urls_upgrades_cookies_key_rotation_and_the_log() {
     assert!(logged.contains("[box URL]"), "no box-URL request line");
 }
 
+/// review-2 L3: a box started with `urlPorts` is reached through its URL on
+/// those ports only; any other port answers as a wrong key does, and the
+/// view shows no URL it would not serve.
+#[test]
+fn url_ports_limit_what_a_shared_link_opens() {
+    let s = Served::start("1h", BoxUrlsConfig::default());
+    let program = BoxProgram::start();
+    let (status, refused) = s.call("POST", "/v1/boxes", Some(json!({"urlPorts": [0]})));
+    assert_eq!(status, 400, "{refused}");
+    let (status, started) = s.call(
+        "POST",
+        "/v1/boxes",
+        Some(json!({
+            "name": "shared",
+            "services": [
+                {"name": "web.svc.local", "port": program.port},
+                {"name": "db.svc.local", "port": 6379}
+            ],
+            "urlPorts": [program.port, program.port]
+        })),
+    );
+    assert_eq!(status, 201, "{started}");
+    let id = started["id"].as_str().unwrap().to_owned();
+    psbx_tests::wait::until("the box runs", ANSWER, || {
+        (s.state_of(&id) == "running").then_some(())
+    });
+    let (_, view) = s.call("GET", &format!("/v1/boxes/{id}"), None);
+    assert_eq!(view["urlPorts"], json!([program.port]), "{view}");
+    let url = view["url"].as_str().unwrap().to_owned();
+    let web = url.replacen(
+        ".box.localhost",
+        &format!("-{}.box.localhost", program.port),
+        1,
+    );
+    assert_eq!(view["services"][0]["url"], web.as_str(), "{view}");
+    assert!(
+        view["services"][1]["url"].is_null(),
+        "db's port is not reached: {view}"
+    );
+    let answer = get(&s, &port_host(&url, program.port), "/");
+    assert!(answer.ends_with("hello from the box\n"), "{answer}");
+    assert_eq!(program.next(), Seen::Request("/".into()));
+    let without_date = |a: &str| {
+        a.split("\r\n")
+            .filter(|l| !l.to_ascii_lowercase().starts_with("date:"))
+            .collect::<Vec<_>>()
+            .join("\r\n")
+    };
+    let other_port = port_host(&url, 6379);
+    let key = other_port
+        .split('.')
+        .next()
+        .unwrap()
+        .split('-')
+        .nth(2)
+        .unwrap();
+    let wrong_key = other_port.replace(key, &"0".repeat(key.len()));
+    assert_eq!(
+        without_date(&get(&s, &other_port, "/")),
+        without_date(&get(&s, &wrong_key, "/")),
+        "a port outside urlPorts answers as a wrong key"
+    );
+}
+
 /// A box domain that is not a public suffix is warned about at start.
 #[test]
 fn a_box_domain_off_the_public_suffix_list_is_warned_about() {

@@ -112,6 +112,14 @@ async fn serve(
     let Some(account) = record.account_id.clone() else {
         return pages::not_found();
     };
+    // A port the box's URL does not reach is as if there were no such box.
+    if !psbx_actors::box_urls::reaches(
+        &address,
+        &record.spec.services,
+        record.spec.url_ports.as_deref(),
+    ) {
+        return pages::not_found();
+    }
     // Checked before anything wakes the box. An address psbx cannot tell
     // (a trusted proxy that forwarded none it can read) is no listed one.
     let client = client_ip(req, trusted);

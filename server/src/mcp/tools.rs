@@ -62,6 +62,11 @@ pub struct StartArgs {
     pub links: Option<Vec<LinkBody>>,
     /// Where services in external mode forward HTTP to (default: the environment's).
     pub external_base_url: Option<String>,
+    /// The only ports the box's URL reaches (the port in the URL's -<port>;
+    /// the bare URL counts as the first declared service's port, else 80);
+    /// others get a 404. Default: every port. Give it when sharing a URL, so
+    /// the box's databases and admin ports stay out of reach.
+    pub url_ports: Option<Vec<u16>>,
     /// The environment (see sandbox_environments) to plug the box into.
     pub environment: Option<String>,
 }
@@ -294,6 +299,7 @@ impl PsbxMcp {
                 services: a.services.unwrap_or_default(),
                 links: a.links.unwrap_or_default(),
                 external_base_url: a.external_base_url,
+                url_ports: a.url_ports,
             },
             a.secrets.unwrap_or_default(),
             a.environment,

@@ -67,6 +67,7 @@ pub struct StartWiring {
     pub services: Vec<ServiceSpec>,
     pub links: Vec<LinkBody>,
     pub external_base_url: Option<String>,
+    pub url_ports: Option<Vec<u16>>,
 }
 
 /// What a box is started with beyond its size and times, as stored with it.
@@ -92,6 +93,20 @@ pub fn start_spec(
     );
     spec.links = wiring.links.into_iter().map(Into::into).collect();
     spec.external_base_url = wiring.external_base_url;
+    if let Some(mut ports) = wiring.url_ports {
+        if ports.contains(&0) || ports.len() > 50 {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!(
+                    "urlPorts must list at most 50 ports from 1 to 65535; got {} ({ports:?})",
+                    ports.len()
+                ),
+            ));
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        spec.url_ports = Some(ports);
+    }
     Ok(spec)
 }
 
@@ -118,6 +133,13 @@ pub struct StartBox {
     /// Where services in external mode forward HTTP to (`https://dev.example.com`);
     /// default the environment's.
     pub external_base_url: Option<String>,
+    /// The only ports the box's URL reaches (the ports dialed in the URL's
+    /// `-<port>`; the bare URL counts as the first declared service's port,
+    /// else 80); any other port gets the same 404 as a wrong key. Default:
+    /// every port. At most 50.
+    #[schema(max_items = 50, value_type = Option<Vec<u16>>)]
+    #[serde(default, deserialize_with = "super::whole::optional_list")]
+    pub url_ports: Option<Vec<u16>>,
     /// Names of the account's secrets the box receives.
     #[serde(default)]
     pub secrets: Vec<String>,
@@ -187,9 +209,13 @@ pub struct BoxView {
     /// `targetPort`), or port 80 when none is declared; `...-<key>-<port>.`
     /// serves another port. Anyone with the URL can open it (unless the
     /// account's allowlist, `PUT /v1/box-access`, says otherwise); null once
-    /// the box is stopped.
+    /// the box is stopped, or when `urlPorts` leaves out the port it serves.
     #[schema(nullable)]
     pub url: Option<String>,
+    /// The only ports the box's URL reaches (`urlPorts` at start); absent:
+    /// every port.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url_ports: Option<Vec<u16>>,
     /// The services declared at start or with `wire`, each with its mode,
     /// address in the box and URL.
     pub services: Vec<DeclaredServiceView>,
@@ -431,6 +457,14 @@ impl From<BoxSnapshot> for BoxView {
         let (url, service_urls) = s
             .urls
             .map_or((None, Vec::new()), |u| (Some(u.url), u.services));
+        // A URL the box's `urlPorts` do not reach is not shown.
+        let reached = |port: u16| {
+            r.spec
+                .url_ports
+                .as_ref()
+                .is_none_or(|ports| ports.contains(&port))
+        };
+        let url = url.filter(|_| reached(psbx_actors::box_urls::bare_port(&r.spec.services)));
         let names = s.health.as_ref().map(|h| &h.names);
         let address = |name: &str| names.and_then(|n| n.get(name)).map(ToString::to_string);
         let services = r
@@ -454,7 +488,11 @@ impl From<BoxSnapshot> for BoxView {
                         .map(|_| svc.mode.unwrap_or(spec::Mode::Box).as_str()),
                     address: (!range).then(|| address(&svc.name)).flatten(),
                     version: svc.version.clone(),
-                    url: service_urls.get(i).cloned().flatten(),
+                    url: service_urls
+                        .get(i)
+                        .cloned()
+                        .flatten()
+                        .filter(|_| svc.port.is_some_and(reached)),
                 }
             })
             .collect();
@@ -479,6 +517,7 @@ impl From<BoxSnapshot> for BoxView {
             .map(|c| BoxEnvironmentView::new(c, &HashMap::new(), &r.spec, r.id.as_str()));
         Self {
             url,
+            url_ports: r.spec.url_ports.clone(),
             services,
             links,
             external_base_url,
@@ -567,6 +606,7 @@ pub async fn start(
             services: body.services,
             links: body.links,
             external_base_url: body.external_base_url,
+            url_ports: body.url_ports,
         },
         body.secrets,
         body.environment,

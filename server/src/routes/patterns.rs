@@ -50,6 +50,11 @@ pub fn constraints() -> Vec<(&'static str, &'static str, Value)> {
         ),
         (
             "StartBox",
+            "/properties/urlPorts/items",
+            json!({"minimum": 1, "maximum": 65535}),
+        ),
+        (
+            "StartBox",
             "/properties/environment",
             json!({"pattern": RESOURCE_NAME, "maxLength": 64}),
         ),

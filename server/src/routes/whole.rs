@@ -50,6 +50,18 @@ where
         .transpose()
 }
 
+/// For `#[serde(default, deserialize_with = "whole::optional_list")]` on an
+/// `Option<Vec<_>>` of integers (null or absent is `None`).
+pub fn optional_list<'de, D, T>(deserializer: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    Option::<Vec<Number>>::deserialize(deserializer)?
+        .map(|list| list.iter().map(whole).collect())
+        .transpose()
+}
+
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;
