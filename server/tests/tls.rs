@@ -24,6 +24,8 @@ struct Running {
     addr: SocketAddr,
     /// The first account's API key.
     key: String,
+    /// The data directory of a self-signed server.
+    _dir: Option<tempfile::TempDir>,
     handle: actix_web::dev::ServerHandle,
 }
 
@@ -63,8 +65,24 @@ impl Running {
             _db: db,
             addr,
             key,
+            _dir: None,
             handle,
         }
+    }
+
+    /// A server with a self-signed certificate (under a data directory of
+    /// its own, kept as long as the server), and that certificate's PEM.
+    async fn self_signed() -> (Self, Vec<u8>) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config {
+            data_dir: dir.path().to_owned(),
+            ..Config::default()
+        };
+        config.tls.self_signed = true;
+        let mut server = Self::start(&config).await;
+        let pem = std::fs::read(dir.path().join("tls/self-signed.crt")).unwrap();
+        server._dir = Some(dir);
+        (server, pem)
     }
 
     /// A client that trusts only `root_pem` and finds every name on this server.
@@ -93,14 +111,7 @@ impl Drop for Running {
 
 #[actix_rt::test]
 async fn the_self_signed_certificate_covers_box_urls_and_http2_is_offered() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config {
-        data_dir: dir.path().to_owned(),
-        ..Config::default()
-    };
-    config.tls.self_signed = true;
-    let server = Running::start(&config).await;
-    let pem = std::fs::read(dir.path().join("tls/self-signed.crt")).unwrap();
+    let (server, pem) = Running::self_signed().await;
     let box_name = "box_0123456789abcdefghij-k3y.box.localhost";
     let client = server.client(&pem, &[box_name, "box.localhost", "localhost"]);
     for name in [box_name, "box.localhost", "localhost"] {
@@ -153,14 +164,7 @@ async fn the_self_signed_certificate_covers_box_urls_and_http2_is_offered() {
 #[actix_rt::test]
 async fn one_http2_connection_has_at_most_128_requests_in_flight() {
     use psbx_server::limits::streams::PER_CONNECTION;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config {
-        data_dir: dir.path().to_owned(),
-        ..Config::default()
-    };
-    config.tls.self_signed = true;
-    let server = Running::start(&config).await;
-    let pem = std::fs::read(dir.path().join("tls/self-signed.crt")).unwrap();
+    let (server, pem) = Running::self_signed().await;
     let connect = || async {
         let mut roots = rustls::RootCertStore::empty();
         for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
