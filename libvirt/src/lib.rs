@@ -1,7 +1,8 @@
 //! Driving boxes through libvirt: typed domain descriptions rendered to XML
-//! (`xml`) with the box's share of the host's control groups (`cgroups`), qcow2 overlays on read-only base images (`disk`), the lifecycle
-//! calls on a host connection (`host`), the one mapping of libvirt's states to
-//! ours (`state`), and the choice between KVM and TCG (`accel`).
+//! (`xml`) with the box's share of the host's control groups (`cgroups`),
+//! qcow2 overlays on read-only base images (`disk`), the lifecycle calls on a
+//! host connection (`host`), the one mapping of libvirt's states to ours
+//! (`state`), and the choice between KVM and TCG (`accel`).
 //!
 //! Every call blocks (libvirt's API is synchronous): callers keep them off async
 //! threads. This is the only crate that depends on `virt`; libvirt's default

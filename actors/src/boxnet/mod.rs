@@ -19,8 +19,9 @@
 //! needs the host to route and NAT for boxes (a global `ip_forward`), an
 //! address per box, port isolation between boxes, and rules that follow
 //! each tap. What passes is counted per uid, so per box (`meter.rs`), for
-//! the box's `internetEgressBytes`. DNS is not on the network at all: boxd forwards through the box
-//! channel to the platform's resolvers (`resolver.rs`).
+//! the box's `internetEgressBytes`. DNS is not on the network at all: boxd
+//! forwards through the box channel to the platform's resolvers
+//! (`resolver.rs`).
 //!
 //! The table is put in place before the first box with a card starts, and
 //! checked (and put back, with a warning) before each box starts or wakes

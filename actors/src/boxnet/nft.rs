@@ -4,20 +4,21 @@
 //! which are the ones QEMU's user networking opens for the box's
 //! connections. What a box sends past the filter is counted per uid in the
 //! dynamic set `egress` (an element with a counter per uid, made by the
-//! first packet), read by [`egress`] from the same listing the check reads. Written as
-//! nft's own text and replaced as a whole in one `nft -f -` transaction (the
-//! `nftables` crate would only build the same script as JSON for the same
-//! binary). Each installation has its own table and uid, so several on one
-//! host neither see nor undo each other's rules.
+//! first packet), read by [`egress`] from the same listing the check reads.
+//! Written as nft's own text and replaced as a whole in one `nft -f -`
+//! transaction (the `nftables` crate would only build the same script as
+//! JSON for the same binary). Each installation has its own table and uids,
+//! so several on one host neither see nor undo each other's rules.
 //!
 //! With a source address set (`boxes.egress.snat`), a `source_nat` chain on
-//! the `postrouting` hook rewrites the source of that uid's packets to it.
+//! the `postrouting` hook rewrites the source of those uids' packets to it.
 //!
 //! Whether the rules are still in place is read from nft's JSON listing
 //! (`nft -j list table`) and compared, whole, with the listing taken right
 //! after psbx wrote them ([`normalized`]: without handles, counter values
-//! and the elements of `egress`, which packets add): a flushed chain, a removed rule, set or chain, or an added
-//! rule all count as "not installed", and the table is written again.
+//! and the elements of `egress`, which packets add): a flushed chain, a
+//! removed rule, set or chain, or an added rule all count as "not
+//! installed", and the table is written again.
 
 use super::NetworkError;
 use crate::jail::UidRange;

@@ -133,7 +133,7 @@ impl Actor for HostSupervisor {
             let (shared, leftover) = (act.shared.clone(), act.leftover_network.clone());
             actix::spawn(async move {
                 let checked = crate::blocking::blocking(move || match &shared.network {
-                    Some(_) => shared.check_network(),
+                    Some(network) => shared.check_network(network),
                     None => keep_leftover_rules(&shared, &leftover),
                 })
                 .await;
@@ -181,10 +181,7 @@ fn keep_leftover_rules(
         *kept = Some(Arc::new(network));
     }
     match kept.as_ref() {
-        Some(network) => {
-            let counts = network.ensure()?;
-            shared.meter(network, &counts)
-        }
+        Some(network) => shared.check_network(network),
         None => Ok(()),
     }
 }

@@ -314,26 +314,17 @@ impl HostShared {
         }
     }
 
-    /// The periodic check of the box network: the rules put back if they are
-    /// not in place, and each box's bytes stored.
-    pub fn check_network(&self) -> Result<(), BoxError> {
-        match &self.network {
-            Some(network) => {
-                let counts = network.ensure()?;
-                self.meter(network, &counts)
-            }
-            None => Ok(()),
-        }
-    }
-
-    /// Stores the figures of `counts` (uid, bytes its counter holds) that
-    /// changed, for the boxes holding those uids.
-    pub fn meter(&self, network: &BoxNetwork, counts: &[(u32, u64)]) -> Result<(), BoxError> {
+    /// The periodic check of `network`'s rules (this host's, or those kept
+    /// for boxes started before `boxes.network` was turned off): put back if
+    /// they are not in place, and each box's bytes stored, those whose
+    /// figure changed, for the boxes holding those uids.
+    pub fn check_network(&self, network: &BoxNetwork) -> Result<(), BoxError> {
+        let counts = network.ensure()?;
         let Some(jails) = &self.jails else {
             return Ok(());
         };
         let owners = jails.owners()?;
-        let changed = network.meter.changed(counts, &owners);
+        let changed = network.meter.changed(&counts, &owners);
         if !changed.is_empty() {
             let rows: Vec<(String, u64)> = changed
                 .iter()

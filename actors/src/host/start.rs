@@ -111,7 +111,8 @@ pub async fn supervise(
     .await?;
     // Each box's QEMU gets a uid of its own where psbx can hand them out.
     let jails = if host.uri() == "qemu:///system" {
-        let jails = Jails::new(&installation, &settings.boxes_dir)?;
+        let (inst, dir) = (installation.clone(), settings.boxes_dir.clone());
+        let jails = blocking(move || Jails::new(&inst, &dir).map_err(BoxError::from)).await?;
         let range = jails.range();
         tracing::info!(
             uids = %format!("{}-{}", range.first, range.last),
@@ -204,8 +205,6 @@ async fn adopt_box(shared: &Arc<HostShared>, adopt: Adopt) {
     }
 }
 
-/// libvirt re-probes QEMU (tens of seconds) before every domain start while
-/// /dev/kvm exists but its QEMU user cannot open it: say so once, clearly.
 /// Says at start how libvirt confines each box's QEMU beyond its own uid:
 /// with AppArmor or SELinux (libvirt's `security_driver`), or, clearly, with
 /// neither (review-2 L10).
@@ -232,6 +231,8 @@ fn say_confinement(host: &Host) {
     }
 }
 
+/// libvirt re-probes QEMU (tens of seconds) before every domain start while
+/// /dev/kvm exists but its QEMU user cannot open it: say so once, clearly.
 fn warn_if_kvm_unreachable() {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::metadata("/dev/kvm") else {
