@@ -327,6 +327,12 @@ fn internet_egress_adds_what_each_counter_figure_adds() {
     assert_eq!(store.box_internet_egress("box_gone").unwrap(), 0);
 }
 
+#[derive(diesel::QueryableByName)]
+struct SpecText {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    spec: String,
+}
+
 /// A box's spec is stored as jsonb and read back as the type it was written
 /// as; a stored spec of another shape is an error naming the box, never a
 /// default (a box would lose its secrets' mask).
@@ -369,6 +375,53 @@ fn a_box_spec_reads_back_typed_and_a_malformed_one_is_an_error() {
     .execute(&mut conn)
     .unwrap();
     assert_eq!(store.box_by_id(&id).unwrap().unwrap().spec, spec);
+
+    // Stopped, the box keeps what it was started with, not its sealed
+    // secret values (issue 30: secrets "disappear with the box").
+    let other = BoxId::parse(&new_box(&store, &first.account.id)).unwrap();
+    let with_old_name = spec
+        .to_json()
+        .to_string()
+        .replace("\"mask\"", "\"environmentMask\"");
+    diesel::sql_query(format!(
+        "update boxes set spec = '{with_old_name}' where id = '{other}'"
+    ))
+    .execute(&mut conn)
+    .unwrap();
+    for box_id in [&id, &other] {
+        let stopped = store
+            .transition_box(
+                box_id,
+                psbx_actors::box_actor::state::BoxState::Running,
+                psbx_actors::box_actor::state::BoxState::Stopped,
+                psbx_actors::store::Transition::default(),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            stopped.spec,
+            BoxSpec {
+                mask: None,
+                ..spec.clone()
+            },
+            "{box_id}"
+        );
+        let raw: Vec<SpecText> = diesel::sql_query(format!(
+            "select spec::text as spec from boxes where id = '{box_id}'"
+        ))
+        .load(&mut conn)
+        .unwrap();
+        assert!(
+            !raw[0].spec.contains("ff"),
+            "a sealed value left: {}",
+            raw[0].spec
+        );
+    }
+    diesel::sql_query(format!(
+        "update boxes set state = 'running', stopped_at = null where id = '{id}'"
+    ))
+    .execute(&mut conn)
+    .unwrap();
 
     diesel::sql_query(format!(
         "update boxes set spec = '{{\"secrets\": \"TOKEN\"}}' where id = '{id}'"

@@ -328,11 +328,17 @@ impl Store {
                 .returning(BoxRow::as_returning())
                 .get_result(&mut conn)
                 .optional()?,
+            // The sealed values of the box's secrets go with it (the spec:
+            // secrets "disappear with the box"); what else it was started
+            // with stays for its record.
             BoxState::Stopped | BoxState::Failed => diesel::update(target)
                 .set((
                     boxes::state.eq(to.as_str()),
                     boxes::stopped_at.eq(now),
                     boxes::failure.eq(detail.failure),
+                    boxes::spec.eq(diesel::dsl::sql::<diesel::sql_types::Jsonb>(
+                        "spec - 'mask' - 'environmentMask'",
+                    )),
                 ))
                 .returning(BoxRow::as_returning())
                 .get_result(&mut conn)
