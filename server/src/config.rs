@@ -650,7 +650,8 @@ impl BoxesConfig {
             },
             idle_freeze: duration("idle_freeze", &self.idle_freeze)?,
             default_keep: duration("default_keep", &self.default_keep)?,
-            max_keep: duration("max_keep", &self.max_keep)?,
+            // The spec keeps a box at most 7 days after its last use.
+            max_keep: bounded("boxes.max_keep", &self.max_keep, 7 * 86_400, "7d")?,
             pool_size: self.pool_size,
             pool_unit_sizes: self.pool_unit_sizes.clone(),
             cpu_overcommit: self.cpu_overcommit,
@@ -1139,6 +1140,12 @@ mod tests {
             let err = Config::load(None, &Overrides::default()).unwrap_err();
             assert!(err.to_string().contains("boxes.egress.allow"), "{err}");
             assert!(err.to_string().contains("IPv6"), "{err}");
+            jail.create_file("psbx.toml", "[boxes]\nmax_keep = \"8d\"\n")?;
+            let err = Config::load(None, &Overrides::default()).unwrap_err();
+            assert!(
+                err.to_string().contains("boxes.max_keep") && err.to_string().contains("7d"),
+                "{err}"
+            );
             Ok(())
         });
     }
