@@ -56,6 +56,14 @@ pub enum BoxError {
     /// with a card starts or wakes without them.
     #[error(transparent)]
     NetworkUnavailable(#[from] crate::boxnet::NetworkError),
+    /// A lifecycle step the hypervisor refused, with the domain as it was
+    /// before: the box keeps its state (HTTP 503 `box_step_failed`).
+    #[error("the host could not {step} the box, which is as it was: {source}")]
+    StepFailed {
+        step: &'static str,
+        #[source]
+        source: LibvirtError,
+    },
     /// The channel to boxd broke while a command ran (boxd restarted, the
     /// box froze or stopped under it): the command may still be running.
     #[error(
@@ -131,6 +139,15 @@ pub enum BoxError {
 pub fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BoxError {
     let what = what.into();
     move |source| BoxError::Io { what, source }
+}
+
+impl BoxError {
+    /// Whether this error stopped a lifecycle step before it moved anything:
+    /// the box is as it was (the network rules not in place, the
+    /// hypervisor's call refused with the domain unchanged).
+    pub fn keeps_the_box(&self) -> bool {
+        matches!(self, Self::NetworkUnavailable(_) | Self::StepFailed { .. })
+    }
 }
 
 impl From<StoreError> for BoxError {

@@ -396,6 +396,88 @@ async fn a_thaw_waits_for_boxd_and_fails_the_box_when_it_never_answers() {
     assert_gone(&w, &host, &id).await;
 }
 
+/// Issue 30: a step the hypervisor refuses with the domain as it was keeps
+/// the box. A thaw whose restore is refused leaves it frozen (503
+/// `box_step_failed`, its capacity given back) and thawable next time; a
+/// freeze whose save is refused leaves it running, its link and timers as
+/// they were, and the next idle time freezes it.
+#[actix_rt::test]
+async fn a_refused_thaw_keeps_the_box_frozen_and_a_refused_freeze_keeps_it_running() {
+    tokio::time::pause();
+    let w = world(0);
+    let host = w.start().await;
+    let id = create(&host, &w, 1, 3600).await.unwrap().record.id;
+    let domain = name(&id);
+    let boot_id = w.fake.boot_id(&domain).unwrap();
+    sleep(IDLE + MINUTE).await;
+    assert_eq!(w.row(&id).state, BoxState::Frozen);
+
+    let addr = host.shared.actor(&id).unwrap();
+    let read = || Status {
+        thaw: true,
+        touch: true,
+        patience: Duration::from_secs(5),
+    };
+    w.fake.refuse_next(&domain, "start");
+    let error = addr.send(read()).await.unwrap().unwrap_err();
+    assert!(
+        matches!(&error, BoxError::StepFailed { step: "thaw", .. }),
+        "{error}"
+    );
+    assert_eq!(
+        w.row(&id).state,
+        BoxState::Frozen,
+        "a refused thaw moved the box"
+    );
+    assert_eq!(
+        w.fake.status(&domain),
+        Some(DomainStatus::ShutOff { saved: true })
+    );
+    // The next read thaws it, from the same save.
+    let thawed = addr.send(read()).await.unwrap().unwrap();
+    assert_eq!(thawed.record.state, BoxState::Running);
+    assert_eq!(thawed.hello.as_ref().unwrap().boot_id, boot_id);
+
+    // A refused save at the idle time: still running, and answering.
+    w.fake.refuse_next(&domain, "save");
+    sleep(IDLE + MINUTE).await;
+    assert_eq!(
+        w.row(&id).state,
+        BoxState::Running,
+        "a refused freeze moved the box"
+    );
+    assert_eq!(w.fake.status(&domain), Some(DomainStatus::Running));
+    let read_again = addr
+        .send(Status {
+            thaw: false,
+            touch: false,
+            patience: Duration::from_secs(5),
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        read_again.health.is_some(),
+        "boxd is not reached after the refused freeze"
+    );
+    // The timers were armed again: the next idle time freezes it.
+    sleep(IDLE + MINUTE).await;
+    assert_eq!(w.row(&id).state, BoxState::Frozen);
+    assert_calls(
+        &w,
+        &domain,
+        &[
+            Call::Define,
+            Call::Start,
+            Call::ManagedSave,
+            Call::Start,
+            Call::Start,
+            Call::ManagedSave,
+            Call::ManagedSave,
+        ],
+    );
+}
+
 #[actix_rt::test]
 async fn a_box_is_torn_down_at_its_keep_time() {
     tokio::time::pause();

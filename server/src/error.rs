@@ -68,7 +68,8 @@ impl utoipa::IntoResponses for BoxCallErrors {
             (
                 503,
                 "The box cannot be reached now: the connection to boxd broke or is closed (`box_channel_lost`), \
-                   the box network rules are not in place (`box_network_unavailable`), this server runs no boxes \
+                   the box network rules are not in place (`box_network_unavailable`), the host refused to thaw \
+                   or freeze it and it is as it was (`box_step_failed`), this server runs no boxes \
                    (`boxes_unavailable`), or the database does not answer (`database_unavailable`)",
             ),
             (
@@ -361,6 +362,11 @@ impl From<psbx_actors::error::BoxError> for ApiError {
             }
             E::InvalidTransition(refused) => Self::invalid_state(&refused),
             E::Invalid(message) => Self::bad_request("invalid_request", message),
+            E::StepFailed { .. } => {
+                tracing::warn!(error = %e, "a lifecycle step failed; the box is as it was");
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "box_step_failed", e.to_string())
+                    .hint("the box keeps its state: retry in a moment; if it goes on, the operator finds why in the server log")
+            }
             E::WireConflict(message) => Self::new(StatusCode::CONFLICT, "wire_conflict", message)
                 .hint("`GET /v1/boxes/{id}` lists the box's services and links as they are now"),
             E::CannotRun(message) => Self::new(StatusCode::CONFLICT, "cannot_run", message)

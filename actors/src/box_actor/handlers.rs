@@ -18,6 +18,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 type Reply<T> = AtomicResponse<BoxActor, Result<T, BoxError>>;
+
+/// Where a failed freeze or thaw left the box: as it was (frozen, or
+/// running), or in a state psbx cannot tell (then it is failed).
+enum Kept {
+    Frozen(BoxError),
+    Running(BoxError),
+    Unknown(BoxError),
+}
+
+impl From<crate::blocking::TaskFailed> for Kept {
+    fn from(e: crate::blocking::TaskFailed) -> Self {
+        Self::Unknown(e.into())
+    }
+}
 type Flow<T> = ResponseActFuture<BoxActor, Result<T, BoxError>>;
 
 /// How often a box's actor writes its activity at most: a touch within this
@@ -112,18 +126,33 @@ impl BoxActor {
         Box::pin(
             async move {
                 let (h, record_id) = (shared.clone(), record.id.clone());
+                // Refused before the domain moved (the network rules, the
+                // hypervisor's start with the saved domain left as it was):
+                // the box stays frozen.
                 blocking(move || {
                     h.network_ready()?;
-                    h.host.start(&name)?;
+                    if let Err(source) = h.host.start(&name) {
+                        let saved = psbx_libvirt::DomainStatus::ShutOff { saved: true };
+                        return Err(if h.domain_is(&record_id, saved) {
+                            BoxError::StepFailed {
+                                step: "thaw",
+                                source,
+                            }
+                        } else {
+                            source.into()
+                        });
+                    }
                     h.prefer_for_oom(&record_id);
                     Ok::<_, BoxError>(())
                 })
-                .await?;
+                .await
+                .map_err(Kept::Frozen)?;
                 let restored_ms = started.elapsed().as_millis() as u64;
                 let link = shared.link_of(&record);
                 let (record, hello) = shared
                     .await_hello_and_run(record, &link, shared.settings.boot_timeout, "after thawing: ")
-                    .await?;
+                    .await
+                    .map_err(Kept::Unknown)?;
                 tracing::debug!(box_id = %record.id, restored_ms, "boxd answered after the restore");
                 Ok((record, link, hello))
             }
@@ -140,7 +169,12 @@ impl BoxActor {
                     act.arm_timers(ctx);
                     Ok(())
                 }
-                Err(e) => {
+                Err(Kept::Frozen(e)) if e.keeps_the_box() => {
+                    tracing::warn!(box_id = %act.record.id, error = %e, "the box could not be thawed; it stays frozen");
+                    act.shared.release(&act.record.id);
+                    Err(e)
+                }
+                Err(Kept::Frozen(e) | Kept::Running(e) | Kept::Unknown(e)) => {
                     act.fail(ctx, format!("could not be thawed: {e}"));
                     Err(e)
                 }
@@ -229,15 +263,31 @@ impl BoxActor {
             return Box::pin(ready(Err(e)));
         }
         self.cancel_timers(ctx);
-        self.link = None;
+        // No call takes the link while the box freezes; it comes back if
+        // the box stays running.
+        let link = self.link.take();
         let (shared, record, name) = (self.shared.clone(), self.record.clone(), self.name());
         let started = std::time::Instant::now();
         Box::pin(
             async move {
-                let h = shared.clone();
-                blocking(move || h.host.managed_save(&name).map_err(BoxError::from)).await?;
-                shared.transition(&record, BoxState::Frozen, Transition::default())
+                let (h, id) = (shared.clone(), record.id.clone());
+                blocking(move || match h.host.managed_save(&name) {
+                    Ok(()) => Ok(()),
+                    // A save libvirt gave up with the domain still running
+                    // leaves the box running.
+                    Err(source) if h.domain_is(&id, psbx_libvirt::DomainStatus::Running) => {
+                        Err(Kept::Running(BoxError::StepFailed {
+                            step: "freeze",
+                            source,
+                        }))
+                    }
+                    Err(e) => Err(Kept::Unknown(e.into())),
+                })
+                .await?;
+                shared
+                    .transition(&record, BoxState::Frozen, Transition::default())
                     .await
+                    .map_err(Kept::Unknown)
             }
             .into_actor(self)
             .map(move |result, act, ctx| match result {
@@ -248,7 +298,13 @@ impl BoxActor {
                     act.arm_timers(ctx);
                     Ok(())
                 }
-                Err(e) => {
+                Err(Kept::Running(e)) if e.keeps_the_box() => {
+                    tracing::warn!(box_id = %act.record.id, error = %e, "the box could not be frozen; it goes on running");
+                    act.link = link;
+                    act.arm_timers(ctx);
+                    Err(e)
+                }
+                Err(Kept::Frozen(e) | Kept::Running(e) | Kept::Unknown(e)) => {
                     act.fail(ctx, format!("could not be frozen: {e}"));
                     Err(e)
                 }

@@ -5,6 +5,18 @@
 //! Every lifecycle message is answered atomically: while a freeze, thaw or
 //! stop runs, no other message of this box is handled, so the box never sees
 //! two lifecycle calls at once.
+//!
+//! **A failed step keeps the box** (issue 30). A step is checked first,
+//! acted on, and written last. Refused before any side effect (the state
+//! does not allow it, capacity, a quota, the network rules), it returns its
+//! error and the box is as it was. A hypervisor call that failed with the
+//! domain as it was (a restore refused with the managed save still there, a
+//! save given up with the domain still running; `BoxError::StepFailed`, 503
+//! `box_step_failed`) leaves the box frozen or running, its capacity, link
+//! and timers as they were. Only a VM whose state psbx cannot tell (started,
+//! but no hello from boxd; the domain gone or moved by a failed call; the
+//! record not written after the domain moved) fails the box, which deletes
+//! it.
 
 mod handlers;
 pub mod link;

@@ -690,6 +690,15 @@ impl HostShared {
         Ok(())
     }
 
+    /// Whether box `id`'s domain is in `status` now, as the hypervisor lists
+    /// it (after a failed call: whether the call left it as it was).
+    pub fn domain_is(&self, id: &BoxId, status: psbx_libvirt::DomainStatus) -> bool {
+        let name = Self::domain_name(id);
+        self.host
+            .list()
+            .is_ok_and(|list| list.iter().any(|d| d.name == name && d.status == status))
+    }
+
     /// After box `id`'s QEMU started or was restored: the kernel's OOM
     /// killer takes it before psbx and PostgreSQL (`jail::prefer_for_oom`).
     /// A failure is logged: the box runs either way.

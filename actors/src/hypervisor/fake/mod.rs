@@ -74,6 +74,8 @@ struct Inner {
     /// What every boxd answers to `shot`, once a test sets it.
     shot: boxd::ShotScript,
     boots: u64,
+    /// Calls to refuse once, leaving their domain as it was: (domain, verb).
+    refuse: Vec<(String, &'static str)>,
 }
 
 struct Domain {
@@ -156,6 +158,29 @@ impl FakeHypervisor {
             domain.boxd = answers;
             let status = domain.status;
             domain.set(status);
+        }
+    }
+
+    /// Refuses the next `verb` call (`"start"`, `"save"`) on domain `name`,
+    /// leaving the domain as it was, as libvirt does when QEMU or its save
+    /// file gives up.
+    pub fn refuse_next(&self, name: &str, verb: &'static str) {
+        self.lock().refuse.push((name.to_owned(), verb));
+    }
+
+    /// Whether a `verb` call on `name` is to be refused (once).
+    fn refused_once(&self, name: &str, verb: &str) -> bool {
+        let mut inner = self.lock();
+        match inner
+            .refuse
+            .iter()
+            .position(|(n, v)| n == name && *v == verb)
+        {
+            Some(i) => {
+                inner.refuse.remove(i);
+                true
+            }
+            None => false,
         }
     }
 
@@ -285,6 +310,12 @@ impl Hypervisor for FakeHypervisor {
     }
 
     fn start(&self, name: &str) -> Result<(), LibvirtError> {
+        if self.refused_once(name, "start") {
+            self.lock().calls.push(Call::Start(name.to_owned()));
+            return Err(LibvirtError::Call(format!(
+                "refused start of {name} (a test asked)"
+            )));
+        }
         self.on_domain(Call::Start(name.to_owned()), |domain, boots| {
             match domain.status {
                 // Restored from its managed save: the same boot goes on.
@@ -319,6 +350,12 @@ impl Hypervisor for FakeHypervisor {
     }
 
     fn managed_save(&self, name: &str) -> Result<(), LibvirtError> {
+        if self.refused_once(name, "save") {
+            self.lock().calls.push(Call::ManagedSave(name.to_owned()));
+            return Err(LibvirtError::Call(format!(
+                "refused save of {name} (a test asked)"
+            )));
+        }
         self.step(
             Call::ManagedSave(name.to_owned()),
             "save",
