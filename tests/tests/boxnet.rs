@@ -1061,14 +1061,23 @@ fn installations_keep_their_own_rules() {
     );
 }
 
-/// No box with a card starts while its rules cannot be put in place — here
-/// another program holds a table of that name (nft's `flags owner`: nobody
-/// else may change or delete it) — and the error says so; once that program
-/// is gone, the rules are put back by themselves and boxes start again.
+/// No box with a card starts or wakes while its rules cannot be put in place
+/// — here another program holds a table of that name (nft's `flags owner`:
+/// nobody else may change or delete it) — and the error says so; a frozen
+/// box stays frozen (issue 30: a step refused before any side effect keeps
+/// the box); once that program is gone, the rules are put back by themselves
+/// and the box thaws. One test-image box: a boot (about 10 s), a freeze after
+/// 6 s idle and a thaw (about 5 s).
 #[test]
 fn no_box_starts_without_its_rules() {
-    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true");
+    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"6s\"\nnetwork = true");
     let table = network_table(&s.installation());
+    // A box frozen before the rules go (idle past idle_freeze).
+    let started = s.ok("POST", "/v1/boxes", Some(json!({"name": "kept"})));
+    let id = started["id"].as_str().unwrap().to_owned();
+    wait::until("the box to freeze", Duration::from_secs(120), || {
+        (s.listed_state(&id).as_deref() == Some("frozen")).then_some(())
+    });
     assert!(delete_network_table(&table), "nft could not delete {table}");
     // The holder keeps its table for as long as it runs.
     struct Holder(std::process::Child);
@@ -1095,6 +1104,15 @@ fn no_box_starts_without_its_rules() {
     wait::until("the other program's table", Duration::from_secs(10), || {
         table_present(&table).then_some(())
     });
+    // Its thaw is refused before anything moves: it stays frozen (issue 30).
+    let (status, body) = s.call("GET", &format!("/v1/boxes/{id}"), None);
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "box_network_unavailable", "{body}");
+    assert_eq!(
+        s.listed_state(&id).as_deref(),
+        Some("frozen"),
+        "a refused thaw moved the box"
+    );
     let (status, body) = s.call("POST", "/v1/boxes", Some(json!({"name": "refused"})));
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "box_network_unavailable", "{body}");
@@ -1116,11 +1134,8 @@ fn no_box_starts_without_its_rules() {
         .unwrap();
         text.contains("jump box").then_some(())
     });
-    let started = s.ok("POST", "/v1/boxes", Some(json!({"name": "started"})));
-    assert_eq!(started["state"], "running", "{started}");
-    s.ok(
-        "DELETE",
-        &format!("/v1/boxes/{}", started["id"].as_str().unwrap()),
-        None,
-    );
+    // With the rules back, the frozen box thaws.
+    let thawed = s.ok("GET", &format!("/v1/boxes/{id}"), None);
+    assert_eq!(thawed["state"], "running", "{thawed}");
+    s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
 }
