@@ -513,12 +513,7 @@ impl Boxes {
     }
 
     fn snapshot_of_row(&self, record: BoxRecord) -> BoxSnapshot {
-        self.dressed(BoxSnapshot::of(
-            record,
-            None,
-            None,
-            self.settings.idle_freeze,
-        ))
+        self.dressed(BoxSnapshot::of(record, None, None, &self.settings))
     }
 
     /// The actor of a live box, or the stored record when the box is over.

@@ -29,6 +29,9 @@ pub struct BoxSettings {
     pub default_keep: Duration,
     /// The longest `keep` accepted.
     pub max_keep: Duration,
+    /// The longest a frozen box's saved memory is kept, whatever its `keep`
+    /// says: the box is stopped then (the spec's 10-day safety net).
+    pub max_frozen: Duration,
     /// Pre-booted boxes kept per pooled size.
     pub pool_size: usize,
     /// The sizes (in units) that have a pool.

@@ -518,8 +518,11 @@ pub struct BoxesConfig {
     pub idle_freeze: String,
     /// Stop this long after the last activity unless `keep` says otherwise...
     pub default_keep: String,
-    /// ...up to this.
+    /// ...up to this (at most 7d, the spec's longest keep).
     pub max_keep: String,
+    /// A frozen box is stopped after this long frozen, whatever its keep
+    /// (at most 10d, the spec's safety net for saved memory).
+    pub max_frozen: String,
     /// Pre-booted boxes kept ready per pooled size, and which sizes have a pool.
     pub pool_size: usize,
     pub pool_unit_sizes: Vec<u32>,
@@ -611,6 +614,7 @@ impl Default for BoxesConfig {
             idle_freeze: "10m".to_owned(),
             default_keep: "24h".to_owned(),
             max_keep: "7d".to_owned(),
+            max_frozen: "10d".to_owned(),
             pool_size: 1,
             pool_unit_sizes: vec![1],
             cpu_overcommit: 16.0,
@@ -652,6 +656,8 @@ impl BoxesConfig {
             default_keep: duration("default_keep", &self.default_keep)?,
             // The spec keeps a box at most 7 days after its last use.
             max_keep: bounded("boxes.max_keep", &self.max_keep, 7 * 86_400, "7d")?,
+            // The spec keeps frozen memory at most 10 days, as a safety net.
+            max_frozen: bounded("boxes.max_frozen", &self.max_frozen, 10 * 86_400, "10d")?,
             pool_size: self.pool_size,
             pool_unit_sizes: self.pool_unit_sizes.clone(),
             cpu_overcommit: self.cpu_overcommit,
@@ -1144,6 +1150,12 @@ mod tests {
             let err = Config::load(None, &Overrides::default()).unwrap_err();
             assert!(
                 err.to_string().contains("boxes.max_keep") && err.to_string().contains("7d"),
+                "{err}"
+            );
+            jail.create_file("psbx.toml", "[boxes]\nmax_frozen = \"11d\"\n")?;
+            let err = Config::load(None, &Overrides::default()).unwrap_err();
+            assert!(
+                err.to_string().contains("boxes.max_frozen") && err.to_string().contains("10d"),
                 "{err}"
             );
             Ok(())

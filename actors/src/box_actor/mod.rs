@@ -53,19 +53,27 @@ pub struct BoxSnapshot {
 
 impl BoxSnapshot {
     /// The snapshot of `record` with what boxd said; the deadlines follow from
-    /// the last activity.
+    /// the last activity, and for a frozen box from when it froze too: its
+    /// saved memory is kept at most `settings.max_frozen`, whatever its
+    /// `keep` says (a row may hold a longer one from an older configuration).
     pub fn of(
         record: BoxRecord,
         hello: Option<BoxInfo>,
         health: Option<Health>,
-        idle_freeze: Duration,
+        settings: &crate::settings::BoxSettings,
     ) -> Self {
-        let freezes_at = (record.state == BoxState::Running).then(|| {
-            record.last_activity_at
-                + chrono::Duration::from_std(idle_freeze)
-                    .unwrap_or_else(|_| chrono::Duration::days(1))
-        });
-        let expires_at = record.last_activity_at + chrono::Duration::seconds(record.keep_secs);
+        let span = |d: Duration| {
+            chrono::Duration::from_std(d).unwrap_or_else(|_| chrono::Duration::days(1))
+        };
+        let freezes_at = (record.state == BoxState::Running)
+            .then(|| record.last_activity_at + span(settings.idle_freeze));
+        let kept = record.last_activity_at + chrono::Duration::seconds(record.keep_secs);
+        let expires_at = match record.frozen_at {
+            Some(at) if record.state == BoxState::Frozen => {
+                kept.min(at + span(settings.max_frozen))
+            }
+            _ => kept,
+        };
         Self {
             record,
             hello,
@@ -137,7 +145,7 @@ impl BoxActor {
             self.record.clone(),
             self.hello.clone(),
             health,
-            self.shared.settings.idle_freeze,
+            &self.shared.settings,
         )
     }
 

@@ -240,7 +240,7 @@ impl Handler<CreateBox> for HostSupervisor {
                     record.clone(),
                     Some(hello.clone()),
                     None,
-                    act.shared.settings.idle_freeze,
+                    &act.shared.settings,
                 );
                 BoxActor::new(record, act.shared.clone(), Some((link, hello)), masker).start();
                 Ok(snapshot)
