@@ -104,6 +104,10 @@ pub enum BoxError {
     /// The box did not come up.
     #[error("the box did not start: {0}")]
     Boot(String),
+    /// The box came up but boxd did not take the start's configuration (the
+    /// secrets, the environment's files and addresses); the box was removed.
+    #[error("the box did not take its configuration: {0}")]
+    NotConfigured(String),
     /// The box's environment: missing, refused, or its store or vault failing.
     #[error(transparent)]
     Environment(#[from] EnvError),

@@ -586,6 +586,60 @@ async fn the_pool_fills_to_its_level_and_refills_after_a_claim() {
     assert_eq!(w.domains_in(DomainStatus::Running), [claimed]);
 }
 
+/// Issue 30: a pool box that will not take its claim (boxd refuses the
+/// configuration) is failed and replaced by a cold start, so the user's start
+/// is not lost; when the cold box refuses too, the start is 503
+/// `box_not_configured` with nothing of it kept (rows failed, no domain, the
+/// host's capacity given back).
+#[actix_rt::test]
+async fn a_pool_box_that_will_not_take_its_claim_is_replaced_by_a_cold_start() {
+    tokio::time::pause();
+    let w = world(1);
+    let host = w.start().await;
+    let levels = || async { host.supervisor.send(PoolLevels).await.unwrap() };
+    eventually("a full pool", || async { levels().await == [(1, 1)] }).await;
+    let [pooled_row] =
+        <[BoxRecord; 1]>::try_from(w.store.live_boxes_on_host(w.fake.uri()).unwrap()).unwrap();
+    let pooled = name(&pooled_row.id);
+    w.fake.refuse_configure(&pooled);
+
+    let made = create(&host, &w, 1, 3600).await.unwrap();
+    let started = name(&made.record.id);
+    assert_ne!(started, pooled, "the refusing pool box was handed over");
+    assert_calls(&w, &started, &[Call::Define, Call::Start]);
+    assert_eq!(w.row(&made.record.id).state, BoxState::Running);
+    assert_eq!(
+        w.fake.status(&pooled),
+        None,
+        "the refusing pool box is left"
+    );
+    assert_eq!(w.row(&pooled_row.id).state, BoxState::Failed);
+    assert!(!host.shared.held_boxes().contains(&pooled_row.id));
+
+    // Every box refuses now: the start is refused and keeps nothing.
+    eventually("the pool refilled", || async { levels().await == [(1, 1)] }).await;
+    w.fake.refuse_configure("*");
+    let refused = create(&host, &w, 1, 3600).await.unwrap_err();
+    assert!(matches!(refused, BoxError::NotConfigured(_)), "{refused:?}");
+    eventually("the pool refilled", || async { levels().await == [(1, 1)] }).await;
+    // The refusing boxes are gone: the running box and the pool's next one
+    // are all the host holds.
+    assert_eq!(w.domains_in(DomainStatus::Running), [started]);
+    assert_eq!(w.fake.list().unwrap().len(), 2, "a refusing box is left");
+    let live: Vec<BoxId> = w
+        .store
+        .live_boxes_on_host(w.fake.uri())
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    let mut held = host.shared.held_boxes();
+    held.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    let mut live_sorted = live.clone();
+    live_sorted.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    assert_eq!(held, live_sorted, "capacity held by boxes that are gone");
+}
+
 #[actix_rt::test]
 async fn a_restarted_supervisor_adopts_live_boxes_and_reconciles_the_rest() {
     tokio::time::pause();

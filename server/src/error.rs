@@ -426,6 +426,11 @@ impl From<psbx_actors::error::BoxError> for ApiError {
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "box_start_failed", e.to_string())
                     .hint("retry; if it keeps failing, the operator should check the box image and the server log")
             }
+            E::NotConfigured(_) => {
+                tracing::warn!(error = %e, "a started box did not take its configuration");
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "box_not_configured", e.to_string())
+                    .hint("nothing of this start was kept: retry it; if it keeps failing, the operator finds why in the server log")
+            }
             E::Boxd(LinkError::NoAnswer(_)) => {
                 tracing::warn!(error = %e, "boxd did not answer in time");
                 Self::new(StatusCode::GATEWAY_TIMEOUT, "box_not_answering", e.to_string())

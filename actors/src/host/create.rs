@@ -230,8 +230,7 @@ impl Handler<CreateBox> for HostSupervisor {
                     Some(rx) => rx.await.ok(),
                     None => pooled,
                 };
-                let booted = make(shared.clone(), pooled, msg).await?;
-                configure(&shared, booted, configure_with, mask).await
+                make(shared, pooled, msg, configure_with, mask).await
             }
             .into_actor(self)
             .map(|result, act, _| {
@@ -249,12 +248,17 @@ impl Handler<CreateBox> for HostSupervisor {
     }
 }
 
-/// A box for the request: from the pool when one was taken, else cold.
+/// A box for the request, configured: from the pool when one was taken,
+/// else cold. A pooled box that cannot be claimed or will not take its
+/// configuration is failed and replaced by a cold start: the user's start is
+/// not lost with it.
 async fn make(
     shared: Arc<HostShared>,
     pooled: Option<PooledBox>,
     msg: CreateBox,
-) -> Result<Booted, BoxError> {
+    with: Configure,
+    mask: Vec<String>,
+) -> Result<(Booted, Arc<Masker>), BoxError> {
     let claimed = PoolClaim {
         account_id: msg.account.clone(),
         name: msg.name.clone(),
@@ -263,13 +267,19 @@ async fn make(
         spec: msg.spec.clone(),
     };
     if let Some(pooled) = pooled {
+        let pooled_id = pooled.record.id.clone();
         match claim(shared.clone(), pooled, claimed).await {
-            Ok(booted) => return Ok(booted),
+            Ok(booted) => match configure(&shared, booted, with.clone(), mask.clone()).await {
+                Ok(done) => return Ok(done),
+                Err(e) => {
+                    tracing::warn!(box_id = %pooled_id, error = %e, "pooled box did not take its claim; starting one cold")
+                }
+            },
             // Another creation for the account got there first: a cold
             // start would be refused too.
             Err(e @ BoxError::Store(crate::store::StoreError::QuotaExceeded(_))) => return Err(e),
             Err(e) => {
-                tracing::warn!(error = %e, "pooled box unusable; starting one cold")
+                tracing::warn!(box_id = %pooled_id, error = %e, "pooled box unusable; starting one cold")
             }
         }
     }
@@ -281,11 +291,13 @@ async fn make(
         spec: msg.spec,
         ..reserve_new(&shared, msg.size, BoxState::Creating)?
     };
-    cold(shared, new).await
+    let booted = cold(shared.clone(), new).await?;
+    configure(&shared, booted, with, mask).await
 }
 
 /// Pushes the account data (the secrets, the environment's files) to boxd; a
-/// box that cannot take it is removed. Returns the mask of the secrets and of
+/// box that cannot take it is removed (`NotConfigured`: nothing of the start
+/// is kept, and the caller may retry). Returns the mask of the secrets and of
 /// the further `mask` values.
 async fn configure(
     shared: &Arc<HostShared>,
@@ -310,9 +322,7 @@ async fn configure(
         Ok(done) => masker.mask(&done.error.unwrap_or_default()),
         Err(e) => e.to_string(),
     };
-    let error = BoxError::Boot(format!(
-        "boxd did not take the box's configuration: {failure}"
-    ));
+    let error = BoxError::NotConfigured(failure);
     let record = booted.0.clone();
     drop(booted);
     clean_up_failed(shared, &record, &error).await;

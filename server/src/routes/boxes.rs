@@ -586,7 +586,7 @@ pub struct BoxList {
         (status = 404, description = "A secret or the environment the box is to receive is not in this account (`secret_not_found`, `environment_not_found`), or a linked box is not one of its boxes (`box_not_found`)", body = crate::error::ErrorBody),
         (status = 409, description = "The environment lists more addresses than a box takes (`environment_too_large`)", body = crate::error::ErrorBody),
         (status = 429, description = "An account quota (boxes, units) is used up (`quota_exceeded`)", body = crate::error::ErrorBody),
-        (status = 503, description = "The host is full: CPU, memory or disk (`host_full`), this server runs no boxes (`boxes_unavailable`), or its box network rules are not in place (`box_network_unavailable`)", body = crate::error::ErrorBody),
+        (status = 503, description = "The host is full: CPU, memory or disk (`host_full`), this server runs no boxes (`boxes_unavailable`), or its box network rules are not in place (`box_network_unavailable`), or the box came up but did not take its configuration and was removed (`box_not_configured`: retry)", body = crate::error::ErrorBody),
     )
 )]
 #[post("/boxes")]

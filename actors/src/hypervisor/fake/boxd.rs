@@ -63,6 +63,9 @@ pub struct FakeShot {
 /// The shot a test set for every domain, if any.
 pub(super) type ShotScript = Arc<Mutex<Option<FakeShot>>>;
 
+/// The domains whose boxd refuses `configure`.
+pub(super) type Unconfigurable = Arc<Mutex<std::collections::BTreeSet<String>>>;
+
 /// Serves one connection to the channel of domain `domain`.
 pub(super) async fn serve(
     io: DuplexStream,
@@ -70,7 +73,11 @@ pub(super) async fn serve(
     domain: String,
     served: Arc<Mutex<Vec<Served>>>,
     script: ShotScript,
+    unconfigurable: Unconfigurable,
 ) {
+    let refuses_configure = unconfigurable
+        .lock()
+        .is_ok_and(|names| names.contains(&domain) || names.contains("*"));
     let boot_id = {
         let Ok(now) = power
             .wait_for(|p| matches!(p, Power::Off | Power::Running { answers: true, .. }))
@@ -109,7 +116,13 @@ pub(super) async fn serve(
                             target: incoming.target().to_owned(),
                         });
                     }
-                    tokio::spawn(answer(incoming, info.clone(), watched.clone(), script.clone()));
+                    tokio::spawn(answer(
+                        incoming,
+                        info.clone(),
+                        watched.clone(),
+                        script.clone(),
+                        refuses_configure,
+                    ));
                 }
                 None => return,
             },
@@ -127,8 +140,12 @@ async fn answer(
     info: BoxInfo,
     power: watch::Receiver<Power>,
     script: ShotScript,
+    refuses_configure: bool,
 ) {
     let body = match incoming.target() {
+        "configure" if refuses_configure => serde_json::to_vec(&Done::failed(
+            "the fake boxd refuses its configuration".to_owned(),
+        )),
         "exec" | "logs" => return hold(incoming, power).await,
         "shot" => {
             let scripted = script.lock().ok().and_then(|s| s.clone());

@@ -76,6 +76,8 @@ struct Inner {
     boots: u64,
     /// Calls to refuse once, leaving their domain as it was: (domain, verb).
     refuse: Vec<(String, &'static str)>,
+    /// Domains whose boxd refuses every `configure`.
+    unconfigurable: boxd::Unconfigurable,
 }
 
 struct Domain {
@@ -166,6 +168,15 @@ impl FakeHypervisor {
     /// file gives up.
     pub fn refuse_next(&self, name: &str, verb: &'static str) {
         self.lock().refuse.push((name.to_owned(), verb));
+    }
+
+    /// Makes the boxd of domain `name` (`"*"`: of every domain) refuse every
+    /// `configure` on the sessions it takes from now on (a box that will not
+    /// take its claim).
+    pub fn refuse_configure(&self, name: &str) {
+        if let Ok(mut names) = self.lock().unconfigurable.lock() {
+            names.insert(name.to_owned());
+        }
     }
 
     /// Whether a `verb` call on `name` is to be refused (once).
@@ -283,6 +294,7 @@ impl FakeHypervisor {
             name.clone(),
             inner.served.clone(),
             inner.shot.clone(),
+            inner.unconfigurable.clone(),
         ));
         Ok(Box::new(ours))
     }
