@@ -2,7 +2,8 @@
 //! hypervisor (`hypervisor::fake`, whose boxd speaks the real wire protocol),
 //! with a real PostgreSQL store and tokio's clock paused, so idle freezes,
 //! expiry, the pool and adoption after a restart run in milliseconds. The
-//! same paths on real VMs stay in `tests/tests/boxes.rs`.
+//! same paths on real VMs stay in `tests/tests/boxes.rs`. The last test drives
+//! random lifecycles against the state machine (`box_actor::state`).
 //!
 //! The rows' timestamps are the wall clock's, and an actor arms its timers
 //! from them against the wall clock; the timers then run on tokio's paused
@@ -1154,4 +1155,265 @@ async fn a_box_still_booting_reads_as_stored_and_calls_on_it_are_refused_as_star
         "{e}"
     );
     assert!(e.to_string().contains("retry"), "{e}");
+}
+
+/// One step of a random lifecycle (issue 30 item 5). Box numbers pick among
+/// the boxes started so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Op {
+    Start,
+    /// A background command (a use of the box: thaws it, counts as activity).
+    Exec(usize),
+    /// A read that thaws and touches, as `sandbox_status` does.
+    Read(usize),
+    Freeze(usize),
+    Stop(usize),
+    /// Time passes on the host's clock: idle freezes and expiries happen.
+    Wait(u64),
+    /// The server stops and a new one adopts what the store and libvirt hold.
+    Restart,
+    /// The hypervisor refuses the box's next `start` or `save`, leaving the
+    /// domain as it was.
+    Refuse(usize, &'static str),
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => Just(Op::Start),
+        2 => (0..4usize).prop_map(Op::Exec),
+        2 => (0..4usize).prop_map(Op::Read),
+        2 => (0..4usize).prop_map(Op::Freeze),
+        1 => (0..4usize).prop_map(Op::Stop),
+        3 => (1..45u64).prop_map(Op::Wait),
+        1 => Just(Op::Restart),
+        2 => (0..4usize, prop_oneof![Just("start"), Just("save")])
+            .prop_map(|(i, verb)| Op::Refuse(i, verb)),
+    ]
+}
+
+/// What the test knows of a box it started.
+struct Tracked {
+    id: BoxId,
+    /// Minutes of the host's clock since its last use (at least).
+    idle: Duration,
+    stopped_by_test: bool,
+}
+
+/// A box's keep in the random lifecycles.
+const KEEP: Duration = Duration::from_secs(3600);
+/// What waiting for the host to settle may add to the clock.
+const SLACK: Duration = Duration::from_secs(2 * 60);
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 8,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Random sequences of starts, commands, reads, freezes, stops, waits
+    /// (idle freezes, expiries), server restarts and refused hypervisor calls:
+    /// after each step the records, the domains and the capacity ledger agree,
+    /// no box is failed, and no box is stopped that the test did not stop or
+    /// that had not outlived its keep. Costs about 30 s of one core: each
+    /// hour of the paused clock steps through the host's 2-second samplers.
+    #[test]
+    fn random_lifecycles_keep_record_domain_and_ledger_in_agreement(
+        ops in proptest::collection::vec(op(), 1..20)
+    ) {
+        run_lifecycle(&ops);
+    }
+}
+
+fn run_lifecycle(ops: &[Op]) {
+    let w = world(1);
+    let mut tracked: Vec<Tracked> = Vec::new();
+    for (n, segment) in ops.split(|o| *o == Op::Restart).enumerate() {
+        // Each server's life is a system of its own: a restart drops every
+        // actor and task of the last one, as the end of a process does.
+        actix_rt::System::new().block_on(async {
+            tokio::time::pause();
+            let host = w.start().await;
+            let boxes = w.boxes(HostStart {
+                supervisor: host.supervisor.clone(),
+                shared: host.shared.clone(),
+            });
+            agree(&w, &host, &tracked, &format!("server {n} started")).await;
+            for op in segment {
+                step(&w, &host, &boxes, &mut tracked, op).await;
+                agree(&w, &host, &tracked, &format!("server {n}, after {op:?}")).await;
+            }
+        });
+    }
+}
+
+async fn step(w: &World, host: &HostStart, boxes: &Boxes, tracked: &mut Vec<Tracked>, op: &Op) {
+    let pick = |i: &usize| (!tracked.is_empty()).then(|| i % tracked.len());
+    let result: Result<(), BoxError> = match op {
+        Op::Start if tracked.len() < 5 => {
+            create(host, w, 1, KEEP.as_secs() as i64).await.map(|made| {
+                tracked.push(Tracked {
+                    id: made.record.id,
+                    idle: Duration::ZERO,
+                    stopped_by_test: false,
+                })
+            })
+        }
+        Op::Exec(i) => match pick(i) {
+            Some(i) => {
+                let request = ExecRequest {
+                    cmd: "sleep 1".into(),
+                    cwd: "/work".into(),
+                    env: vec![],
+                    timeout_s: None,
+                    background: true,
+                };
+                let done = boxes
+                    .exec(&w.account, tracked[i].id.as_str(), request)
+                    .await;
+                if done.is_ok() {
+                    tracked[i].idle = Duration::ZERO;
+                }
+                done.map(drop)
+            }
+            None => Ok(()),
+        },
+        Op::Read(i) => match pick(i) {
+            Some(i) => {
+                let read = boxes.get(&w.account, tracked[i].id.as_str(), true).await;
+                if read.is_ok() {
+                    tracked[i].idle = Duration::ZERO;
+                }
+                read.map(drop)
+            }
+            None => Ok(()),
+        },
+        Op::Freeze(i) => {
+            if let Some(addr) = pick(i).and_then(|i| host.shared.actor(&tracked[i].id)) {
+                let _ = addr.send(psbx_actors::box_actor::Freeze).await;
+            }
+            Ok(())
+        }
+        Op::Stop(i) => match pick(i) {
+            Some(i) => {
+                tracked[i].stopped_by_test = true;
+                boxes
+                    .stop(&w.account, tracked[i].id.as_str())
+                    .await
+                    .map(drop)
+            }
+            None => Ok(()),
+        },
+        Op::Wait(minutes) => {
+            let d = Duration::from_secs(minutes * 60);
+            sleep(d).await;
+            for t in tracked.iter_mut() {
+                t.idle += d;
+            }
+            Ok(())
+        }
+        Op::Refuse(i, verb) => {
+            if let Some(i) = pick(i) {
+                w.fake.refuse_next(&name(&tracked[i].id), verb);
+            }
+            Ok(())
+        }
+        Op::Start | Op::Restart => Ok(()),
+    };
+    // What a caller may be told: the box is over, busy, or a step failed and
+    // it kept its state; never an internal error.
+    if let Err(e) = result {
+        assert!(
+            !matches!(e, BoxError::Internal(_)),
+            "{op:?} failed inside the server: {e:?}"
+        );
+    }
+}
+
+/// Waits (a little of the host's clock) until the store, the host's domains
+/// and the capacity ledger agree, and checks what the test knows.
+async fn agree(w: &World, host: &HostStart, tracked: &[Tracked], when: &str) {
+    let mut last = String::new();
+    let settled = psbx_tests::wait::within_async(SLACK, async || match disagreement(w, host) {
+        None => Some(()),
+        Some(why) => {
+            last = why;
+            None
+        }
+    })
+    .await;
+    assert!(settled.is_some(), "{when}: {last}");
+    for t in tracked {
+        let row = w.row(&t.id);
+        assert_ne!(
+            row.state,
+            BoxState::Failed,
+            "{when}: {} failed: {:?}",
+            t.id,
+            row.failure
+        );
+        if row.state == BoxState::Stopped && !t.stopped_by_test {
+            assert!(
+                t.idle + SLACK >= KEEP,
+                "{when}: {} was stopped after {:?} idle, before its keep",
+                t.id,
+                t.idle
+            );
+        }
+    }
+}
+
+/// Where the store, the host and the ledger disagree, if they do.
+fn disagreement(w: &World, host: &HostStart) -> Option<String> {
+    let live = w.store.live_boxes_on_host(w.fake.uri()).ok()?;
+    let mut domains: std::collections::BTreeMap<String, DomainStatus> = w
+        .fake
+        .list()
+        .ok()?
+        .into_iter()
+        .map(|d| (d.name, d.status))
+        .collect();
+    let mut holding_memory = Vec::new();
+    for row in &live {
+        let status = domains.remove(&name(&row.id));
+        let expected = match row.state {
+            BoxState::Running => DomainStatus::Running,
+            BoxState::Frozen => DomainStatus::ShutOff { saved: true },
+            BoxState::Pooled => DomainStatus::Paused,
+            other => return Some(format!("{} is {other}", row.id)),
+        };
+        if status != Some(expected) {
+            return Some(format!(
+                "{} is {} but its domain is {status:?}",
+                row.id, row.state
+            ));
+        }
+        if row.state != BoxState::Frozen {
+            holding_memory.push(row.id.as_str().to_owned());
+        }
+    }
+    if !domains.is_empty() {
+        return Some(format!("domains without a live box: {domains:?}"));
+    }
+    let sorted = |ids: Vec<BoxId>| {
+        let mut ids: Vec<String> = ids.into_iter().map(|i| i.as_str().to_owned()).collect();
+        ids.sort();
+        ids
+    };
+    holding_memory.sort();
+    let held = sorted(host.shared.held_boxes());
+    if held != holding_memory {
+        return Some(format!(
+            "the ledger holds memory for {held:?}, the running boxes are {holding_memory:?}"
+        ));
+    }
+    let disk = sorted(host.shared.disk_holders());
+    let all = sorted(live.iter().map(|r| r.id.clone()).collect());
+    if disk != all {
+        return Some(format!(
+            "the ledger holds disk for {disk:?}, the live boxes are {all:?}"
+        ));
+    }
+    None
 }

@@ -1,4 +1,9 @@
-//! The box lifecycle of DESIGN.md §4 and its legal transitions.
+//! The box lifecycle of DESIGN.md §4 and its legal transitions: one table,
+//! [`TRANSITIONS`], that the store (`Store::transition_box` refuses any
+//! other move), the actors (`check` before any side effect) and the API
+//! (409 `invalid_state`) all go by. `actors/tests/lifecycle.rs` drives random
+//! sequences of starts, commands, freezes, thaws, stops, expiries, host
+//! restarts and refused hypervisor calls against it.
 //!
 //! ```text
 //! pooled -> running                      (claimed from the pool)
@@ -56,16 +61,9 @@ impl BoxState {
         matches!(self, Self::Stopped | Self::Failed)
     }
 
-    /// Whether the box may go from `self` to `next`.
+    /// Whether the box may go from `self` to `next` (a row of [`TRANSITIONS`]).
     pub fn can_become(self, next: BoxState) -> bool {
-        use BoxState::*;
-        match (self, next) {
-            (Pooled, Running) | (Creating, Booting) | (Booting, Running) => true,
-            (Running, Frozen) | (Frozen, Running) => true,
-            (Running | Frozen | Pooled, Stopped) => true,
-            (from, Failed) => !from.is_terminal(),
-            _ => false,
-        }
+        TRANSITIONS.iter().any(|t| t.from == self && t.to == next)
     }
 
     /// The check at the top of every lifecycle change (DESIGN.md §3): before
@@ -82,6 +80,62 @@ impl BoxState {
         }
     }
 }
+
+/// One legal move of a box, and what makes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Move {
+    pub from: BoxState,
+    pub to: BoxState,
+    pub when: &'static str,
+}
+
+const fn t(from: BoxState, to: BoxState, when: &'static str) -> Move {
+    Move { from, to, when }
+}
+
+/// Every move a box may make. A step refused before any side effect, or a
+/// hypervisor call that failed with the domain as it was, makes none (the
+/// box keeps its state); `failed` is only for a VM in a state psbx cannot
+/// tell (no hello after a start or a thaw).
+pub const TRANSITIONS: &[Move] = {
+    use BoxState::*;
+    const UNKNOWN: &str = "its VM is in a state psbx cannot tell (no hello after a start or thaw)";
+    &[
+        t(
+            Pooled,
+            Running,
+            "claimed from the pool: resumed, boxd said hello",
+        ),
+        t(Creating, Booting, "its domain was defined and started"),
+        t(Booting, Running, "boxd said hello"),
+        t(
+            Running,
+            Frozen,
+            "idle, asked, or the host's memory pressure: saved to disk",
+        ),
+        t(
+            Frozen,
+            Running,
+            "used again: restored from its save, boxd said hello",
+        ),
+        t(Running, Stopped, "stopped, or its keep ran out"),
+        t(
+            Frozen,
+            Stopped,
+            "stopped, its keep ran out, or frozen past boxes.max_frozen",
+        ),
+        t(
+            Pooled,
+            Stopped,
+            "ended before a claim (the server deletes pooled rows instead, at stop and restart)",
+        ),
+        t(Pooled, Failed, UNKNOWN),
+        t(Creating, Failed, UNKNOWN),
+        t(Booting, Failed, UNKNOWN),
+        t(Running, Failed, UNKNOWN),
+        t(Frozen, Failed, UNKNOWN),
+    ]
+};
 
 /// A lifecycle change the box's state does not allow (HTTP 409 `invalid_state`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
