@@ -962,10 +962,7 @@ fn no_process(id: &str, pid: u32, e: std::io::Error) -> BoxError {
             pid,
         }
     } else {
-        BoxError::Io {
-            what: format!("reading the log of process {pid} in box {id}"),
-            source: e,
-        }
+        crate::error::io_error(format!("reading the log of process {pid} in box {id}"))(e)
     }
 }
 

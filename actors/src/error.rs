@@ -139,10 +139,24 @@ pub enum BoxError {
     Internal(String),
 }
 
-/// Names a file system failure: `.map_err(io_error(format!("making {dir}")))`.
+/// Names a failure of a file or of a stream to boxd:
+/// `.map_err(io_error(format!("making {dir}")))`. A stream whose session
+/// ended under it (the box froze or stopped, boxd restarted) is
+/// `LinkError::Closed`, what the caller is told of a closed channel (503
+/// `box_channel_lost`), not a failure of the server's own.
 pub fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BoxError {
     let what = what.into();
-    move |source| BoxError::Io { what, source }
+    move |source| {
+        let ended = source
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<psbx_wire::mux::StreamError>())
+            .is_some_and(|e| matches!(e, psbx_wire::mux::StreamError::SessionEnded(_)));
+        if ended {
+            BoxError::Boxd(crate::box_actor::link::LinkError::Closed)
+        } else {
+            BoxError::Io { what, source }
+        }
+    }
 }
 
 impl BoxError {

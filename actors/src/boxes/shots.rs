@@ -89,10 +89,7 @@ async fn take(
     masker: &Masker,
     spool: &Path,
 ) -> Result<ShotFile, BoxError> {
-    let io = |source| BoxError::Io {
-        what: format!("taking a shot in box {id}"),
-        source,
-    };
+    let io = |source| crate::error::io_error(format!("taking a shot in box {id}"))(source);
     let mut line = serde_json::to_vec(request)?;
     line.push(b'\n');
     stream.write_all(&line).await.map_err(io)?;

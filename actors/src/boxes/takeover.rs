@@ -230,10 +230,9 @@ impl Boxes {
         stream
             .write_all(&line)
             .await
-            .map_err(|source| BoxError::Io {
-                what: format!("opening a terminal in box {box_id}"),
-                source,
-            })?;
+            .map_err(crate::error::io_error(format!(
+                "opening a terminal in box {box_id}"
+            )))?;
         // Taking the channel counted as activity; the guard goes on touching.
         let awake = self.awake(addr);
         let registration = self
