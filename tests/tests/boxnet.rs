@@ -370,7 +370,11 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     let view = s.ok("GET", &format!("/v1/boxes/{id}"), None);
     assert_eq!(view["state"], "running", "{view}");
     std::thread::sleep(Duration::from_secs(3));
-    let lookups = exec(&s, &id, "cat /work/dns-loop.log; kill $(cat /work/dns-loop.pid)");
+    let lookups = exec(
+        &s,
+        &id,
+        "cat /work/dns-loop.log; kill $(cat /work/dns-loop.pid)",
+    );
     let after: Vec<&str> = lookups
         .lines()
         .filter(|l| {
