@@ -575,6 +575,10 @@ pub struct BoxesConfig {
     /// link-local ranges, metadata services, other boxes).
     pub network: bool,
     pub egress: EgressConfig,
+    /// Refuse to start unless the volume under the boxes' files (their
+    /// disks, and frozen boxes' memory) is encrypted: dm-crypt (LUKS),
+    /// directly or under LVM, or an fscrypt directory.
+    pub require_encryption: bool,
 }
 
 /// What boxes with a network card may reach, and who answers their names.
@@ -628,6 +632,7 @@ impl Default for BoxesConfig {
             boot_timeout: "120s".to_owned(),
             network: true,
             egress: EgressConfig::default(),
+            require_encryption: false,
         }
     }
 }

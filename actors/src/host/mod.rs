@@ -7,6 +7,7 @@
 //! is on, and, after it was turned off, while QEMU processes of boxes started
 //! with a card still run (the rules filter them by their uid).
 
+pub mod at_rest;
 pub mod capacity;
 mod create;
 pub mod disk_pressure;

@@ -57,6 +57,10 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let issuer = app::issuer_for(&config, &store, &secrets, &url)?;
     let box_session_seconds = config.aws.box_session_seconds()?;
 
+    if config.boxes.enabled {
+        at_rest(&box_settings.boxes_dir, config.boxes.require_encryption)?;
+    }
+
     let result: anyhow::Result<()> = actix_web::rt::System::new().block_on(async {
         let hub = Hub::with_limits(config.connectors.limits());
         let host = if config.boxes.enabled {
@@ -259,4 +263,33 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<nix::fcntl::Flock<fs::File>> {
     locked.set_len(0)?;
     write!(locked, "{}", std::process::id())?;
     Ok(locked)
+}
+
+/// Says whether the boxes' disks and frozen memory are encrypted at rest
+/// (`host::at_rest`); refuses to go on when they are not and the
+/// configuration requires it.
+fn at_rest(boxes_dir: &std::path::Path, required: bool) -> anyhow::Result<()> {
+    use psbx_actors::host::at_rest::{AtRest, check};
+    match check(boxes_dir) {
+        AtRest::Encrypted(how) => {
+            tracing::info!(dir = %boxes_dir.display(), "boxes' disks and frozen memory are encrypted at rest: {how}");
+            Ok(())
+        }
+        AtRest::Clear(on) if required => anyhow::bail!(
+            "boxes.require_encryption is set, but the boxes' files in {} are on {on}, which is not \
+             encrypted: put that directory on a dm-crypt (LUKS) volume or an fscrypt directory \
+             (the README's \"Encryption at rest\"), or set boxes.require_encryption = false",
+            boxes_dir.display()
+        ),
+        AtRest::Clear(on) => {
+            tracing::warn!(
+                dir = %boxes_dir.display(),
+                "boxes' disks and frozen memory are NOT encrypted at rest: {} is on {on}. Put it on a \
+                 dm-crypt (LUKS) volume or an fscrypt directory, and set boxes.require_encryption = true \
+                 to refuse to start without one",
+                boxes_dir.display()
+            );
+            Ok(())
+        }
+    }
 }
