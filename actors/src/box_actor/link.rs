@@ -186,12 +186,17 @@ async fn run(
                 continue;
             }
         };
-        match tokio::time::timeout(
-            HANDSHAKE,
-            fetch::<BoxInfo>(&session, Service::Info, None::<&()>),
-        )
-        .await
-        {
+        // boxd saying hello on this session before it answers means its
+        // handshake never got ours (after a resume it can lose it while
+        // changing sessions): the session is half open, try again at once.
+        let info = tokio::select! {
+            info = tokio::time::timeout(
+                HANDSHAKE,
+                fetch::<BoxInfo>(&session, Service::Info, None::<&()>),
+            ) => info,
+            Some(_) = session.recv_control::<serde_json::Value>() => Ok(Err(LinkError::Closed)),
+        };
+        match info {
             Ok(Ok(info)) => {
                 let info = bounded(info, &socket);
                 // The box's clock follows the host's (boot, thaw, restarts).

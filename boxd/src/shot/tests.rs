@@ -105,6 +105,17 @@ fn page(port: u16) -> String {
     format!("http://127.0.0.1:{port}/")
 }
 
+/// A loopback port where nothing listens, held (bound, never listening) for
+/// as long as the socket lives: a connection to it is refused, and no other
+/// test's listener can take it meanwhile (a port only released could be, and
+/// the "refused" page then loaded: seen once in a full run).
+fn closed_port() -> (tokio::net::TcpSocket, u16) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    (socket, port)
+}
+
 #[tokio::test]
 async fn a_page_is_shot_at_its_viewport() {
     let port = serve_page(BANDED).await;
@@ -131,10 +142,7 @@ async fn a_page_is_shot_at_its_viewport() {
 #[tokio::test]
 async fn one_browser_takes_shot_after_shot_on_fresh_pages() {
     let (banded, tall) = (serve_page(BANDED).await, serve_page(TALL).await);
-    let gone = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let (_held, gone) = closed_port();
     let dir = tempfile::tempdir().unwrap();
     let shooter = Shooter::new(FreeDisplay::take().number);
     let first = ShotRequest {
@@ -222,10 +230,7 @@ async fn a_full_page_is_as_tall_as_its_content() {
 
 #[tokio::test]
 async fn an_unreachable_page_is_refused_naming_it() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let (_held, port) = closed_port();
     let dir = tempfile::tempdir().unwrap();
     let display = FreeDisplay::take();
     let shooter = Shooter::new(display.number);
