@@ -1185,7 +1185,7 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         2 => (0..4usize).prop_map(Op::Read),
         2 => (0..4usize).prop_map(Op::Freeze),
         1 => (0..4usize).prop_map(Op::Stop),
-        3 => (1..45u64).prop_map(Op::Wait),
+        3 => (1..30u64).prop_map(Op::Wait),
         1 => Just(Op::Restart),
         2 => (0..4usize, prop_oneof![Just("start"), Just("save")])
             .prop_map(|(i, verb)| Op::Refuse(i, verb)),
@@ -1201,14 +1201,23 @@ struct Tracked {
 }
 
 /// A box's keep in the random lifecycles.
-const KEEP: Duration = Duration::from_secs(3600);
+const KEEP: Duration = Duration::from_secs(45 * 60);
 /// What waiting for the host to settle may add to the clock.
 const SLACK: Duration = Duration::from_secs(2 * 60);
 
 proptest::proptest! {
+    // The same sequences on every run (their cost is then known: each hour
+    // of the paused clock steps through the host's 2-second samplers);
+    // PSBX_LIFECYCLE_SEED=<n> explores others.
     #![proptest_config(proptest::prelude::ProptestConfig {
-        cases: 8,
+        cases: 6,
         failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(
+            std::env::var("PSBX_LIFECYCLE_SEED")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(20_261_203),
+        ),
         ..proptest::prelude::ProptestConfig::default()
     })]
 
@@ -1216,8 +1225,9 @@ proptest::proptest! {
     /// (idle freezes, expiries), server restarts and refused hypervisor calls:
     /// after each step the records, the domains and the capacity ledger agree,
     /// no box is failed, and no box is stopped that the test did not stop or
-    /// that had not outlived its keep. Costs about 30 s of one core: each
-    /// hour of the paused clock steps through the host's 2-second samplers.
+    /// that had not outlived its keep. Six fixed sequences (about 13 s of
+    /// one core alone): each hour of the paused clock steps through the
+    /// host's 2-second samplers, so more cases or longer waits cost minutes.
     #[test]
     fn random_lifecycles_keep_record_domain_and_ledger_in_agreement(
         ops in proptest::collection::vec(op(), 1..20)
@@ -1282,7 +1292,8 @@ async fn step(w: &World, host: &HostStart, boxes: &Boxes, tracked: &mut Vec<Trac
         Op::Read(i) => match pick(i) {
             Some(i) => {
                 let read = boxes.get(&w.account, tracked[i].id.as_str(), true).await;
-                if read.is_ok() {
+                // A stopped box reads as stored: that is no use of it.
+                if read.as_ref().is_ok_and(|s| !s.record.state.is_terminal()) {
                     tracked[i].idle = Duration::ZERO;
                 }
                 read.map(drop)
