@@ -112,6 +112,17 @@ impl Served {
         id
     }
 
+    /// [`Self::call`] on a thread of its own: the answer when joined.
+    fn call_in_background(
+        &self,
+        method: &'static str,
+        path: String,
+        body: Option<Value>,
+    ) -> std::thread::JoinHandle<(u16, Value)> {
+        let (url, key) = (self.url.clone(), self.key.clone());
+        std::thread::spawn(move || psbx_tests::api::call(&url, &key, method, &path, body))
+    }
+
     fn shoot(&self, id: &str, body: Value) -> (u16, Value) {
         self.call("POST", &format!("/v1/boxes/{id}/shots"), Some(body))
     }
@@ -311,18 +322,7 @@ fn a_huge_png_from_boxd_is_refused_from_its_header_and_never_stalls_the_worker()
         ..FakeShot::default()
     }));
     let shots: Vec<_> = (0..4)
-        .map(|_| {
-            let (url, key, id) = (s.url.clone(), s.key.clone(), id.clone());
-            std::thread::spawn(move || {
-                psbx_tests::api::call(
-                    &url,
-                    &key,
-                    "POST",
-                    &format!("/v1/boxes/{id}/shots"),
-                    Some(json!({})),
-                )
-            })
-        })
+        .map(|_| s.call_in_background("POST", format!("/v1/boxes/{id}/shots"), Some(json!({}))))
         .collect();
     let domain = s.fake.list().unwrap().pop().unwrap().name;
     psbx_tests::wait::until("boxd asked for the shots", Duration::from_secs(60), || {
@@ -403,18 +403,7 @@ fn a_boxd_announcing_200_mib_and_sending_10_bytes_costs_no_200_mib_buffer() {
         ..FakeShot::default()
     }));
     let before = big_mappings(128 << 20);
-    let shot = {
-        let (url, key, id) = (s.url.clone(), s.key.clone(), id.clone());
-        std::thread::spawn(move || {
-            psbx_tests::api::call(
-                &url,
-                &key,
-                "POST",
-                &format!("/v1/boxes/{id}/shots"),
-                Some(json!({})),
-            )
-        })
-    };
+    let shot = s.call_in_background("POST", format!("/v1/boxes/{id}/shots"), Some(json!({})));
     // The server is reading the file: its ten bytes are in the spool, or
     // (before the change) a buffer of the announced size is mapped.
     let spooled = psbx_tests::wait::until(
@@ -566,18 +555,7 @@ fn an_account_takes_at_most_four_shots_at_once() {
         ..FakeShot::default()
     }));
     let shots: Vec<_> = (0..4)
-        .map(|_| {
-            let (url, key, id) = (s.url.clone(), s.key.clone(), id.clone());
-            std::thread::spawn(move || {
-                psbx_tests::api::call(
-                    &url,
-                    &key,
-                    "POST",
-                    &format!("/v1/boxes/{id}/shots"),
-                    Some(json!({})),
-                )
-            })
-        })
+        .map(|_| s.call_in_background("POST", format!("/v1/boxes/{id}/shots"), Some(json!({}))))
         .collect();
     let domain = s.fake.list().unwrap().pop().unwrap().name;
     let asked = || {
@@ -625,12 +603,7 @@ fn reads_and_a_shot_while_the_box_freezes_thaws_and_stops_never_answer_500() {
     let domain = s.fake.list().unwrap().pop().unwrap().name;
     let reads = |n: usize| -> Vec<std::thread::JoinHandle<(u16, Value)>> {
         (0..n)
-            .map(|_| {
-                let (url, key, id) = (s.url.clone(), s.key.clone(), id.clone());
-                std::thread::spawn(move || {
-                    psbx_tests::api::call(&url, &key, "GET", &format!("/v1/boxes/{id}"), None)
-                })
-            })
+            .map(|_| s.call_in_background("GET", format!("/v1/boxes/{id}"), None))
             .collect()
     };
     let mut answers: Vec<(u16, Value)> = Vec::new();
@@ -661,18 +634,7 @@ fn reads_and_a_shot_while_the_box_freezes_thaws_and_stops_never_answer_500() {
         hold: Some(hold.clone()),
         ..FakeShot::default()
     }));
-    let shot = {
-        let (url, key, id) = (s.url.clone(), s.key.clone(), id.clone());
-        std::thread::spawn(move || {
-            psbx_tests::api::call(
-                &url,
-                &key,
-                "POST",
-                &format!("/v1/boxes/{id}/shots"),
-                Some(json!({})),
-            )
-        })
-    };
+    let shot = s.call_in_background("POST", format!("/v1/boxes/{id}/shots"), Some(json!({})));
     psbx_tests::wait::until("boxd holds the shot", Duration::from_secs(60), || {
         s.fake
             .served_on(&domain)
