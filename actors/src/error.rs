@@ -56,13 +56,14 @@ pub enum BoxError {
     /// with a card starts or wakes without them.
     #[error(transparent)]
     NetworkUnavailable(#[from] crate::boxnet::NetworkError),
-    /// A lifecycle step the hypervisor refused, with the domain as it was
-    /// before: the box keeps its state (HTTP 503 `box_step_failed`).
+    /// A lifecycle step refused with the domain as it was before (by the
+    /// hypervisor, or for want of the box's disk key): the box keeps its
+    /// state (HTTP 503 `box_step_failed`).
     #[error("the host could not {step} the box, which is as it was: {source}")]
     StepFailed {
         step: &'static str,
         #[source]
-        source: LibvirtError,
+        source: Box<BoxError>,
     },
     /// The channel to boxd broke while a command ran (boxd restarted, the
     /// box froze or stopped under it): the command may still be running.

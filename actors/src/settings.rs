@@ -58,6 +58,9 @@ pub struct BoxSettings {
     pub unit_write_iops: u64,
     /// How long a box may take from start to boxd's hello.
     pub boot_timeout: Duration,
+    /// Encrypt each box's disk (LUKS in qcow2) under a key of its own,
+    /// destroyed when the box ends (`host::disk_key`).
+    pub encrypt_disks: bool,
     /// Give boxes a network card (user-mode networking, filtered on the
     /// host: `boxnet`).
     pub network: bool,

@@ -2,7 +2,7 @@
 //! lifecycle calls on box domains. Every method blocks.
 
 use crate::state::{self, DomainStatus};
-use crate::{DomainSpec, LibvirtError};
+use crate::{DiskKey, DomainSpec, LibvirtError};
 use std::sync::{Once, RwLock};
 use virt::connect::Connect;
 use virt::domain::Domain;
@@ -275,6 +275,46 @@ impl Host {
                 .capabilities()
                 .map_err(|e| LibvirtError::from_virt(&e, None))?;
             Ok(security_models(&caps))
+        })
+    }
+
+    /// Defines (or replaces) the libvirt secret `uuid` holding a box disk's
+    /// key, for QEMU to open the disk with. Ephemeral (never written to
+    /// libvirt's disk: gone when libvirtd restarts, so psbx defines it again
+    /// before every start and restore) and private (libvirt gives its value
+    /// to QEMU only, never to a client).
+    pub fn set_disk_secret(&self, uuid: &str, key: &DiskKey) -> Result<(), LibvirtError> {
+        let xml = format!(
+            "<secret ephemeral='yes' private='yes'><uuid>{uuid}</uuid>\
+             <description>psbx box disk key</description></secret>"
+        );
+        self.with_conn(|c| {
+            let secret = c
+                .define_secret_xml(&xml, 0)
+                .map_err(|e| LibvirtError::from_virt(&e, None))?;
+            secret
+                .set_value(key.as_bytes(), 0)
+                .map_err(|e| LibvirtError::from_virt(&e, None))
+        })
+    }
+
+    /// Undefines the secret `uuid`; one that is gone is fine.
+    pub fn remove_disk_secret(&self, uuid: &str) -> Result<(), LibvirtError> {
+        self.with_conn(|c| match c.lookup_secret_by_uuid_string(uuid) {
+            Ok(secret) => secret
+                .undefine()
+                .map_err(|e| LibvirtError::from_virt(&e, None)),
+            Err(e) if e.code().known() == Some(virt::error::ErrorNumber::NoSecret) => Ok(()),
+            Err(e) => Err(LibvirtError::from_virt(&e, None)),
+        })
+    }
+
+    /// Whether libvirt holds the secret `uuid` now.
+    pub fn has_disk_secret(&self, uuid: &str) -> Result<bool, LibvirtError> {
+        self.with_conn(|c| match c.lookup_secret_by_uuid_string(uuid) {
+            Ok(_) => Ok(true),
+            Err(e) if e.code().known() == Some(virt::error::ErrorNumber::NoSecret) => Ok(false),
+            Err(e) => Err(LibvirtError::from_virt(&e, None)),
         })
     }
 

@@ -1,6 +1,7 @@
 //! Driving boxes through libvirt: typed domain descriptions rendered to XML
 //! (`xml`) with the box's share of the host's control groups (`cgroups`),
-//! qcow2 overlays on read-only base images (`disk`), the lifecycle calls on a
+//! qcow2 overlays on read-only base images, each LUKS-encrypted under a key
+//! of its own (`disk`), the lifecycle calls on a
 //! host connection (`host`), the one mapping of libvirt's states to ours
 //! (`state`), and the choice between KVM and TCG (`accel`).
 //!
@@ -18,7 +19,7 @@ mod xml;
 
 pub use accel::{Accel, AccelChoice, probe_kvm};
 pub use cgroups::Controllers;
-pub use disk::create_overlay;
+pub use disk::{DiskKey, create_overlay};
 pub use error::LibvirtError;
 pub use host::{DOMAIN_PREFIX, DomainInfo, Host, HostResources};
 pub use state::DomainStatus;

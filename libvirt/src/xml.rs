@@ -40,6 +40,9 @@ pub struct Disk {
     /// (psbx's `host::disk_pressure`) sees it coming between two samples.
     pub write_bytes_sec: u64,
     pub write_iops: u64,
+    /// The libvirt secret holding the overlay's LUKS key (`disk.rs`), when
+    /// it is encrypted.
+    pub key_secret: Option<String>,
 }
 
 /// The box's network card.
@@ -249,11 +252,18 @@ impl DomainSpec {
             if !iotune.is_empty() {
                 iotune = format!("<iotune>{iotune}</iotune>");
             }
+            let encryption = match &disk.key_secret {
+                Some(uuid) => format!(
+                    "<encryption format='luks'><secret type='passphrase' uuid='{}'/></encryption>",
+                    esc(uuid)
+                ),
+                None => String::new(),
+            };
             let _ = writeln!(
                 x,
                 "    <disk type='file' device='disk'>\
                  <driver name='qemu' type='qcow2' error_policy='stop'/>\
-                 <source file='{}'/><backingStore type='file'><format type='qcow2'/>\
+                 <source file='{}'>{encryption}</source><backingStore type='file'><format type='qcow2'/>\
                  <source file='{}'>{keep_base}</source>\
                  <backingStore/></backingStore><target dev='vda' bus='virtio'/>{iotune}</disk>",
                 path(&disk.overlay),
@@ -317,6 +327,7 @@ mod tests {
                 base: "/img/base.qcow2".into(),
                 write_bytes_sec: 0,
                 write_iops: 0,
+                key_secret: None,
             }),
             channel_socket: "/data/boxes/box_abc/boxd.sock".into(),
             console_log: Some("/data/boxes/box_abc/console.log".into()),
@@ -336,7 +347,7 @@ mod tests {
         assert!(xml.contains("<vcpu>2</vcpu>"));
         assert!(xml.contains("<kernel>/img/vmlinuz</kernel>"));
         assert!(xml.contains("<cmdline>console=ttyS0 x=&apos;&lt;&amp;&gt;&apos;</cmdline>"));
-        assert!(xml.contains("<source file='/data/boxes/box_abc/disk.qcow2'/>"));
+        assert!(xml.contains("<source file='/data/boxes/box_abc/disk.qcow2'></source>"));
         assert!(
             xml.contains("<driver name='qemu' type='qcow2' error_policy='stop'/>"),
             "{xml}"
@@ -356,6 +367,25 @@ mod tests {
             !xml.contains("<seclabel type"),
             "runs as libvirt's own user"
         );
+    }
+
+    #[test]
+    fn an_encrypted_overlay_names_its_key_secret() {
+        let mut s = spec();
+        if let Some(disk) = &mut s.disk {
+            disk.key_secret = Some("0e6c1b5e-53c4-4f0e-9b1a-2f8d3c4b5a69".into());
+        }
+        let xml = s.to_xml();
+        assert!(
+            xml.contains(
+                "<source file='/data/boxes/box_abc/disk.qcow2'><encryption format='luks'>\
+                 <secret type='passphrase' uuid='0e6c1b5e-53c4-4f0e-9b1a-2f8d3c4b5a69'/>\
+                 </encryption></source><backingStore type='file'>"
+            ),
+            "{xml}"
+        );
+        // The base image is not encrypted: no key for it.
+        assert_eq!(xml.matches("<encryption").count(), 1, "{xml}");
     }
 
     #[test]

@@ -575,6 +575,11 @@ pub struct BoxesConfig {
     /// link-local ranges, metadata services, other boxes).
     pub network: bool,
     pub egress: EgressConfig,
+    /// Encrypt each box's disk with LUKS under a key of its own, sealed by
+    /// the master key and deleted when the box stops (its disk is then
+    /// unreadable, even before the file is deleted). Off only to measure
+    /// what it costs.
+    pub encrypt_disks: bool,
     /// Refuse to start unless the volume under the boxes' files (their
     /// disks, and frozen boxes' memory) is encrypted: dm-crypt (LUKS),
     /// directly or under LVM, or an fscrypt directory.
@@ -632,6 +637,7 @@ impl Default for BoxesConfig {
             boot_timeout: "120s".to_owned(),
             network: true,
             egress: EgressConfig::default(),
+            encrypt_disks: true,
             require_encryption: false,
         }
     }
@@ -674,6 +680,7 @@ impl BoxesConfig {
             unit_write_mib_per_sec: self.unit_write_mib_per_sec,
             unit_write_iops: self.unit_write_iops,
             boot_timeout: duration("boot_timeout", &self.boot_timeout)?,
+            encrypt_disks: self.encrypt_disks,
             network: self.network,
             egress: EgressPolicy::parse(
                 "boxes.egress",

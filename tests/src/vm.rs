@@ -1,6 +1,7 @@
 //! Running real boxes in tests: a `psbx serve` configured for small TCG boxes
 //! from the test image, on a database of its own, and a guard that removes
-//! every libvirt domain of that database's boxes however the test ends.
+//! every libvirt domain of that database's boxes (and its disk's key secret)
+//! however the test ends.
 
 use crate::{ServerProcess, TestDatabase};
 use serde_json::Value;
@@ -107,6 +108,18 @@ pub fn qemu_args(box_id: &str) -> Vec<String> {
 pub fn domain_state(box_id: &str) -> Option<String> {
     let (ok, text) = virsh(&["domstate", &format!("psbx-{box_id}")]);
     ok.then_some(text)
+}
+
+/// The uuid of the libvirt secret holding the key of box `id`'s encrypted
+/// disk, as its domain's disk names it; `None` for a clear disk or no domain.
+pub fn disk_secret(box_id: &str) -> Option<String> {
+    let (ok, xml) = virsh(&["dumpxml", &format!("psbx-{box_id}")]);
+    if !ok {
+        return None;
+    }
+    let at = xml.find("<secret type='passphrase' uuid='")? + 32;
+    let uuid = xml[at..].split('\'').next()?;
+    Some(uuid.to_owned())
 }
 
 /// The egress of test boxes unless a test sets its own: the allow-list mode
@@ -425,6 +438,9 @@ impl Drop for DomainGuard {
             .unwrap_or_default();
         for Id { id } in ids {
             let name = format!("psbx-{id}");
+            if let Some(secret) = disk_secret(&id) {
+                let _ = virsh(&["secret-undefine", &secret]);
+            }
             let _ = virsh(&["destroy", &name]);
             let _ = virsh(&["undefine", &name, "--managed-save"]);
         }

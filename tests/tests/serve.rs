@@ -279,52 +279,72 @@ fn serve_with_a_closed_data_dir_relocates_its_shared_state() {
     assert!(log.contains("NOT encrypted at rest"), "{log}");
 }
 
-/// Issue 30: with `boxes.require_encryption`, a server whose boxes' files
-/// would be on an unencrypted volume refuses to start and says which
-/// directory, what it is on and what to do. (This machine's disk is not
-/// encrypted; on one whose is, the server starts, and the test says so.)
+/// Issue 30: with `boxes.require_encryption`, a server whose frozen boxes'
+/// memory (libvirt's save directory) would be on an unencrypted volume
+/// refuses to start and says which directory, what it is on and what to do;
+/// the boxes' disks, which psbx encrypts itself, are named too only when
+/// `boxes.encrypt_disks` is off. (This machine's disk is not encrypted; on
+/// one whose is, the server starts, and the test says so.)
 #[test]
-fn serve_requiring_encryption_refuses_an_unencrypted_boxes_dir() {
-    // Open to QEMU's users, so the server keeps its box files inside it
-    // (nothing is left under /var/lib/psbx).
-    let data = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let db = psbx_tests::TestDatabase::new();
-    let mut child = Command::new(psbx_tests::binary("psbx"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data.path())
-        .env("DATABASE_URL", db.url())
-        .env("PSBX_BOXES__REQUIRE_ENCRYPTION", "true")
-        .env("PSBX_BOXES__POOL_SIZE", "0")
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let exited = psbx_tests::wait::within(std::time::Duration::from_secs(60), || {
-        child.try_wait().unwrap()
-    });
-    if exited.is_none() {
-        let _ = child.kill();
-    }
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+fn serve_requiring_encryption_refuses_an_unencrypted_save_dir() {
+    let refusal = |encrypt_disks: &str| {
+        // Open to QEMU's users, so the server keeps its box files inside it
+        // (nothing is left under /var/lib/psbx).
+        let data = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let db = psbx_tests::TestDatabase::new();
+        let mut child = Command::new(psbx_tests::binary("psbx"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data.path())
+            .env("DATABASE_URL", db.url())
+            .env("PSBX_BOXES__REQUIRE_ENCRYPTION", "true")
+            .env("PSBX_BOXES__ENCRYPT_DISKS", encrypt_disks)
+            .env("PSBX_BOXES__POOL_SIZE", "0")
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let exited = psbx_tests::wait::within(std::time::Duration::from_secs(60), || {
+            child.try_wait().unwrap()
+        });
+        if exited.is_none() {
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            exited.is_some(),
+            "psbx serve started with boxes.require_encryption on this machine: is its disk encrypted? {text}"
+        );
+        assert!(!out.status.success(), "{text}");
+        let refusal = text
+            .lines()
+            .find(|l| l.contains("boxes.require_encryption is set"))
+            .unwrap_or_else(|| panic!("no refusal: {text}"))
+            .to_owned();
+        (refusal, format!("{}/boxes", data.path().display()))
+    };
+    let (text, boxes_dir) = refusal("true");
     assert!(
-        exited.is_some(),
-        "psbx serve started with boxes.require_encryption on this machine: is its disk encrypted? {text}"
-    );
-    assert!(!out.status.success(), "{text}");
-    assert!(
-        text.contains("boxes.require_encryption is set")
-            && text.contains(&format!("{}/", data.path().display()))
-            && text.contains("/boxes")
+        text.contains("frozen boxes' memory")
+            && text.contains("/var/lib/libvirt/qemu/save, on /")
             && text.contains("not encrypted")
-            && text.contains("dm-crypt"),
+            && text.contains("dm-crypt")
+            && !text.contains(&boxes_dir),
+        "{text}"
+    );
+    let (text, boxes_dir) = refusal("false");
+    assert!(
+        text.contains("/var/lib/libvirt/qemu/save, on /")
+            && text.contains(&format!(
+                "boxes' disks (boxes.encrypt_disks is off) in {boxes_dir}"
+            )),
         "{text}"
     );
 }

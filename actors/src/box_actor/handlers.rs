@@ -131,12 +131,17 @@ impl BoxActor {
                 // the box stays frozen.
                 blocking(move || {
                     h.network_ready()?;
+                    // libvirt forgets the disk's key when libvirtd restarts.
+                    h.give_disk_key(&record_id).map_err(|e| BoxError::StepFailed {
+                        step: "thaw",
+                        source: Box::new(e),
+                    })?;
                     if let Err(source) = h.host.start(&name) {
                         let saved = psbx_libvirt::DomainStatus::ShutOff { saved: true };
                         return Err(if h.domain_is(&record_id, saved) {
                             BoxError::StepFailed {
                                 step: "thaw",
-                                source,
+                                source: Box::new(source.into()),
                             }
                         } else {
                             source.into()
@@ -278,7 +283,7 @@ impl BoxActor {
                     Err(source) if h.domain_is(&id, psbx_libvirt::DomainStatus::Running) => {
                         Err(Kept::Running(BoxError::StepFailed {
                             step: "freeze",
-                            source,
+                            source: Box::new(source.into()),
                         }))
                     }
                     Err(e) => Err(Kept::Unknown(e.into())),

@@ -8,8 +8,8 @@
 //!
 //! **A failed step keeps the box** (issue 30). A step is checked first,
 //! acted on, and written last. Refused before any side effect (the state
-//! does not allow it, capacity, a quota, the network rules), it returns its
-//! error and the box is as it was. A hypervisor call that failed with the
+//! does not allow it, capacity, a quota, the network rules, its disk's key
+//! not handed to libvirt), it returns its error and the box is as it was. A hypervisor call that failed with the
 //! domain as it was (a restore refused with the managed save still there, a
 //! save given up with the domain still running; `BoxError::StepFailed`, 503
 //! `box_step_failed`) leaves the box frozen or running, its capacity, link

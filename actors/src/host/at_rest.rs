@@ -1,9 +1,12 @@
 //! Whether what boxes keep on the host's disk is encrypted at rest. Their
-//! disks and, while they are frozen, their memory (libvirt's managed saves)
-//! live under `boxes_dir`; the spec promises both "in encrypted storage". psbx
-//! checks the volume under that directory when it starts and says clearly
-//! when it is not encrypted; with `boxes.require_encryption` it refuses to
-//! start then.
+//! disks psbx encrypts itself, each under a key of its own (`disk_key`); a
+//! frozen box's memory is libvirt's managed save, a file in libvirt's save
+//! directory ([`MANAGED_SAVE_DIR`]) that libvirt writes in clear, so only
+//! the volume under it can encrypt it. The spec promises both "in
+//! encrypted storage": psbx checks the volumes under that directory (and
+//! under the boxes' directory when it is told not to encrypt disks) when it
+//! starts, and says clearly when one is not encrypted; with
+//! `boxes.require_encryption` it refuses to start then ([`to_check`]).
 //!
 //! Encrypted means: the file system's block device is a dm-crypt (LUKS)
 //! mapping, or stands on dm-crypt mappings only (LVM over LUKS), read from
@@ -14,6 +17,28 @@
 //! what people use by hand, and its output is no simpler to read than sysfs.
 
 use std::path::{Path, PathBuf};
+
+/// Where libvirt's system instance (`qemu:///system`, the one psbx drives)
+/// writes a domain's managed save: a frozen box's memory. libvirt has no
+/// setting to move it.
+pub const MANAGED_SAVE_DIR: &str = "/var/lib/libvirt/qemu/save";
+
+/// The directories whose volumes must be encrypted for what boxes keep to
+/// be, each with what it holds: libvirt's save directory always, and the
+/// boxes' directory when their disks are not encrypted by psbx.
+pub fn to_check(boxes_dir: &Path, disks_encrypted: bool) -> Vec<(PathBuf, &'static str)> {
+    let mut dirs = vec![(
+        PathBuf::from(MANAGED_SAVE_DIR),
+        "frozen boxes' memory (libvirt's managed saves)",
+    )];
+    if !disks_encrypted {
+        dirs.push((
+            boxes_dir.to_owned(),
+            "boxes' disks (boxes.encrypt_disks is off)",
+        ));
+    }
+    dirs
+}
 
 /// What the check found of a directory's storage.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,6 +10,7 @@
 pub mod at_rest;
 pub mod capacity;
 mod create;
+pub mod disk_key;
 pub mod disk_pressure;
 pub mod links;
 pub mod meminfo;

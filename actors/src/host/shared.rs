@@ -295,6 +295,10 @@ impl HostShared {
                     .settings
                     .unit_write_iops
                     .saturating_mul(u64::from(record.size)),
+                key_secret: self
+                    .settings
+                    .encrypt_disks
+                    .then(|| super::disk_key::secret_uuid(&record.id)),
             }),
             channel_socket: dir.join("boxd.sock"),
             console_log: Some(dir.join("console.log")),
@@ -655,7 +659,8 @@ impl HostShared {
         Ok(failed)
     }
 
-    /// Makes the box's directory and disk, defines and starts its domain.
+    /// Makes the box's directory and disk (encrypted under a new key of its
+    /// own: `disk_key`), defines and starts its domain.
     pub fn boot(&self, record: &BoxRecord) -> Result<(), BoxError> {
         let image = self.image(&record.image)?;
         let dir = self.box_dir(&record.id);
@@ -676,8 +681,12 @@ impl HostShared {
         };
         self.network_ready()?;
         let overlay = dir.join("disk.qcow2");
+        let key = match self.settings.encrypt_disks {
+            true => Some(self.new_disk_key(&record.id)?),
+            false => None,
+        };
         self.host
-            .create_overlay(&image.disk, &overlay, record.disk_gb)?;
+            .create_overlay(&image.disk, &overlay, record.disk_gb, key.as_ref())?;
         if let (Some(jails), Some((uid, _))) = (&self.jails, run_as) {
             // QEMU runs as the box's uid and libvirt relabels nothing for
             // it: the overlay it writes must be that uid's, and only its.
@@ -711,11 +720,12 @@ impl HostShared {
     }
 }
 
-/// Removes box `id`'s domain (with its managed save) on `host` and its
-/// directory under `boxes_dir`: [`HostShared::teardown`], and `psbx boxes
+/// Removes box `id`'s domain (with its managed save) and its disk's key on
+/// `host`, and its directory under `boxes_dir`: [`HostShared::teardown`], and `psbx boxes
 /// stop` without a server.
 pub fn teardown(host: &dyn Hypervisor, boxes_dir: &Path, id: &BoxId) -> Result<(), BoxError> {
     host.remove(&HostShared::domain_name(id))?;
+    host.remove_disk_secret(&super::disk_key::secret_uuid(id))?;
     let dir = boxes_dir.join(id.as_str());
     match std::fs::remove_dir_all(&dir) {
         Ok(()) => Ok(()),

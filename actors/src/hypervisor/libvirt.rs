@@ -1,7 +1,7 @@
 //! The production hypervisor: a libvirt host, every call delegated as is.
 
 use super::{Dial, Hypervisor};
-use psbx_libvirt::{DomainInfo, DomainSpec, Host, LibvirtError};
+use psbx_libvirt::{DiskKey, DomainInfo, DomainSpec, Host, LibvirtError};
 use std::path::Path;
 
 impl Hypervisor for Host {
@@ -46,8 +46,17 @@ impl Hypervisor for Host {
         base: &Path,
         overlay: &Path,
         size_gb: u64,
+        key: Option<&DiskKey>,
     ) -> Result<(), LibvirtError> {
-        psbx_libvirt::create_overlay(base, overlay, size_gb)
+        psbx_libvirt::create_overlay(base, overlay, size_gb, key)
+    }
+
+    fn set_disk_secret(&self, uuid: &str, key: &DiskKey) -> Result<(), LibvirtError> {
+        Host::set_disk_secret(self, uuid, key)
+    }
+
+    fn remove_disk_secret(&self, uuid: &str) -> Result<(), LibvirtError> {
+        Host::remove_disk_secret(self, uuid)
     }
 
     fn channel(&self, socket: &Path) -> Dial {

@@ -13,7 +13,7 @@
 pub mod fake;
 mod libvirt;
 
-use psbx_libvirt::{DomainInfo, DomainSpec, LibvirtError};
+use psbx_libvirt::{DiskKey, DomainInfo, DomainSpec, LibvirtError};
 use std::future::Future;
 use std::io;
 use std::path::Path;
@@ -58,9 +58,21 @@ pub trait Hypervisor: Send + Sync {
     fn memory_rss_mib(&self, _name: &str) -> Result<Option<u64>, LibvirtError> {
         Ok(None)
     }
-    /// Makes a box's qcow2 overlay on its image's base disk.
-    fn create_overlay(&self, base: &Path, overlay: &Path, size_gb: u64)
-    -> Result<(), LibvirtError>;
+    /// Makes a box's qcow2 overlay on its image's base disk, LUKS-encrypted
+    /// under `key` when there is one.
+    fn create_overlay(
+        &self,
+        base: &Path,
+        overlay: &Path,
+        size_gb: u64,
+        key: Option<&DiskKey>,
+    ) -> Result<(), LibvirtError>;
+    /// Gives the hypervisor a disk's key as secret `uuid`, which a domain's
+    /// disk names (`Disk::key_secret`); it must be there when the domain
+    /// starts or is restored.
+    fn set_disk_secret(&self, uuid: &str, key: &DiskKey) -> Result<(), LibvirtError>;
+    /// Forgets secret `uuid`; one that is gone is fine.
+    fn remove_disk_secret(&self, uuid: &str) -> Result<(), LibvirtError>;
     /// How to reach boxd on the channel of the domain whose `channel_socket`
     /// is `socket`.
     fn channel(&self, socket: &Path) -> Dial;

@@ -329,20 +329,26 @@ impl Store {
                 .get_result(&mut conn)
                 .optional()?,
             // The sealed values of the box's secrets go with it (the spec:
-            // secrets "disappear with the box"); what else it was started
-            // with stays for its record.
-            BoxState::Stopped | BoxState::Failed => diesel::update(target)
-                .set((
-                    boxes::state.eq(to.as_str()),
-                    boxes::stopped_at.eq(now),
-                    boxes::failure.eq(detail.failure),
-                    boxes::spec.eq(diesel::dsl::sql::<diesel::sql_types::Jsonb>(
-                        "spec - 'mask' - 'environmentMask'",
-                    )),
-                ))
-                .returning(BoxRow::as_returning())
-                .get_result(&mut conn)
-                .optional()?,
+            // secrets "disappear with the box"), and so does its disk's key;
+            // what else it was started with stays for its record.
+            BoxState::Stopped | BoxState::Failed => conn.transaction(|conn| {
+                let ended = diesel::update(target)
+                    .set((
+                        boxes::state.eq(to.as_str()),
+                        boxes::stopped_at.eq(now),
+                        boxes::failure.eq(detail.failure),
+                        boxes::spec.eq(diesel::dsl::sql::<diesel::sql_types::Jsonb>(
+                            "spec - 'mask' - 'environmentMask'",
+                        )),
+                    ))
+                    .returning(BoxRow::as_returning())
+                    .get_result(conn)
+                    .optional()?;
+                if ended.is_some() {
+                    super::disk_keys::delete_disk_key(conn, id)?;
+                }
+                Ok::<_, StoreError>(ended)
+            })?,
             _ => diesel::update(target)
                 .set(boxes::state.eq(to.as_str()))
                 .returning(BoxRow::as_returning())

@@ -10,6 +10,7 @@ mod aws;
 mod box_access;
 mod boxes;
 mod credentials;
+mod disk_keys;
 mod egress;
 mod environments;
 mod hosts;

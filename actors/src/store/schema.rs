@@ -369,3 +369,13 @@ diesel::table! {
         connected_at -> Timestamptz,
     }
 }
+
+diesel::table! {
+    box_disk_keys (box_id) {
+        box_id -> Text,
+        key_sealed -> Bytea,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::joinable!(box_disk_keys -> boxes (box_id));

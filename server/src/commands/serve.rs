@@ -15,6 +15,7 @@ use psbx_actors::connectors::{Hub, Router};
 use psbx_actors::host::{BoxServices, start_host};
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
+use psbx_actors::settings::BoxSettings;
 use psbx_actors::store::Store;
 use std::fs;
 use std::io::Write;
@@ -58,7 +59,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let box_session_seconds = config.aws.box_session_seconds()?;
 
     if config.boxes.enabled {
-        at_rest(&box_settings.boxes_dir, config.boxes.require_encryption)?;
+        at_rest(&box_settings, config.boxes.require_encryption)?;
     }
 
     let result: anyhow::Result<()> = actix_web::rt::System::new().block_on(async {
@@ -265,31 +266,38 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<nix::fcntl::Flock<fs::File>> {
     Ok(locked)
 }
 
-/// Says whether the boxes' disks and frozen memory are encrypted at rest
-/// (`host::at_rest`); refuses to go on when they are not and the
-/// configuration requires it.
-fn at_rest(boxes_dir: &std::path::Path, required: bool) -> anyhow::Result<()> {
-    use psbx_actors::host::at_rest::{AtRest, check};
-    match check(boxes_dir) {
-        AtRest::Encrypted(how) => {
-            tracing::info!(dir = %boxes_dir.display(), "boxes' disks and frozen memory are encrypted at rest: {how}");
-            Ok(())
-        }
-        AtRest::Clear(on) if required => anyhow::bail!(
-            "boxes.require_encryption is set, but the boxes' files in {} are on {on}, which is not \
-             encrypted: put that directory on a dm-crypt (LUKS) volume or an fscrypt directory \
-             (the README's \"Encryption at rest\"), or set boxes.require_encryption = false",
-            boxes_dir.display()
-        ),
-        AtRest::Clear(on) => {
-            tracing::warn!(
-                dir = %boxes_dir.display(),
-                "boxes' disks and frozen memory are NOT encrypted at rest: {} is on {on}. Put it on a \
-                 dm-crypt (LUKS) volume or an fscrypt directory, and set boxes.require_encryption = true \
-                 to refuse to start without one",
-                boxes_dir.display()
-            );
-            Ok(())
+/// Says whether what boxes keep on the host (frozen memory, and disks when
+/// psbx does not encrypt them itself) is on encrypted volumes
+/// (`host::at_rest`); refuses to go on when it is not and the configuration
+/// requires it.
+fn at_rest(settings: &BoxSettings, required: bool) -> anyhow::Result<()> {
+    use psbx_actors::host::at_rest::{AtRest, check, to_check};
+    if settings.encrypt_disks {
+        tracing::info!("each box's disk is encrypted (LUKS) under a key of its own");
+    }
+    let mut clear = Vec::new();
+    for (dir, holds) in to_check(&settings.boxes_dir, settings.encrypt_disks) {
+        match check(&dir) {
+            AtRest::Encrypted(how) => {
+                tracing::info!(dir = %dir.display(), "{holds}: encrypted at rest: {how}");
+            }
+            AtRest::Clear(on) => clear.push(format!("{holds} in {}, on {on}", dir.display())),
         }
     }
+    if clear.is_empty() {
+        return Ok(());
+    }
+    let clear = clear.join("; ");
+    if required {
+        anyhow::bail!(
+            "boxes.require_encryption is set, but these are not encrypted at rest: {clear}. Put \
+             those directories on a dm-crypt (LUKS) volume or an fscrypt directory (the README's \
+             \"Encryption at rest\"), or set boxes.require_encryption = false"
+        );
+    }
+    tracing::warn!(
+        "NOT encrypted at rest: {clear}. Put those directories on a dm-crypt (LUKS) volume or an \
+         fscrypt directory, and set boxes.require_encryption = true to refuse to start without one"
+    );
+    Ok(())
 }

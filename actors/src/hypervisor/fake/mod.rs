@@ -16,7 +16,7 @@ pub use boxd::{FAKE_MP4, FAKE_VIDEO, FakeShot, SHOT_PNG};
 
 use super::{ChannelStream, Dial, Hypervisor};
 use boxd::Power;
-use psbx_libvirt::{DOMAIN_PREFIX, DomainInfo, DomainSpec, DomainStatus, LibvirtError};
+use psbx_libvirt::{DOMAIN_PREFIX, DiskKey, DomainInfo, DomainSpec, DomainStatus, LibvirtError};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -78,6 +78,9 @@ struct Inner {
     refuse: Vec<(String, &'static str)>,
     /// Domains whose boxd refuses every `configure`.
     unconfigurable: boxd::Unconfigurable,
+    /// The disk secrets defined now, by uuid (ephemeral, as psbx defines
+    /// them in libvirt: [`FakeHypervisor::restart_libvirtd`] forgets them).
+    secrets: BTreeMap<String, DiskKey>,
 }
 
 struct Domain {
@@ -87,6 +90,8 @@ struct Domain {
     boot_id: String,
     /// Whether its boxd answers on new connections.
     boxd: bool,
+    /// The secret its disk's key is in, as defined.
+    key_secret: Option<String>,
     power: watch::Sender<Power>,
 }
 
@@ -98,6 +103,7 @@ impl Domain {
             status: DomainStatus::ShutOff { saved: false },
             boot_id: String::new(),
             boxd: true,
+            key_secret: None,
             power: watch::Sender::new(Power::Off),
         }
     }
@@ -151,6 +157,22 @@ impl FakeHypervisor {
         let boot_id = domain.boot_id.clone();
         inner.domains.insert(name.to_owned(), domain);
         boot_id
+    }
+
+    /// The disk secrets defined now, by uuid.
+    pub fn disk_secrets(&self) -> Vec<String> {
+        self.lock().secrets.keys().cloned().collect()
+    }
+
+    /// What a restart of libvirtd does to psbx's secrets: being ephemeral,
+    /// they are gone; domains (persistent) and running QEMUs stay.
+    pub fn restart_libvirtd(&self) {
+        self.lock().secrets.clear();
+    }
+
+    /// The secret domain `name`'s disk names, as defined.
+    pub fn key_secret_of(&self, name: &str) -> Option<String> {
+        self.lock().domains.get(name)?.key_secret.clone()
     }
 
     /// Whether the boxd of domain `name` answers on the connections it gets
@@ -318,6 +340,9 @@ impl Hypervisor for FakeHypervisor {
                 inner.domains.insert(spec.name.clone(), domain);
             }
         }
+        if let Some(domain) = inner.domains.get_mut(&spec.name) {
+            domain.key_secret = spec.disk.as_ref().and_then(|d| d.key_secret.clone());
+        }
         Ok(())
     }
 
@@ -328,7 +353,16 @@ impl Hypervisor for FakeHypervisor {
                 "refused start of {name} (a test asked)"
             )));
         }
+        let secrets: Vec<String> = self.lock().secrets.keys().cloned().collect();
         self.on_domain(Call::Start(name.to_owned()), |domain, boots| {
+            // As libvirt: QEMU cannot open the disk without its key.
+            if let Some(uuid) = &domain.key_secret
+                && !secrets.contains(uuid)
+            {
+                return Err(LibvirtError::Call(format!(
+                    "Secret not found: no secret with matching uuid '{uuid}' (starting {name})"
+                )));
+            }
             match domain.status {
                 // Restored from its managed save: the same boot goes on.
                 DomainStatus::ShutOff { saved: true } => {}
@@ -404,6 +438,7 @@ impl Hypervisor for FakeHypervisor {
         base: &Path,
         overlay: &Path,
         _size_gb: u64,
+        _key: Option<&DiskKey>,
     ) -> Result<(), LibvirtError> {
         self.lock().calls.push(Call::Overlay(overlay.to_owned()));
         if !base.is_file() {
@@ -413,6 +448,16 @@ impl Hypervisor for FakeHypervisor {
             )));
         }
         std::fs::write(overlay, b"").map_err(|e| LibvirtError::Disk(e.to_string()))
+    }
+
+    fn set_disk_secret(&self, uuid: &str, key: &DiskKey) -> Result<(), LibvirtError> {
+        self.lock().secrets.insert(uuid.to_owned(), key.clone());
+        Ok(())
+    }
+
+    fn remove_disk_secret(&self, uuid: &str) -> Result<(), LibvirtError> {
+        self.lock().secrets.remove(uuid);
+        Ok(())
     }
 
     fn channel(&self, socket: &Path) -> Dial {

@@ -1,0 +1,1 @@
+DROP TABLE box_disk_keys;
