@@ -45,8 +45,9 @@ fn connector(
 
 /// The user's network and psbx beside it: a namespace with `hosts` and a TCP
 /// server on its 127.0.0.1:5432 greeting "hello from dev", a server on the
-/// namespace's link (`idle_freeze` as given), and environment `dev` whose
-/// connection `dc` lists `endpoints`. No connector runs yet.
+/// namespace's link (`idle_freeze` as given, a pool of `pool` boxes), and
+/// environment `dev` whose connection `dc` lists `endpoints`. No connector
+/// runs yet.
 struct Dev {
     ns: Netns,
     s: BoxServer,
@@ -63,13 +64,13 @@ struct Dev {
 }
 
 impl Dev {
-    fn new(hosts: &[(&str, &str)], endpoints: Value, idle_freeze: &str) -> Self {
+    fn new(hosts: &[(&str, &str)], endpoints: Value, idle_freeze: &str, pool: usize) -> Self {
         let mut ns = Netns::new(hosts);
         ns.echo_server("127.0.0.1", 5432, "hello from dev");
         let s = BoxServer::start_on(
             &format!("{}:0", ns.host_ip),
             "",
-            &format!("pool_size = 0\nidle_freeze = \"{idle_freeze}\""),
+            &format!("pool_size = {pool}\nidle_freeze = \"{idle_freeze}\""),
         );
         let url = s.url();
         let api = Api {
@@ -129,6 +130,7 @@ fn a_box_reaches_the_users_network_through_the_connector() {
             {"host": "db.internal", "port": 6000}
         ]),
         "1h",
+        1,
     );
     let endpoints = format!("/environments/dev/connections/{conn_id}/endpoints");
     let first = connector(&mut ns, &url, &token, &[], &log);
@@ -142,12 +144,28 @@ fn a_box_reaches_the_users_network_through_the_connector() {
         "{c}"
     );
 
+    // The box is the pool's, claimed with the environment while its
+    // connector is online and the server listens on the namespace's link:
+    // the setup where a claim was seen failing every time (issue 30 item 4),
+    // with no cold start standing in for it.
+    let pooled = s
+        .server()
+        .wait_for_log("pool box ready", Duration::from_secs(180));
     let started = api.ok(
         "POST",
         "/boxes",
         json!({"name": "net", "environment": "dev"}),
     );
     let id = started["id"].as_str().unwrap().to_owned();
+    assert!(
+        pooled.contains(&format!("box_id={id}")),
+        "not the pool's box: {pooled}"
+    );
+    let served = s.server().log.lines().join("\n");
+    assert!(
+        !served.contains("did not take its claim") && !served.contains("pooled box unusable"),
+        "{served}"
+    );
     assert_eq!(started["environment"]["connectorOnline"], true, "{started}");
     assert_eq!(
         started["environment"]["connections"][0]["online"], true,
@@ -331,6 +349,7 @@ fn a_freeze_lets_go_of_the_boxs_connections() {
         &[("db.internal", "127.0.0.1")],
         json!([{"host": "db.internal", "port": 5432}]),
         "8s",
+        0,
     );
     connector(&mut ns, &url, &token, &[], &log);
     api.wait_online("dc", true, 2);
@@ -440,6 +459,7 @@ fn a_silently_lost_network_is_noticed_and_recovered() {
         &[("db.internal", "127.0.0.1")],
         json!([{"host": "db.internal", "port": 5432}]),
         "1h",
+        0,
     );
     connector(&mut ns, &url, &token, &[], &log);
     api.wait_online("dc", true, 2);
