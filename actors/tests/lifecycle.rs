@@ -249,6 +249,19 @@ async fn eventually<F: Future<Output = bool>>(what: &str, mut f: impl FnMut() ->
     .await;
 }
 
+/// A read of box `addr` that thaws it (as `GET /v1/boxes/{id}` does).
+async fn thaw(
+    addr: &actix::Addr<psbx_actors::box_actor::BoxActor>,
+) -> Result<BoxSnapshot, BoxError> {
+    addr.send(Status {
+        thaw: true,
+        touch: true,
+        patience: Duration::from_secs(5),
+    })
+    .await
+    .unwrap()
+}
+
 fn count(targets: &[String], target: &str) -> usize {
     targets.iter().filter(|t| *t == target).count()
 }
@@ -312,15 +325,7 @@ async fn a_box_freezes_after_its_idle_time_and_thaws_when_read() {
         .shared
         .actor(&id)
         .expect("a frozen box keeps its actor");
-    let thawed = addr
-        .send(Status {
-            thaw: true,
-            touch: true,
-            patience: Duration::from_secs(5),
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let thawed = thaw(&addr).await.unwrap();
     assert_eq!(thawed.record.state, BoxState::Running);
     // Restored from the managed save: the same boot, and boxd said hello.
     assert_eq!(thawed.hello.as_ref().unwrap().boot_id, boot_id);
@@ -386,15 +391,7 @@ async fn a_box_disk_key_lives_as_long_as_the_box_and_is_given_again_after_libvir
         .shared
         .actor(&id)
         .expect("a frozen box keeps its actor");
-    let thawed = addr
-        .send(Status {
-            thaw: true,
-            touch: true,
-            patience: Duration::from_secs(5),
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let thawed = thaw(&addr).await.unwrap();
     assert_eq!(thawed.record.state, BoxState::Running);
     assert_eq!(w.fake.disk_secrets(), std::slice::from_ref(&uuid));
 
@@ -433,15 +430,7 @@ async fn a_thaw_waits_for_boxd_and_fails_the_box_when_it_never_answers() {
 
     w.fake.set_boxd_answers(&domain, false);
     let addr = host.shared.actor(&id).unwrap();
-    let error = addr
-        .send(Status {
-            thaw: true,
-            touch: true,
-            patience: Duration::from_secs(5),
-        })
-        .await
-        .unwrap()
-        .unwrap_err();
+    let error = thaw(&addr).await.unwrap_err();
     assert!(
         matches!(&error, BoxError::Boot(m) if m.contains("after thawing")),
         "{error}"
