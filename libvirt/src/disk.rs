@@ -14,15 +14,15 @@
 //! of one core each), which is the cost of encryption at a box's creation
 //! (`docs/BENCHMARKS.md`).
 //!
-//! The hash is SHA-512, not QEMU's default SHA-256, because of how QEMU 10.0
-//! measures: it times a first round of 32,768 iterations with
-//! `getrusage(RUSAGE_THREAD)`, which on a kernel with tick-based CPU
-//! accounting (this machine kind: HZ=250) moves in 4 ms steps, and refuses
-//! to go on when that round reads 0 ms ("Unable to get accurate CPU usage").
-//! With the SHA extensions a CPU runs that round of SHA-256 in less than a
-//! tick, and 13 of 20 `qemu-img create`s failed here; SHA-512, which those
-//! extensions do not cover, takes about 12 ms, always past a tick: 0 of 60
-//! failed.
+//! The hash is SHA-512, not QEMU's default SHA-256, because of how qemu-img
+//! (10.0 here, from qemu-utils) measures: it times a first round of 32,768
+//! iterations with `getrusage(RUSAGE_THREAD)`, which on a kernel with
+//! tick-based CPU accounting (this machine kind: HZ=250) moves in 4 ms
+//! steps, and refuses to go on when that round reads 0 ms ("Unable to get
+//! accurate CPU usage"). With the SHA extensions a CPU runs that round of
+//! SHA-256 in less than a tick, and 13 of 20 `qemu-img create`s failed
+//! here; SHA-512, which those extensions do not cover, takes about 12 ms,
+//! always past a tick: 0 of 60 failed.
 
 use crate::LibvirtError;
 use std::io::Write;

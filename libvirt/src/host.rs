@@ -309,15 +309,6 @@ impl Host {
         })
     }
 
-    /// Whether libvirt holds the secret `uuid` now.
-    pub fn has_disk_secret(&self, uuid: &str) -> Result<bool, LibvirtError> {
-        self.with_conn(|c| match c.lookup_secret_by_uuid_string(uuid) {
-            Ok(_) => Ok(true),
-            Err(e) if e.code().known() == Some(virt::error::ErrorNumber::NoSecret) => Ok(false),
-            Err(e) => Err(LibvirtError::from_virt(&e, None)),
-        })
-    }
-
     /// Starts a transient domain (gone once destroyed): the KVM probe.
     pub(crate) fn create_transient(&self, spec: &DomainSpec) -> Result<(), LibvirtError> {
         let xml = spec.to_xml();

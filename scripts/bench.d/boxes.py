@@ -4,10 +4,17 @@ to freeze and to thaw, measured through the REST API of a real `psbx serve`
 
 usage: boxes.py PSBX_BINARY IMAGES_DIR [RUNS]   (RUNS >= 5, default 5)
        PSBX_BENCH_ONLY=exec boxes.py ...        (only the exec round trip)
+       PSBX_BENCH_ONLY=encryption boxes.py ...  (only encrypted against clear disks)
 
 Each figure is measured RUNS times; the median, min and max are printed.
 Freeze times are the server's own measure of the managed save (log lines
 `frozen ... ms=`); the others are wall-clock times of the API calls.
+
+Cold start, disk write, freeze and thaw are measured twice, with each box's
+disk LUKS-encrypted (the default, `boxes.encrypt_disks = true`) and in clear,
+on servers whose disk writes are not throttled (`unit_write_*` = 0), so the
+difference is what encryption costs (PSBX_BENCH_ONLY=encryption: those alone).
+The disk write is `dd` of 64 MiB to /work with an fsync, in MiB/s of the exec.
 """
 
 import json
@@ -137,23 +144,25 @@ def exec_round_trip():
     report("exec of `true`", samples, "ms")
 
 
-def main():
-    print(f"# scripts/bench boxes {RUNS}: TCG, box = 1 vCPU / 256 MiB / 2 GB, test image", flush=True)
-    if os.environ.get("PSBX_BENCH_ONLY") == "exec":
-        return exec_round_trip()
-    exec_round_trip()
-    # Pool: wait for a pooled box each time, then start one.
-    report("start from the pool", pool_starts(Server("pool_size = 1\nidle_freeze = \"1h\""), "bench-pool", RUNS))
+WRITE_MIB = 64
 
-    # Cold starts, then freeze and thaw of the same boxes.
-    server = Server("pool_size = 0\nidle_freeze = \"5s\"")
-    cold, freeze, thaw, ids = [], [], [], []
+
+def cold_freeze_thaw(encrypt):
+    """RUNS cold starts on a server with `encrypt_disks = encrypt`, a disk
+    write in each box, then its freeze and thaw: the four series."""
+    server = Server(f"pool_size = 0\nidle_freeze = \"5s\"\nencrypt_disks = {str(encrypt).lower()}\n"
+                    "unit_write_mib_per_sec = 0\nunit_write_iops = 0")
+    cold, write, freeze, thaw, ids = [], [], [], [], []
     try:
         for _ in range(RUNS):
             took, box = server.call("POST", "/v1/boxes", {"name": "bench-cold"})
             assert box["state"] == "running", box
             cold.append(took)
             ids.append(box["id"])
+            took, done = server.call("POST", f"/v1/boxes/{box['id']}/exec", {
+                "cmd": f"dd if=/dev/zero of=/work/bench bs=1M count={WRITE_MIB} conv=fsync"})
+            assert done["exitCode"] == 0, done
+            write.append(WRITE_MIB / took)
             line = server.wait_log(f"frozen box_id={box['id']}")
             freeze.append(int(re.search(r"ms=(\d+)", line).group(1)) / 1000)
         for box_id in ids:
@@ -163,9 +172,32 @@ def main():
             server.call("DELETE", f"/v1/boxes/{box_id}")
     finally:
         server.stop()
-    report("start cold", cold)
-    report("freeze (managed save)", freeze)
-    report("thaw (GET of a frozen box)", thaw)
+    return cold, write, freeze, thaw
+
+
+def encryption():
+    """The cold start, disk write, freeze and thaw with encrypted and clear
+    disks, clear first (an image cache warmed by either serves both)."""
+    series = {False: cold_freeze_thaw(False), True: cold_freeze_thaw(True)}
+    for encrypt, label in ((True, "encrypted"), (False, "clear")):
+        cold, write, freeze, thaw = series[encrypt]
+        report(f"start cold, {label}", cold)
+        report(f"disk write, {label}", write, "MiB/s")
+        report(f"freeze, {label}", freeze)
+        report(f"thaw, {label}", thaw)
+
+
+def main():
+    print(f"# scripts/bench boxes {RUNS}: TCG, box = 1 vCPU / 256 MiB / 2 GB, test image", flush=True)
+    only = os.environ.get("PSBX_BENCH_ONLY")
+    if only == "exec":
+        return exec_round_trip()
+    if only == "encryption":
+        return encryption()
+    exec_round_trip()
+    # Pool: wait for a pooled box each time, then start one.
+    report("start from the pool", pool_starts(Server("pool_size = 1\nidle_freeze = \"1h\""), "bench-pool", RUNS))
+    encryption()
 
 
 if __name__ == "__main__":
