@@ -12,7 +12,7 @@ use crate::uplink::Uplink;
 use crate::{kept, port};
 use psbx_wire::Hello;
 use psbx_wire::boxd::{BoxInfo, Service};
-use psbx_wire::mux::{Config, Role, Session};
+use psbx_wire::mux::{BeforeHello, Config, Role, Session};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -67,8 +67,40 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
             Err(e) => eprintln!("boxd: cannot restore the AWS role: {e}"),
         }
     }
+    serve_channel(|| port::PortIo::open(&path), &state).await
+}
+
+/// The box channel's session settings on boxd's side: leftovers of an
+/// earlier connection before the server's hello are skipped, and when there
+/// were any boxd says hello again after the server's
+/// (`BeforeHello::SkipAndRepeat`).
+fn channel_config() -> Config {
+    Config {
+        before_hello: BeforeHello::SkipAndRepeat,
+        ..Config::default()
+    }
+}
+
+/// Serves one session after another over the port `open` opens (it is busy
+/// while an earlier session's driver still holds it).
+///
+/// The port is one byte pipe under every server connection, and boxd cannot
+/// see where one connection ends and the next begins: a guest paused right
+/// after the server ended a session (a pool box) reads, on resume, that
+/// session's goodbye and the next connection's hello at once, on the old
+/// session. So a session ends without a word (`Session::abandon`: anything
+/// boxd wrote would reach the next connection before its hello), and a hello
+/// that arrived on it, whether it ended the session or came in while it
+/// drained, is answered by the next one instead of waited for (it will not
+/// come again: the server is waiting for boxd's).
+async fn serve_channel<T, F>(mut open: F, state: &Arc<Boxd>) -> std::io::Result<()>
+where
+    F: FnMut() -> std::io::Result<T>,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let mut ended: Option<(Session, Option<Hello>)> = None;
     loop {
-        let io = match port::PortIo::open(&path) {
+        let io = match open() {
             Ok(io) => io,
             // The previous session's driver may still hold the port.
             Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
@@ -77,13 +109,19 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
             }
             Err(e) => return Err(e),
         };
+        // The earlier session's driver let go of the port: nothing more can
+        // arrive on it, so the last hello it holds is the server's latest.
+        let received = ended
+            .take()
+            .and_then(|(session, hello)| last_hello(&session).or(hello));
         let hello = Hello::new(format!("boxd {}", env!("CARGO_PKG_VERSION")));
-        match Session::over_io(io, Role::Server, Config::default(), hello).await {
+        match Session::over_io_after(io, Role::Server, channel_config(), hello, received).await {
             Ok(session) => {
                 state.uplink.set(session.clone());
-                serve_session(&session, &state).await;
+                let hello = serve_session(&session, state).await;
                 state.uplink.clear();
-                session.close();
+                session.abandon();
+                ended = Some((session, hello));
             }
             // No server on the other end yet: try again shortly.
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -91,7 +129,24 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
     }
 }
 
-async fn serve_session(session: &Session, state: &Arc<Boxd>) {
+/// The last valid hello among the control messages an ended session holds.
+fn last_hello(session: &Session) -> Option<Hello> {
+    use futures_util::FutureExt;
+    let mut last = None;
+    while let Some(Some(message)) = session.recv_control::<Hello>().now_or_never() {
+        if let Ok(hello) = message
+            && hello.validate().is_ok()
+        {
+            last = Some(hello);
+        }
+    }
+    last
+}
+
+/// Serves the session's streams until it ends; a control message ends it
+/// too (the server sends none once connected: one is a new connection's
+/// hello, returned to be answered).
+async fn serve_session(session: &Session, state: &Arc<Boxd>) -> Option<Hello> {
     loop {
         tokio::select! {
             incoming = session.accept() => match incoming {
@@ -99,11 +154,11 @@ async fn serve_session(session: &Session, state: &Arc<Boxd>) {
                     let state = state.clone();
                     tokio::spawn(services::handle(incoming, state));
                 }
-                None => return,
+                None => return None,
             },
-            // The server sends no control messages once connected: one means it
-            // restarted and is saying hello on a new connection.
-            _ = session.recv_control::<serde_json::Value>() => return,
+            message = session.recv_control::<Hello>() => {
+                return message.and_then(Result::ok).filter(|h| h.validate().is_ok());
+            }
         }
     }
 }
@@ -131,6 +186,115 @@ mod tests {
         let mut out = Vec::new();
         stream.read_to_end(&mut out).await.unwrap();
         out
+    }
+
+    /// A virtio-serial port in a test: one byte pipe kept across sessions,
+    /// which one session at a time holds (`EBUSY` meanwhile).
+    #[derive(Clone)]
+    struct TestPort(Arc<std::sync::Mutex<Option<tokio::io::DuplexStream>>>);
+
+    /// The port held by a session; given back when dropped.
+    struct Held(TestPort, Option<tokio::io::DuplexStream>);
+
+    impl TestPort {
+        fn open(&self) -> std::io::Result<Held> {
+            match self.0.lock().unwrap().take() {
+                Some(io) => Ok(Held(self.clone(), Some(io))),
+                None => Err(std::io::Error::from_raw_os_error(nix::libc::EBUSY)),
+            }
+        }
+    }
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            *self.0.0.lock().unwrap() = self.1.take();
+        }
+    }
+
+    impl tokio::io::AsyncRead for Held {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(self.1.as_mut().unwrap()).poll_read(cx, buf)
+        }
+    }
+
+    impl tokio::io::AsyncWrite for Held {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            data: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            std::pin::Pin::new(self.1.as_mut().unwrap()).poll_write(cx, data)
+        }
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(self.1.as_mut().unwrap()).poll_flush(cx)
+        }
+        // The port outlives every session: a session's end closes nothing.
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    fn hello_frame(software: &str) -> psbx_wire::Frame {
+        psbx_wire::Frame::Control {
+            payload: serde_json::to_vec(&Hello::new(software)).unwrap().into(),
+        }
+    }
+
+    /// Issue 30 item 4, the pool claim that failed: a pool box is paused
+    /// right after the server ended its session, and on resume boxd reads
+    /// that session's goodbye and the next connection's hello at once, on
+    /// the old session. The next session answers that hello (the server
+    /// waits for boxd's, and will not say hello again), and the old one
+    /// leaves without a goodbye that would reach the new connection first.
+    /// Before, the new connection read a GOAWAY where boxd's hello should be
+    /// and its handshake failed, and boxd's next session waited for a hello
+    /// that had gone.
+    #[tokio::test]
+    async fn a_hello_that_lands_on_the_old_session_is_answered_by_the_next() {
+        use futures_util::{SinkExt, StreamExt};
+        let (boxd_end, host_end) = tokio::io::duplex(1 << 16);
+        let port = TestPort(Arc::new(std::sync::Mutex::new(Some(boxd_end))));
+        let boxd = state();
+        tokio::spawn(async move { serve_channel(move || port.open(), &boxd).await });
+        let (mut source, mut sink) =
+            psbx_wire::codec::framed_io(host_end, Config::default().max_frame_size);
+        // The first connection: hellos both ways.
+        sink.send(hello_frame("psbx first")).await.unwrap();
+        let first = source.next().await.unwrap().unwrap();
+        assert!(
+            matches!(first, psbx_wire::Frame::Control { .. }),
+            "{first:?}"
+        );
+        // Its goodbye and the next connection's hello, in one write.
+        sink.feed(psbx_wire::Frame::GoAway {
+            reason: "the session was closed".into(),
+        })
+        .await
+        .unwrap();
+        let host = Config {
+            before_hello: BeforeHello::Skip,
+            ..Config::default()
+        };
+        let (session, driver) =
+            Session::handshake(source, sink, Role::Client, host, Hello::new("psbx second"))
+                .await
+                .expect("the second connection's handshake");
+        tokio::spawn(driver.run());
+        let info = tokio::time::timeout(Duration::from_secs(5), fetch(&session, "info", b""))
+            .await
+            .expect("boxd answers the second connection");
+        let info: BoxInfo = serde_json::from_slice(&info).unwrap();
+        assert_eq!(info.boot_id, "b");
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ use crate::hypervisor::Dial;
 use psbx_wire::Hello;
 use psbx_wire::boxd::{BoxInfo, Done, Health, Service};
 use psbx_wire::frame::code;
-use psbx_wire::mux::{Config, Incoming, Role, Session, Stream};
+use psbx_wire::mux::{BeforeHello, Config, Incoming, Role, Session, Stream};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::path::PathBuf;
@@ -115,6 +115,9 @@ fn config() -> Config {
     Config {
         ping_interval: Duration::from_secs(2),
         liveness_timeout: Duration::from_secs(8),
+        // The port may still hold what boxd wrote to the previous
+        // connection (a pool box paused right after its session ended).
+        before_hello: BeforeHello::Skip,
         ..Config::default()
     }
 }

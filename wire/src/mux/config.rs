@@ -18,6 +18,29 @@ pub enum Role {
     Server,
 }
 
+/// What the handshake does with frames that come before the peer's hello.
+///
+/// A session over a connection of its own (TCP, a WebSocket) refuses them:
+/// a peer that sends anything first is broken. A box's virtio-serial port
+/// is one byte pipe that outlives the host's connections to it: what the
+/// previous connection or a previous boxd wrote can still be in it when the
+/// next session begins (a guest paused right after a session ended reads
+/// its goodbye and the next connection's hello at once, on resume). Both
+/// ends of a box channel skip such leftovers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeforeHello {
+    /// The first frame must be the hello (`ProtocolError::NoHello`).
+    Refuse,
+    /// Frames before the hello are skipped.
+    Skip,
+    /// Frames before the hello are skipped, and when there were any, this
+    /// side's hello is sent again after the peer's: the first one went out
+    /// while the pipe still held the previous connection's traffic, so it
+    /// may have reached that connection and not this one. (boxd's side: the
+    /// server's reconnects after a second hello, which ends the dance.)
+    SkipAndRepeat,
+}
+
 /// A session's limits and timers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -47,6 +70,8 @@ pub struct Config {
     /// and `DATA` for it is dropped (a connector session, where only the
     /// server opens streams).
     pub peer_may_open: bool,
+    /// What the handshake does with frames before the peer's hello.
+    pub before_hello: BeforeHello,
 }
 
 impl Default for Config {
@@ -62,6 +87,7 @@ impl Default for Config {
             liveness_timeout: Duration::from_secs(15),
             control_queue: 64,
             peer_may_open: true,
+            before_hello: BeforeHello::Refuse,
         }
     }
 }

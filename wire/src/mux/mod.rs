@@ -16,7 +16,7 @@ mod state;
 mod stream;
 mod wakers;
 
-pub use config::{Config, INITIAL_WINDOW, Role, TUNNEL_STREAMS};
+pub use config::{BeforeHello, Config, INITIAL_WINDOW, Role, TUNNEL_STREAMS};
 pub use driver::Driver;
 pub use error::{ConfigError, ControlError, OpenError, ProtocolError, SessionError, StreamError};
 pub use session::{Incoming, Session, Stats};

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::config::{Config, Role};
+use super::config::{BeforeHello, Config, Role};
 use super::driver::Driver;
 use super::error::{ControlError, OpenError, ProtocolError, SessionError};
 use super::state::Shared;
@@ -68,14 +68,32 @@ impl Session {
     /// session with the [`Driver`] that must run for it to work (spawn
     /// `driver.run()` on any executor with a tokio time driver). Fails when
     /// the configuration is invalid, the peer's first frame is not a valid
-    /// hello, no version is common, or nothing comes within the liveness
-    /// timeout.
+    /// hello (frames before it are skipped as `config.before_hello` says), no
+    /// version is common, or nothing comes within the liveness timeout.
     pub async fn handshake<R, W>(
+        source: R,
+        sink: W,
+        role: Role,
+        config: Config,
+        hello: Hello,
+    ) -> Result<(Session, Driver<R, W>), SessionError>
+    where
+        R: FuturesStream<Item = Result<Frame, CodecError>> + Unpin,
+        W: Sink<Frame, Error = CodecError> + Unpin,
+    {
+        Self::handshake_after(source, sink, role, config, hello, None).await
+    }
+
+    /// [`Session::handshake`], or, when the peer's hello came already
+    /// (`received`: it arrived on the previous session over the same pipe),
+    /// only sends this side's hello in answer.
+    pub async fn handshake_after<R, W>(
         mut source: R,
         mut sink: W,
         role: Role,
         config: Config,
         hello: Hello,
+        received: Option<Hello>,
     ) -> Result<(Session, Driver<R, W>), SessionError>
     where
         R: FuturesStream<Item = Result<Frame, CodecError>> + Unpin,
@@ -88,25 +106,30 @@ impl Session {
         if payload.len() > config.max_frame_size {
             return Err(HelloError::Invalid("the hello is larger than a frame").into());
         }
-        let send = async {
-            sink.send(Frame::Control {
-                payload: Bytes::from(payload),
-            })
-            .await
-            .map_err(SessionError::from)
-        };
-        let receive = async {
-            match source.next().await {
-                None => Err(SessionError::PeerClosed { goaway: None }),
-                Some(Err(e)) => Err(SessionError::from(e)),
-                Some(Ok(Frame::Control { payload })) => Ok(Hello::from_json(&payload)?),
-                Some(Ok(other)) => Err(ProtocolError::NoHello(other.frame_type()).into()),
-            }
-        };
+        let payload = Bytes::from(payload);
         let timeout = config.liveness_timeout;
-        let (_, peer) = tokio::time::timeout(timeout, async { tokio::try_join!(send, receive) })
-            .await
-            .map_err(|_| SessionError::Timeout(timeout))??;
+        let before = config.before_hello;
+        let peer = tokio::time::timeout(timeout, async {
+            let peer = match received {
+                Some(peer) => {
+                    send_hello(&mut sink, &payload).await?;
+                    return Ok(peer);
+                }
+                None => {
+                    let (_, (peer, skipped)) = tokio::try_join!(
+                        send_hello(&mut sink, &payload),
+                        receive_hello(&mut source, before)
+                    )?;
+                    if skipped > 0 && before == BeforeHello::SkipAndRepeat {
+                        send_hello(&mut sink, &payload).await?;
+                    }
+                    peer
+                }
+            };
+            Ok::<_, SessionError>(peer)
+        })
+        .await
+        .map_err(|_| SessionError::Timeout(timeout))??;
         let version = negotiate(&hello, &peer)?;
         let shared = Arc::new(Shared::new(config, role, peer, version));
         let session = Session {
@@ -130,6 +153,25 @@ impl Session {
     {
         let (source, sink) = codec::framed_io(io, config.max_frame_size);
         let (session, driver) = Self::handshake(source, sink, role, config, hello).await?;
+        tokio::spawn(driver.run());
+        Ok(session)
+    }
+
+    /// [`Session::over_io`] answering a hello that came already (see
+    /// [`Session::handshake_after`]).
+    pub async fn over_io_after<T>(
+        io: T,
+        role: Role,
+        config: Config,
+        hello: Hello,
+        received: Option<Hello>,
+    ) -> Result<Session, SessionError>
+    where
+        T: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (source, sink) = codec::framed_io(io, config.max_frame_size);
+        let (session, driver) =
+            Self::handshake_after(source, sink, role, config, hello, received).await?;
         tokio::spawn(driver.run());
         Ok(session)
     }
@@ -237,6 +279,14 @@ impl Session {
         self.shared().lock().close();
     }
 
+    /// Ends the session at once without a word to the peer: nothing queued
+    /// is sent, nothing more is read, open streams fail, and the transport is
+    /// closed. For a pipe whose peer is gone or replaced (a box's port, where
+    /// the next connection would read a goodbye meant for this one).
+    pub fn abandon(&self) {
+        self.shared().lock().finish(Err(SessionError::Closed));
+    }
+
     /// Waits for the session to end: `Ok` when it closed or drained cleanly.
     pub async fn closed(&self) -> Result<(), SessionError> {
         poll_fn(|cx| self.shared().lock().poll_end(cx)).await
@@ -329,5 +379,40 @@ impl fmt::Debug for Incoming {
             .field("id", &self.id)
             .field("target", &self.target)
             .finish()
+    }
+}
+
+/// Sends this side's hello.
+async fn send_hello<W>(sink: &mut W, payload: &Bytes) -> Result<(), SessionError>
+where
+    W: Sink<Frame, Error = CodecError> + Unpin,
+{
+    sink.send(Frame::Control {
+        payload: payload.clone(),
+    })
+    .await
+    .map_err(SessionError::from)
+}
+
+/// The peer's hello, and how many frames before it were skipped (only as
+/// `before` allows).
+async fn receive_hello<R>(
+    source: &mut R,
+    before: BeforeHello,
+) -> Result<(Hello, usize), SessionError>
+where
+    R: FuturesStream<Item = Result<Frame, CodecError>> + Unpin,
+{
+    let mut skipped = 0;
+    loop {
+        match source.next().await {
+            None => return Err(SessionError::PeerClosed { goaway: None }),
+            Some(Err(e)) => return Err(SessionError::from(e)),
+            Some(Ok(Frame::Control { payload })) => {
+                return Ok((Hello::from_json(&payload)?, skipped));
+            }
+            Some(Ok(_)) if before != BeforeHello::Refuse => skipped += 1,
+            Some(Ok(other)) => return Err(ProtocolError::NoHello(other.frame_type()).into()),
+        }
     }
 }
