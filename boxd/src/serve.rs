@@ -12,7 +12,7 @@ use crate::uplink::Uplink;
 use crate::{kept, port};
 use psbx_wire::Hello;
 use psbx_wire::boxd::{BoxInfo, Service};
-use psbx_wire::mux::{BeforeHello, Config, Role, Session};
+use psbx_wire::mux::{Config, Role, Session};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -70,17 +70,6 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
     serve_channel(|| port::PortIo::open(&path), &state).await
 }
 
-/// The box channel's session settings on boxd's side: leftovers of an
-/// earlier connection before the server's hello are skipped, and when there
-/// were any boxd says hello again after the server's
-/// (`BeforeHello::SkipAndRepeat`).
-fn channel_config() -> Config {
-    Config {
-        before_hello: BeforeHello::SkipAndRepeat,
-        ..Config::default()
-    }
-}
-
 /// Serves one session after another over the port `open` opens (it is busy
 /// while an earlier session's driver still holds it).
 ///
@@ -115,7 +104,7 @@ where
             .take()
             .and_then(|(session, hello)| last_hello(&session).or(hello));
         let hello = Hello::new(format!("boxd {}", env!("CARGO_PKG_VERSION")));
-        match Session::over_io_after(io, Role::Server, channel_config(), hello, received).await {
+        match Session::over_io_after(io, Role::Server, Config::default(), hello, received).await {
             Ok(session) => {
                 state.uplink.set(session.clone());
                 let hello = serve_session(&session, state).await;
@@ -282,7 +271,7 @@ mod tests {
         .await
         .unwrap();
         let host = Config {
-            before_hello: BeforeHello::Skip,
+            before_hello: psbx_wire::mux::BeforeHello::Skip,
             ..Config::default()
         };
         let (session, driver) =

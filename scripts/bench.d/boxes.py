@@ -5,6 +5,7 @@ to freeze and to thaw, measured through the REST API of a real `psbx serve`
 usage: boxes.py PSBX_BINARY IMAGES_DIR [RUNS]   (RUNS >= 5, default 5)
        PSBX_BENCH_ONLY=exec boxes.py ...        (only the exec round trip)
        PSBX_BENCH_ONLY=encryption boxes.py ...  (only encrypted against clear disks)
+       PSBX_BENCH_ONLY=pool-pause boxes.py ...  (only pool starts 30 s after the box was paused)
 
 Each figure is measured RUNS times; the median, min and max are printed.
 Freeze times are the server's own measure of the managed save (log lines
@@ -118,6 +119,33 @@ def pool_starts(server, name, runs, timeout=600):
     return pool
 
 
+def paused_pool_starts(pause, runs):
+    """`runs` starts from the pool, each `pause` seconds after its box was
+    paused (longer than boxd's 15 s liveness timeout: a pool box waits
+    longer than that for its claim): their times, and how many claims fell
+    back to a cold start (log lines). Also the server's own measure of each
+    claim (`box started from the pool ... ms=`)."""
+    server = Server("pool_size = 1\nidle_freeze = \"1h\"")
+    took_all, claimed, fallbacks = [], [], 0
+    try:
+        for _ in range(runs):
+            ready = server.wait_log("pool box ready")
+            pooled = re.search(r"box_id=(box_\w+)", ready).group(1)
+            time.sleep(pause)
+            took, box = server.call("POST", "/v1/boxes", {"name": "bench-paused"})
+            assert box["state"] == "running", box
+            took_all.append(took)
+            if box["id"] != pooled:  # the claim failed and a cold start stood in
+                fallbacks += 1
+            else:
+                line = server.wait_log(f"box started from the pool box_id={pooled}")
+                claimed.append(int(re.search(r"ms=(\d+)", line).group(1)) / 1000)
+            server.call("DELETE", f"/v1/boxes/{box['id']}")
+    finally:
+        server.stop()
+    return took_all, claimed, fallbacks
+
+
 def report(name, samples, unit="s"):
     med = statistics.median(samples)
     print(f"{name:<28} median {med:8.3f} {unit}   min {min(samples):8.3f}   "
@@ -194,6 +222,13 @@ def main():
         return exec_round_trip()
     if only == "encryption":
         return encryption()
+    if only == "pool-pause":
+        took, claimed, fallbacks = paused_pool_starts(30, RUNS)
+        report("start from the pool, 30 s paused", took)
+        if claimed:
+            report("  its claim (server's measure)", claimed)
+        print(f"  claims that fell back to a cold start: {fallbacks} of {RUNS}", flush=True)
+        return None
     exec_round_trip()
     # Pool: wait for a pooled box each time, then start one.
     report("start from the pool", pool_starts(Server("pool_size = 1\nidle_freeze = \"1h\""), "bench-pool", RUNS))

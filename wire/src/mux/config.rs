@@ -22,23 +22,19 @@ pub enum Role {
 ///
 /// A session over a connection of its own (TCP, a WebSocket) refuses them:
 /// a peer that sends anything first is broken. A box's virtio-serial port
-/// is one byte pipe that outlives the host's connections to it: what the
-/// previous connection or a previous boxd wrote can still be in it when the
-/// next session begins (a guest paused right after a session ended reads
-/// its goodbye and the next connection's hello at once, on resume). Both
-/// ends of a box channel skip such leftovers.
+/// is one byte pipe that outlives the host's connections to it: what boxd
+/// wrote to the previous connection can still be in it when the server's
+/// next session begins, and the server's end skips it. (boxd's end stays
+/// strict on purpose: a server frame where its hello should be means the
+/// server took an older hello of boxd's for this session's, and the failed
+/// handshake makes boxd say hello again, which makes the server reconnect
+/// at once; skipping it left both waiting for the server's 3 s timeout.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BeforeHello {
     /// The first frame must be the hello (`ProtocolError::NoHello`).
     Refuse,
     /// Frames before the hello are skipped.
     Skip,
-    /// Frames before the hello are skipped, and when there were any, this
-    /// side's hello is sent again after the peer's: the first one went out
-    /// while the pipe still held the previous connection's traffic, so it
-    /// may have reached that connection and not this one. (boxd's side: the
-    /// server's reconnects after a second hello, which ends the dance.)
-    SkipAndRepeat,
 }
 
 /// A session's limits and timers.

@@ -116,13 +116,10 @@ impl Session {
                     return Ok(peer);
                 }
                 None => {
-                    let (_, (peer, skipped)) = tokio::try_join!(
+                    let (_, peer) = tokio::try_join!(
                         send_hello(&mut sink, &payload),
                         receive_hello(&mut source, before)
                     )?;
-                    if skipped > 0 && before == BeforeHello::SkipAndRepeat {
-                        send_hello(&mut sink, &payload).await?;
-                    }
                     peer
                 }
             };
@@ -394,24 +391,17 @@ where
     .map_err(SessionError::from)
 }
 
-/// The peer's hello, and how many frames before it were skipped (only as
-/// `before` allows).
-async fn receive_hello<R>(
-    source: &mut R,
-    before: BeforeHello,
-) -> Result<(Hello, usize), SessionError>
+/// The peer's hello, after the frames before it that `before` lets pass.
+async fn receive_hello<R>(source: &mut R, before: BeforeHello) -> Result<Hello, SessionError>
 where
     R: FuturesStream<Item = Result<Frame, CodecError>> + Unpin,
 {
-    let mut skipped = 0;
     loop {
         match source.next().await {
             None => return Err(SessionError::PeerClosed { goaway: None }),
             Some(Err(e)) => return Err(SessionError::from(e)),
-            Some(Ok(Frame::Control { payload })) => {
-                return Ok((Hello::from_json(&payload)?, skipped));
-            }
-            Some(Ok(_)) if before != BeforeHello::Refuse => skipped += 1,
+            Some(Ok(Frame::Control { payload })) => return Ok(Hello::from_json(&payload)?),
+            Some(Ok(_)) if before == BeforeHello::Skip => {}
             Some(Ok(other)) => return Err(ProtocolError::NoHello(other.frame_type()).into()),
         }
     }
