@@ -151,12 +151,10 @@ impl BoxUrls {
             .vault
             .seal(&Self::owner(id), key.as_bytes())
             .map_err(|e| format!("cannot seal a box URL key: {e}"))?;
-        let mut bytes = sealed.nonce.to_vec();
-        bytes.extend_from_slice(&sealed.ciphertext);
         Ok(NewKey {
             stored: StoredUrlKey {
                 hash: Sha256::digest(key.as_bytes()).to_vec(),
-                sealed: bytes,
+                sealed: sealed.packed(),
             },
             key,
         })
@@ -186,10 +184,9 @@ impl BoxUrls {
     pub fn load(&self, rows: Vec<(BoxId, StoredUrlKey)>) -> usize {
         let mut unreadable = 0;
         for (id, stored) in rows {
-            let (nonce, ciphertext) = stored.sealed.split_at(stored.sealed.len().min(12));
             let key = self
                 .vault
-                .open(&Self::owner(&id), nonce, ciphertext)
+                .open_packed(&Self::owner(&id), &stored.sealed)
                 .ok()
                 .and_then(|plain| String::from_utf8(plain).ok())
                 .filter(|key| Sha256::digest(key.as_bytes()).as_slice() == stored.hash);

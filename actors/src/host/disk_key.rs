@@ -55,9 +55,7 @@ impl HostShared {
             .vault()
             .seal(&sealed_for(id), key.as_bytes())
             .map_err(SecretError::from)?;
-        let mut stored = sealed.nonce.to_vec();
-        stored.extend_from_slice(&sealed.ciphertext);
-        self.store.insert_disk_key(id, &stored)?;
+        self.store.insert_disk_key(id, &sealed.packed())?;
         self.host.set_disk_secret(&secret_uuid(id), &key)?;
         Ok(key)
     }
@@ -70,11 +68,10 @@ impl HostShared {
         let Some(stored) = self.store.disk_key(id)? else {
             return Ok(());
         };
-        let (nonce, ciphertext) = stored.split_at(12.min(stored.len()));
         let plain = self
             .secrets
             .vault()
-            .open(&sealed_for(id), nonce, ciphertext)
+            .open_packed(&sealed_for(id), &stored)
             .map_err(SecretError::from)?;
         let key = DiskKey::from_bytes(&plain)?;
         self.host.set_disk_secret(&secret_uuid(id), &key)?;

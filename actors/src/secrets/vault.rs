@@ -39,6 +39,16 @@ pub struct Sealed {
     pub ciphertext: Vec<u8>,
 }
 
+impl Sealed {
+    /// Nonce, then ciphertext, in one byte string (one `BYTEA` column:
+    /// box URL keys, disk keys); [`Vault::open_packed`] reads it back.
+    pub fn packed(&self) -> Vec<u8> {
+        let mut bytes = self.nonce.to_vec();
+        bytes.extend_from_slice(&self.ciphertext);
+        bytes
+    }
+}
+
 impl Vault {
     pub fn from_key(key: &[u8; 32]) -> Self {
         Self {
@@ -136,6 +146,13 @@ impl Vault {
                 },
             )
             .map_err(|_| VaultError::Decrypt)
+    }
+
+    /// [`Vault::open`] of a [`Sealed::packed`] value (too short is a
+    /// value that does not open).
+    pub fn open_packed(&self, owner: &str, packed: &[u8]) -> Result<Vec<u8>, VaultError> {
+        let (nonce, ciphertext) = packed.split_at(packed.len().min(12));
+        self.open(owner, nonce, ciphertext)
     }
 }
 
