@@ -1,6 +1,8 @@
 //! The server's configuration: defaults that work on one machine, then the file
 //! (`psbx.toml`, or `--config`), then `PSBX_*` environment variables (nested keys
-//! with `__`: `PSBX_TLS__CERT`), `DATABASE_URL`, and last the command-line flags.
+//! with `__`: `PSBX_TLS__CERT`; a list is a TOML array:
+//! `PSBX_BOXES__EGRESS__ONLY='["198.51.100.0/24"]'`), `DATABASE_URL`, and last
+//! the command-line flags.
 //!
 //! figment does the layering; this module holds the shape, the defaults, the
 //! derived values (public URL) and the redacted view `psbx config show` prints.
@@ -845,7 +847,7 @@ impl Config {
         );
         let mut config: Config = figment
             .extract()
-            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            .map_err(|e| ConfigError::Invalid(explained(e)))?;
         if let Some(dir) = &overrides.data_dir {
             config.data_dir = dir.clone();
         }
@@ -958,6 +960,27 @@ impl Config {
             shown.metrics.token = Some("****".to_owned());
         }
         toml::to_string_pretty(&shown).map_err(|e| ConfigError::Invalid(e.to_string()))
+    }
+}
+
+/// figment's message, and the rule it broke when a list setting came from an
+/// environment variable as a bare value (`PSBX_BOXES__EGRESS__ONLY=10.0.0.0/8`
+/// instead of a TOML array).
+fn explained(error: figment::Error) -> String {
+    let text = error.to_string();
+    let bare_list_in_env = error.into_iter().any(|e| {
+        matches!(&e.kind, figment::error::Kind::InvalidType(_, expected) if expected.contains("sequence"))
+            && e.metadata
+                .as_ref()
+                .is_some_and(|m| m.name.contains("environment"))
+    });
+    if bare_list_in_env {
+        format!(
+            "{text}; a list setting in an environment variable is a TOML array, quotes \
+             included: PSBX_BOXES__EGRESS__ONLY='[\"198.51.100.0/24\"]'"
+        )
+    } else {
+        text
     }
 }
 
@@ -1074,6 +1097,35 @@ mod tests {
             let shown = c.redacted_toml().unwrap();
             assert!(!shown.contains("hunter2"), "{shown}");
             assert!(shown.contains("postgres://u:****@db/psbx"), "{shown}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_list_setting_in_the_environment_is_a_toml_array() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env(
+                "PSBX_BOXES__EGRESS__ONLY",
+                r#"["198.51.100.0/24", "203.0.113.7"]"#,
+            );
+            jail.set_env("PSBX_BOXES__POOL_UNIT_SIZES", "[1, 2]");
+            let c = Config::load(None, &Overrides::default()).unwrap();
+            assert_eq!(c.boxes.egress.only, ["198.51.100.0/24", "203.0.113.7"]);
+            assert_eq!(c.boxes.pool_unit_sizes, [1, 2]);
+            // A bare value is not a list: refused, naming the setting.
+            jail.set_env("PSBX_BOXES__EGRESS__ONLY", "198.51.100.0/24");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("BOXES.EGRESS.ONLY"), "{err}");
+            assert!(err.contains("is a TOML array"), "{err}");
+            // Another kind of mistake gets no such advice.
+            jail.set_env("PSBX_BOXES__EGRESS__ONLY", "[]");
+            jail.set_env("PSBX_BOXES__UNIT_VCPUS", "two");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(!err.contains("TOML array"), "{err}");
             Ok(())
         });
     }

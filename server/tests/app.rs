@@ -651,6 +651,46 @@ fn state_with_shots(f: &Fixture) -> (app::AppState, tempfile::TempDir) {
     (common::state_with(f, &config), shots_dir)
 }
 
+/// The accessible names in `html` (labels' text, `aria-label`, `title` and
+/// `alt` attributes) that contain `phrase`, whatever its case: what a label
+/// lookup or a screen reader finds by it.
+fn names_containing(html: &str, phrase: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for attribute in ["aria-label=\"", "title=\"", "alt=\""] {
+        for rest in html.split(attribute).skip(1) {
+            names.push(rest.split('"').next().unwrap_or_default().to_owned());
+        }
+    }
+    for rest in html.split("<label").skip(1) {
+        let inner = rest.split_once('>').map_or("", |(_, inner)| inner);
+        let inner = inner.split("</label>").next().unwrap_or_default();
+        let mut text = String::new();
+        let mut in_tag = false;
+        for c in inner.chars() {
+            match c {
+                '<' => in_tag = true,
+                '>' => in_tag = false,
+                c if !in_tag => text.push(c),
+                _ => {}
+            }
+        }
+        names.push(text.trim().to_owned());
+    }
+    let phrase = phrase.to_lowercase();
+    names.retain(|name| name.to_lowercase().contains(&phrase));
+    names
+}
+
+#[test]
+fn names_containing_reads_labels_and_attributes() {
+    let html = "<label for=\"t\">What is wrong</label><canvas aria-label=\"Circle what is wrong\">\
+                <label><input type=\"radio\"> Phone</label><img alt=\"x\" title=\"What IS wrong?\">";
+    assert_eq!(
+        names_containing(html, "What is wrong"),
+        ["Circle what is wrong", "What IS wrong?", "What is wrong"]
+    );
+}
+
 #[actix_web::test]
 async fn reviews_are_ready_for_you_and_answered_with_drawn_images() {
     let f = signed_fixture();
@@ -692,6 +732,20 @@ async fn reviews_are_ready_for_you_and_answered_with_drawn_images() {
     );
     assert!(page.body.contains("id=\"feedback\""), "{}", page.body);
     assert!(page.body.contains("Waiting for you"), "{}", page.body);
+    // Exactly one control is named by the feedback box's label: the drawing
+    // canvas has a name of its own, so a label lookup finds the text box only.
+    assert!(
+        page.body
+            .contains("<label for=\"item-text\">What is wrong</label>"),
+        "{}",
+        page.body
+    );
+    assert_eq!(
+        names_containing(&page.body, "What is wrong"),
+        ["What is wrong"],
+        "{}",
+        page.body
+    );
 
     let file = b
         .get(&app, &format!("/app/shots/{my_shot}?part=preview"))

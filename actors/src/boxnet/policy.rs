@@ -109,6 +109,31 @@ impl EgressPolicy {
         Ok(self)
     }
 
+    /// The `only` ranges that overlap a network the host is attached to
+    /// (`host`), each with that network: boxes do not reach the overlap,
+    /// since the host's networks are denied before `only` is looked at, unless
+    /// `allow` covers it. Pairs in `only`'s order; an overlap `allow` covers
+    /// whole is left out.
+    pub fn only_hidden_by_host(&self, host: &[Ipv4Net]) -> Vec<(Ipv4Net, Ipv4Net)> {
+        let allowed = Ipv4Net::aggregate(&self.allow);
+        self.only
+            .iter()
+            .flat_map(|only| host.iter().map(move |net| (*only, *net)))
+            .filter(|(only, net)| {
+                if !overlaps(only, net) {
+                    return false;
+                }
+                // Two CIDR ranges that overlap: one holds the other.
+                let overlap = if only.prefix_len() >= net.prefix_len() {
+                    only
+                } else {
+                    net
+                };
+                !allowed.iter().any(|a| a.contains(overlap))
+            })
+            .collect()
+    }
+
     /// Every denied range: the built-in list, the operator's, and `host`
     /// (the host's own networks), merged.
     pub fn denied(&self, host: &[Ipv4Net]) -> Vec<Ipv4Net> {
@@ -228,6 +253,57 @@ mod tests {
                 .unwrap_err();
             assert!(e.contains("boxes.egress.snat"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn only_ranges_the_host_is_attached_to_are_named_unless_allowed() {
+        let net = |s: &str| s.parse::<Ipv4Net>().unwrap();
+        let host = vec![net("192.0.2.0/24"), net("10.233.4.0/30")];
+        let p = EgressPolicy::parse(
+            "boxes.egress",
+            &[],
+            &[],
+            &strings(&["198.51.100.0/24", "192.0.2.128/25", "10.0.0.0/8"]),
+        )
+        .unwrap();
+        assert_eq!(
+            p.only_hidden_by_host(&host),
+            vec![
+                (net("192.0.2.128/25"), net("192.0.2.0/24")),
+                (net("10.0.0.0/8"), net("10.233.4.0/30")),
+            ]
+        );
+        // Allowed whole (here by two adjacent ranges): reachable, not named.
+        let p = EgressPolicy::parse(
+            "boxes.egress",
+            &[],
+            &strings(&["192.0.2.0/25", "192.0.2.128/25"]),
+            &strings(&["192.0.2.0/24", "10.0.0.0/8"]),
+        )
+        .unwrap();
+        assert_eq!(
+            p.only_hidden_by_host(&host),
+            vec![(net("10.0.0.0/8"), net("10.233.4.0/30"))]
+        );
+        // Allowed in part: still named.
+        let p = EgressPolicy::parse(
+            "boxes.egress",
+            &[],
+            &strings(&["192.0.2.0/25"]),
+            &strings(&["192.0.2.0/24"]),
+        )
+        .unwrap();
+        assert_eq!(
+            p.only_hidden_by_host(&host),
+            vec![(net("192.0.2.0/24"), net("192.0.2.0/24"))]
+        );
+        // No allow-list mode, or no network of the host's: nothing to say.
+        assert!(
+            EgressPolicy::default()
+                .only_hidden_by_host(&host)
+                .is_empty()
+        );
+        assert!(p.only_hidden_by_host(&[]).is_empty());
     }
 
     #[test]

@@ -311,7 +311,7 @@ pub async fn show(
              <div id=\"editor\" class=\"editor\" hidden data-ready=\"false\">\
              <p id=\"editor-label\" class=\"muted\"></p>\
              <div class=\"editor-stage\"><img id=\"editor-image\" alt=\"The screenshot you are drawing on\">\
-             <canvas id=\"editor-canvas\" aria-label=\"Draw on the screenshot: circle what is wrong\"></canvas></div>\
+             <canvas id=\"editor-canvas\" aria-label=\"Drawing area: circle the problem on the screenshot\"></canvas></div>\
              <div class=\"buttons\"><button type=\"button\" id=\"undo\">Undo</button>\
              <button type=\"button\" id=\"clear\">Clear</button>\
              <button type=\"button\" id=\"close-editor\">Close without adding</button></div></div>\

@@ -1,6 +1,7 @@
 //! `psbx account set-password` and `psbx login-link`: the two ways a person
-//! signs in on the OAuth authorize page, set up from the operator's shell
-//! straight on the database (the server need not run).
+//! signs in, on the OAuth authorize page and in the app (`<public url>/app`),
+//! set up from the operator's shell straight on the database (the server need
+//! not run).
 
 use crate::config::Config;
 use crate::database::{Database, Opener};
@@ -10,7 +11,8 @@ use std::io::{BufRead, IsTerminal};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum AccountCommand {
-    /// Set the password that signs in to the account on the OAuth authorize page.
+    /// Set the password that signs in to the account on the OAuth authorize page
+    /// and in the app (`<public url>/app`).
     /// Reads it from standard input (first line), or prompts on a terminal.
     SetPassword {
         /// The account's name or id (`acct_...`); may be left out when there
@@ -36,14 +38,33 @@ pub fn run(config: &Config, command: AccountCommand) -> anyhow::Result<()> {
             let account = resolve(store, account.as_deref())?;
             let password = read_password(&account)?;
             store.set_password(&account.id, &password)?;
-            eprintln!(
-                "the password of account {} ({}) is set (browsers signed in to it are signed \
-                 out): sign in with the name {:?} on the page your MCP client opens",
-                account.id, account.name, account.name
-            );
+            eprintln!("{}", password_set(&account, app_url(config).as_deref()));
         }
     }
     Ok(())
+}
+
+/// The app's address when this command can know it: `public_url`, or the
+/// `listen` address when it names a port (`0` is picked at start, unknown here).
+fn app_url(config: &Config) -> Option<String> {
+    (config.public_url.is_some() || config.listen.port() != 0)
+        .then(|| format!("{}/app", config.public_url_for(config.listen)))
+}
+
+/// What `set-password` says once the password is set: where the name and
+/// password sign in (the app at `app_url`, or `/app` of the server when the
+/// address is unknown; and the MCP client's sign-in page).
+fn password_set(account: &Account, app_url: Option<&str>) -> String {
+    let app = match app_url {
+        Some(url) => format!("the app at {url}"),
+        None => "the app (/app of the server)".to_owned(),
+    };
+    format!(
+        "the password of account {} ({}) is set (browsers signed in to it are signed out): \
+         sign in with the name {:?} and this password in {app}, and on the sign-in page \
+         your MCP client opens",
+        account.id, account.name, account.name
+    )
 }
 
 /// `psbx login-link`: prints a one-time sign-in URL.
@@ -107,4 +128,45 @@ fn read_password(account: &Account) -> anyhow::Result<String> {
         bail!("no password on standard input");
     }
     Ok(password)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn account() -> Account {
+        Account {
+            id: psbx_actors::ids::AccountId::parse("acct_abc123").unwrap(),
+            name: "ada".to_owned(),
+            created_at: chrono::Utc::now(),
+        }
+    }
+
+    #[test]
+    fn set_password_names_the_app_and_the_mcp_sign_in_page() {
+        let said = password_set(&account(), Some("https://psbx.example.com/app"));
+        assert!(
+            said.contains("\"ada\"") && said.contains("in the app at https://psbx.example.com/app"),
+            "{said}"
+        );
+        assert!(said.contains("your MCP client opens"), "{said}");
+        let said = password_set(&account(), None);
+        assert!(said.contains("/app of the server"), "{said}");
+    }
+
+    #[test]
+    fn the_app_url_comes_from_the_configuration() {
+        let mut config = Config::default();
+        assert_eq!(
+            app_url(&config).as_deref(),
+            Some("http://127.0.0.1:8080/app")
+        );
+        config.listen = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(app_url(&config), None);
+        config.public_url = Some("https://psbx.example.com/".to_owned());
+        assert_eq!(
+            app_url(&config).as_deref(),
+            Some("https://psbx.example.com/app")
+        );
+    }
 }

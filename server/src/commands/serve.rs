@@ -60,6 +60,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 
     if config.boxes.enabled {
         at_rest(&box_settings, config.boxes.require_encryption)?;
+        if box_settings.network {
+            warn_of_only_ranges_the_host_hides(&box_settings);
+        }
     }
 
     let result: anyhow::Result<()> = actix_web::rt::System::new().block_on(async {
@@ -264,6 +267,30 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<nix::fcntl::Flock<fs::File>> {
     locked.set_len(0)?;
     write!(locked, "{}", std::process::id())?;
     Ok(locked)
+}
+
+/// Warns of each `boxes.egress.only` range boxes cannot reach because the
+/// host is attached to it (its networks are denied to boxes), unless
+/// `boxes.egress.allow` opens it.
+fn warn_of_only_ranges_the_host_hides(settings: &BoxSettings) {
+    use psbx_actors::boxnet::routes;
+    if settings.egress.only.is_empty() {
+        return;
+    }
+    let attached = match routes::attached() {
+        Ok(attached) => attached,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the host's routes to check boxes.egress.only against its networks");
+            return;
+        }
+    };
+    for (only, network) in settings.egress.only_hidden_by_host(&attached) {
+        tracing::warn!(
+            "boxes.egress.only lists {only}, but this host is attached to {network}: boxes cannot \
+             reach the host's own networks, so {only} stays unreachable from boxes where it overlaps \
+             {network}; list it in boxes.egress.allow too to open it"
+        );
+    }
 }
 
 /// Says whether what boxes keep on the host (frozen memory, and disks when
