@@ -186,7 +186,7 @@ impl AppState {
             ),
             oauth: Arc::new(crate::oauth::OAuth::new(
                 &url,
-                config.oauth.loopback_client_metadata,
+                crate::oauth::Documents::from_config(&config.oauth),
             )),
             box_access: psbx_actors::box_access::BoxAccess::new(store.clone()),
             issuer,
@@ -249,6 +249,8 @@ pub fn build(
         .openapi(routes::docs::BaseDocument::openapi())
         .service(routes::health::health)
         .service(routes::docs::document)
+        .service(routes::published::skill_file)
+        .service(routes::published::tools_reference)
         .service(routes::uploads::upload_put)
         .service(routes::connect::connect)
         .service(routes::uploads::upload_post)

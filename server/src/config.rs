@@ -378,13 +378,28 @@ impl QuotasConfig {
 }
 
 /// OAuth sign-in for MCP clients.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct OAuthConfig {
+    /// Accept clients that name themselves by the https URL of a client ID
+    /// metadata document (Claude Code does), which psbx fetches from the
+    /// internet. A server that cannot reach the internet sets it to false: its
+    /// metadata then says it does not support them, and such clients register
+    /// at `/oauth/register` instead.
+    pub client_metadata_documents: bool,
     /// Also accept client ID metadata documents at `http://` URLs on a loopback
     /// host (localhost, 127.0.0.1, [::1]). For tests and local development only:
     /// real clients publish their documents over https.
     pub loopback_client_metadata: bool,
+}
+
+impl Default for OAuthConfig {
+    fn default() -> Self {
+        Self {
+            client_metadata_documents: true,
+            loopback_client_metadata: false,
+        }
+    }
 }
 
 /// The AWS accounts psbx reads ECS services from (`server/src/aws/`).

@@ -23,4 +23,5 @@ pub mod request_span;
 pub mod routes;
 pub mod server_info;
 pub mod shared_dir;
+pub mod skill;
 pub mod tls;

@@ -65,7 +65,14 @@ fn embedded_default_creates_once_survives_restarts_and_crashes() {
         "curl -H \"Authorization: Bearer {key}\" {}/v1/api-keys",
         server.url
     )));
-    assert!(server.banner.contains("mcpServers"), "{}", server.banner);
+    assert!(
+        server.banner.contains(&format!(
+            "claude mcp add --transport http --scope user psbx {}/mcp",
+            server.url
+        )),
+        "{}",
+        server.banner
+    );
     assert!(data.join("pg/data/PG_VERSION").is_file());
     let master_key = std::fs::metadata(data.join("master.key")).expect("the master key file");
     assert_eq!(

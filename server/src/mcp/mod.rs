@@ -28,6 +28,11 @@ pub use schema::flatten as flatten_schema;
 pub use sync::{SyncContext, checked_dest, pack_command, shell_quote, upload_command};
 pub use tools::PsbxMcp;
 
+/// The tools `/mcp` serves, as `tools/list` answers them.
+pub fn tool_list() -> Vec<rmcp::model::Tool> {
+    PsbxMcp::tools()
+}
+
 pub type McpService = StreamableHttpService<PsbxMcp, LocalSessionManager>;
 
 /// Builds the service once, for every worker to share. `origins` are the

@@ -39,7 +39,10 @@ pub struct PsbxMcp {
     pub(super) reviews: Reviews,
 }
 
+/// Field names are camelCase like every other tool's and the REST body's (the
+/// snake_case names earlier schemas showed are still accepted).
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct StartArgs {
     /// A short name for people.
     pub name: Option<String>,
@@ -61,11 +64,13 @@ pub struct StartArgs {
     /// [{name, port, box, targetPort?}].
     pub links: Option<Vec<LinkBody>>,
     /// Where services in external mode forward HTTP to (default: the environment's).
+    #[serde(alias = "external_base_url")]
     pub external_base_url: Option<String>,
     /// The only ports the box's URL reaches (the port in the URL's -<port>;
     /// the bare URL counts as the first declared service's port, else 80);
     /// others get a 404. Default: every port. Give it when sharing a URL, so
     /// the box's databases and admin ports stay out of reach.
+    #[serde(alias = "url_ports")]
     pub url_ports: Option<Vec<u16>>,
     /// The environment (see sandbox_environments) to plug the box into.
     pub environment: Option<String>,
@@ -219,15 +224,8 @@ impl PsbxMcp {
         info: ServerInfo,
         (shots, reviews): (Shots, Reviews),
     ) -> Self {
-        let mut router = Self::tool_router() + Self::sync_router() + Self::review_router();
-        for route in router.map.values_mut() {
-            route.attr.input_schema = Arc::new(schema::flatten(&route.attr.input_schema));
-            if let Some(out) = &route.attr.output_schema {
-                route.attr.output_schema = Some(Arc::new(schema::flatten(out)));
-            }
-        }
         Self {
-            tool_router: Arc::new(router),
+            tool_router: Arc::new(Self::router()),
             boxes,
             sync,
             environments,
@@ -235,6 +233,23 @@ impl PsbxMcp {
             shots,
             reviews,
         }
+    }
+
+    /// Every tool, each schema flattened (the module doc of [`schema`]).
+    fn router() -> ToolRouter<Self> {
+        let mut router = Self::tool_router() + Self::sync_router() + Self::review_router();
+        for route in router.map.values_mut() {
+            route.attr.input_schema = Arc::new(schema::flatten(&route.attr.input_schema));
+            if let Some(out) = &route.attr.output_schema {
+                route.attr.output_schema = Some(Arc::new(schema::flatten(out)));
+            }
+        }
+        router
+    }
+
+    /// The tools as `tools/list` answers them (for the skill's checks).
+    pub fn tools() -> Vec<rmcp::model::Tool> {
+        Self::router().list_all()
     }
 
     #[tool(
@@ -501,5 +516,19 @@ impl PsbxMcp {
     }
 }
 
-#[tool_handler(router = self.tool_router, name = "psbx")]
-impl ServerHandler for PsbxMcp {}
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for PsbxMcp {
+    /// psbx's name and version, and `instructions` pointing at the skill.
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .build(),
+        )
+        .with_server_info(rmcp::model::Implementation::new(
+            "psbx",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(crate::skill::instructions(&self.info.public_url))
+    }
+}

@@ -97,10 +97,18 @@ fn is_localhost_name(name: &str) -> bool {
 }
 
 /// Checks a document URL: https with a path, no fragment or credentials, not
-/// an internal IP literal nor a `localhost` name; or, when `loopback` allows
-/// it, http or https to a loopback host. Names are resolved at fetch time
+/// an internal IP literal nor a `localhost` name; or, when `accepted` allows
+/// loopback documents, http or https to a loopback host; none when it is `Off`. Names are resolved at fetch time
 /// ([`resolve_public`]).
-pub fn check_document_url(client_id: &str, loopback: bool) -> Result<Url, String> {
+pub fn check_document_url(client_id: &str, accepted: super::Documents) -> Result<Url, String> {
+    if accepted == super::Documents::Off {
+        return Err(format!(
+            "client_id {client_id:?}: this server does not fetch client ID metadata documents \
+             (oauth.client_metadata_documents is off: it cannot reach the internet); register \
+             the client at /oauth/register instead"
+        ));
+    }
+    let loopback = accepted.loopback();
     let url = Url::parse(client_id)
         .map_err(|e| format!("client_id {client_id:?} is not a valid URL: {e}"))?;
     let literal: Option<IpAddr> = match url.host() {
@@ -293,7 +301,7 @@ impl OAuth {
             return Err(ClientError::Invalid("client_id is missing".to_owned()));
         }
         if is_document_url(client_id) {
-            let url = check_document_url(client_id, self.loopback_documents)
+            let url = check_document_url(client_id, self.documents_accepted)
                 .map_err(ClientError::Invalid)?;
             if url.as_str() != client_id {
                 return Err(ClientError::Invalid(format!(
@@ -307,7 +315,7 @@ impl OAuth {
                 tracing::info!(%address, "a client metadata document fetch was refused: too many");
                 return Err(ClientError::Throttled(exceeded));
             }
-            let client = fetch_document(url, self.loopback_documents)
+            let client = fetch_document(url, self.documents_accepted.loopback())
                 .await
                 .map_err(ClientError::Invalid)?;
             self.documents.put(client.clone());
@@ -334,19 +342,20 @@ impl OAuth {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Documents::{Off, Public, PublicAndLoopback};
     use super::*;
 
     const URL: &str = "https://app.example.com/oauth/client.json";
 
     #[test]
     fn document_urls_must_be_https_with_a_path() {
-        assert!(check_document_url(URL, false).is_ok());
-        assert!(check_document_url("https://app.example.com/", false).is_err());
-        assert!(check_document_url("https://app.example.com/c#x", false).is_err());
-        assert!(check_document_url("http://app.example.com/c.json", false).is_err());
-        assert!(check_document_url("http://127.0.0.1:9/c.json", false).is_err());
-        assert!(check_document_url("http://127.0.0.1:9/c.json", true).is_ok());
-        assert!(check_document_url("http://app.example.com/c.json", true).is_err());
+        assert!(check_document_url(URL, Public).is_ok());
+        assert!(check_document_url("https://app.example.com/", Public).is_err());
+        assert!(check_document_url("https://app.example.com/c#x", Public).is_err());
+        assert!(check_document_url("http://app.example.com/c.json", Public).is_err());
+        assert!(check_document_url("http://127.0.0.1:9/c.json", Public).is_err());
+        assert!(check_document_url("http://127.0.0.1:9/c.json", PublicAndLoopback).is_ok());
+        assert!(check_document_url("http://app.example.com/c.json", PublicAndLoopback).is_err());
         for internal in [
             "https://127.0.0.1/c.json",
             "https://10.1.2.3/c.json",
@@ -364,9 +373,12 @@ mod tests {
             "https://LOCALHOST./c.json",
             "https://api.localhost/c.json",
         ] {
-            assert!(check_document_url(internal, false).is_err(), "{internal}");
+            assert!(check_document_url(internal, Public).is_err(), "{internal}");
         }
-        assert!(check_document_url("http://localhost:9/c.json", true).is_ok());
+        assert!(check_document_url("http://localhost:9/c.json", PublicAndLoopback).is_ok());
+        // A server that cannot reach the internet takes none, and says what instead.
+        let off = check_document_url(URL, Off).unwrap_err();
+        assert!(off.contains("/oauth/register"), "{off}");
     }
 
     #[actix_rt::test]

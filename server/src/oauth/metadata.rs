@@ -51,6 +51,6 @@ pub fn authorization_server_metadata(oauth: &OAuth) -> serde_json::Value {
         "token_endpoint_auth_methods_supported": ["none"],
         "revocation_endpoint_auth_methods_supported": ["none"],
         "authorization_response_iss_parameter_supported": true,
-        "client_id_metadata_document_supported": true,
+        "client_id_metadata_document_supported": oauth.documents_accepted != super::Documents::Off,
     })
 }

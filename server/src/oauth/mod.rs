@@ -57,14 +57,44 @@ pub struct OAuth {
     pub cookies: Cookies,
     /// The origins the sign-in forms may be posted from.
     pub origins: Vec<String>,
-    /// Accept client metadata documents at `http://` loopback URLs (tests only).
-    pub loopback_documents: bool,
+    /// Which client ID metadata documents are accepted.
+    pub documents_accepted: Documents,
     pub documents: DocumentCache,
     pub throttles: Throttles,
 }
 
+/// Which clients may name themselves by a client ID metadata document URL
+/// (`oauth.client_metadata_documents`, `oauth.loopback_client_metadata`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Documents {
+    /// None: the server cannot fetch them (no internet); clients register.
+    Off,
+    /// Documents at public https URLs.
+    Public,
+    /// Also at `http://` loopback URLs (tests and local development only).
+    PublicAndLoopback,
+}
+
+impl Documents {
+    pub fn from_config(config: &crate::config::OAuthConfig) -> Self {
+        match (
+            config.client_metadata_documents,
+            config.loopback_client_metadata,
+        ) {
+            (false, _) => Self::Off,
+            (true, false) => Self::Public,
+            (true, true) => Self::PublicAndLoopback,
+        }
+    }
+
+    /// Whether documents at loopback URLs are fetched.
+    pub fn loopback(self) -> bool {
+        self == Self::PublicAndLoopback
+    }
+}
+
 impl OAuth {
-    pub fn new(public_url: &str, loopback_documents: bool) -> Self {
+    pub fn new(public_url: &str, documents_accepted: Documents) -> Self {
         let issuer = public_url.trim_end_matches('/').to_owned();
         Self {
             resource: format!("{issuer}/mcp"),
@@ -77,7 +107,7 @@ impl OAuth {
                 secure: issuer.starts_with("https://"),
             },
             origins: origin::allowed_origins(&issuer),
-            loopback_documents,
+            documents_accepted,
             documents: DocumentCache::default(),
             throttles: Throttles::default(),
             issuer,

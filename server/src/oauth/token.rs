@@ -64,7 +64,7 @@ pub async fn token(
     let client_id = required(&ask.client_id, "client_id")?.to_owned();
     // The client must exist (a registered id, or a well-formed document URL).
     if clients::is_document_url(&client_id) {
-        clients::check_document_url(&client_id, oauth.loopback_documents)
+        clients::check_document_url(&client_id, oauth.documents_accepted)
             .map_err(OAuthError::invalid_client)?;
     } else {
         let (store, id) = (store.get_ref().clone(), client_id.clone());

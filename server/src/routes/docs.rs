@@ -181,7 +181,13 @@ fn complete(doc: &mut Value, max_keep: Duration) {
                     "A path segment is not of the documented type (`invalid_path`)",
                 );
             }
-            let open = matches!(path.as_str(), "/v1/health" | "/v1/openapi.json");
+            let open = matches!(
+                path.as_str(),
+                "/v1/health"
+                    | "/v1/openapi.json"
+                    | "/skills/psbx/SKILL.md"
+                    | "/skills/psbx/tools.md"
+            );
             if !open {
                 add_error(
                     operation,

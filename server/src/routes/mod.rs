@@ -1,4 +1,4 @@
-//! The route table. Open routes (health, the OpenAPI document, metrics, the
+//! The route table. Open routes (health, the OpenAPI document, metrics, the skill, the
 //! one-time upload URLs and takeover pages whose token is their credential) are registered by
 //! `app.rs` ahead of the `/v1` scope; every route listed in [`v1`]
 //! sits behind the API key middleware.
@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod oidc;
 pub mod paging;
 pub mod patterns;
+pub mod published;
 pub mod reviews;
 pub mod secrets;
 pub mod shots;

@@ -1,11 +1,19 @@
-//! `psbx mcp install --client claude|codex|cursor|gemini`: the configuration
-//! that connects an MCP client to psbx, in that client's own format, for the
-//! remote Streamable HTTP endpoint (`<url>/mcp`, with the API key or OAuth
-//! sign-in) or the local stdio server (`psbx mcp`). Printed, or with `--write`
-//! merged into the client's file (other entries kept, written atomically).
-//! The API key's value never goes into a file: each client reads it from the
-//! environment variable PSBX_API_KEY through its own reference syntax.
+//! `psbx mcp install --client claude|codex|cursor|gemini`: what connects an MCP
+//! client to psbx, in that client's own terms. With OAuth (the default) it is one
+//! shell line per client ([`connect_line`]) that adds `<url>/mcp` as a remote HTTP
+//! server with the client's own command (Claude Code, Gemini CLI, Codex) or, for
+//! Cursor, which has none, by merging `~/.cursor/mcp.json`; and that downloads the
+//! psbx skill from the server (`/skills/psbx/`, [`crate::skill`]) into the
+//! directory the client reads skills from. No key is involved: the client signs in
+//! when it first connects. The first start of `psbx serve` prints these lines.
+//!
+//! `--auth key` and `--transport stdio` give the API-key configuration instead
+//! (`<url>/mcp` with a bearer token, or the local `psbx mcp`). The key's value
+//! never goes into a file: each client reads it from PSBX_API_KEY through its own
+//! reference syntax. `--write` merges the entry into the client's file (other
+//! entries kept, written atomically) and installs the skill, instead of printing.
 
+use crate::skill;
 use anyhow::{Context, bail};
 use serde_json::{Map, Value, json};
 use std::io::Write;
@@ -33,10 +41,10 @@ pub enum Transport {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Auth {
-    /// The API key in PSBX_API_KEY, sent as a bearer token.
-    Key,
     /// OAuth sign-in by the client (HTTP only; no key in any file or environment).
     Oauth,
+    /// The API key in PSBX_API_KEY, sent as a bearer token.
+    Key,
 }
 
 #[derive(Debug, clap::Args)]
@@ -46,16 +54,17 @@ pub struct InstallArgs {
     pub client: Client,
     #[arg(long, value_enum, default_value = "http")]
     pub transport: Transport,
-    /// How the client authenticates over HTTP.
-    #[arg(long, value_enum, default_value = "key")]
-    pub auth: Auth,
+    /// How the client authenticates (default: oauth over HTTP, key over stdio).
+    #[arg(long, value_enum)]
+    pub auth: Option<Auth>,
     /// The psbx server's URL (its base, e.g. https://psbx.example.com).
     #[arg(long, env = "PSBX_URL")]
     pub url: Option<String>,
     /// The server's name in the client's configuration.
     #[arg(long, default_value = "psbx")]
     pub name: String,
-    /// Merge the entry into the client's configuration file instead of printing it.
+    /// Merge the entry into the client's configuration file and install the
+    /// skill, instead of printing what to run.
     #[arg(long)]
     pub write: bool,
 }
@@ -121,30 +130,20 @@ pub fn plan(
             );
             json!({"type": "http", "url": mcp, "headers": {"Authorization": bearer}})
         }
-        (Client::Claude, Transport::Http, Auth::Oauth) => {
-            notes.push(format!(
-                "or add it with: claude mcp add --transport http psbx {mcp}"
-            ));
-            notes.push("then run /mcp in Claude Code and sign in to psbx".to_owned());
-            json!({"type": "http", "url": mcp})
+        (_, Transport::Http, Auth::Oauth) => {
+            notes.push(sign_in(client));
+            match client {
+                Client::Claude | Client::Gemini => json!({"type": "http", "url": mcp}),
+                Client::Codex | Client::Cursor => json!({"url": mcp}),
+            }
         }
         (Client::Cursor, Transport::Http, Auth::Key) => {
             notes.push(export);
             json!({"url": mcp, "headers": {"Authorization": bearer}})
         }
-        (Client::Cursor, Transport::Http, Auth::Oauth) => {
-            notes.push("Cursor asks you to sign in to psbx when it first connects".to_owned());
-            json!({"url": mcp})
-        }
         (Client::Gemini, Transport::Http, Auth::Key) => {
             notes.push(export);
             json!({"httpUrl": mcp, "headers": {"Authorization": bearer}})
-        }
-        (Client::Gemini, Transport::Http, Auth::Oauth) => {
-            notes.push(
-                "Gemini CLI signs in to psbx when it first connects (/mcp auth psbx)".to_owned(),
-            );
-            json!({"httpUrl": mcp})
         }
         (Client::Codex, Transport::Http, Auth::Key) => {
             notes.push(format!(
@@ -152,11 +151,6 @@ pub fn plan(
                  bearer_token_env_var names the variable, Codex reads the key from it"
             ));
             json!({"url": mcp, "bearer_token_env_var": KEY_VAR})
-        }
-        (Client::Codex, Transport::Http, Auth::Oauth) => {
-            notes.push(format!("or add it with: codex mcp add psbx --url {mcp}"));
-            notes.push("then sign in with: codex mcp login psbx".to_owned());
-            json!({"url": mcp})
         }
         (Client::Codex, Transport::Stdio, _) => {
             notes.push(format!(
@@ -183,6 +177,9 @@ pub fn plan(
         }
     };
     let path = match client {
+        // OAuth holds nothing to share with a project: the user's own file, as
+        // `claude mcp add --scope user` writes it.
+        Client::Claude if auth == Auth::Oauth => home.join(".claude.json"),
         Client::Claude => cwd.join(".mcp.json"),
         Client::Codex => std::env::var_os("CODEX_HOME")
             .map(PathBuf::from)
@@ -309,6 +306,128 @@ pub fn write(client: Client, name: &str, plan: &Plan) -> anyhow::Result<String> 
     Ok(merged)
 }
 
+/// Where a client reads a user's skills, under the home directory: each
+/// client's own directory (Codex's is the shared `~/.agents/skills`, its
+/// `$CODEX_HOME/skills` being deprecated).
+pub fn skill_dir(client: Client) -> String {
+    let base = match client {
+        Client::Claude => ".claude/skills",
+        Client::Codex => ".agents/skills",
+        Client::Cursor => ".cursor/skills",
+        Client::Gemini => ".gemini/skills",
+    };
+    format!("{base}/{}", skill::NAME)
+}
+
+/// How the person signs the client in, once it is configured.
+fn sign_in(client: Client) -> String {
+    match client {
+        Client::Claude => {
+            "sign in: `claude mcp login psbx` (or /mcp in Claude Code, then Authenticate); \
+                           your browser opens psbx's sign-in page"
+                .to_owned()
+        }
+        Client::Codex => {
+            "sign in: `codex mcp login psbx` (codex mcp add starts it by itself when it \
+                          finds psbx's OAuth); your browser opens psbx's sign-in page"
+                .to_owned()
+        }
+        Client::Cursor => {
+            "sign in: Cursor shows psbx as \"Needs login\" in its MCP settings; click it \
+                           and your browser opens psbx's sign-in page"
+                .to_owned()
+        }
+        Client::Gemini => "sign in: Gemini CLI opens psbx's sign-in page when it first connects \
+                           (or /mcp auth psbx in a session)"
+            .to_owned(),
+    }
+}
+
+/// `s` as one shell word: as it is when it holds nothing the shell reads.
+fn word(s: &str) -> String {
+    let plain = s
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./:@%+=,~".contains(c));
+    if plain && !s.is_empty() {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The one line that connects `client` to the server at `url` with OAuth and
+/// installs the skill (what the first start prints, and `psbx mcp install`
+/// without `--write`). `name` is the server's name in the client.
+pub fn connect_line(client: Client, url: &str, name: &str) -> anyhow::Result<String> {
+    let url = url.trim_end_matches('/');
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        bail!(
+            "--url {url:?} is not an http(s) URL: give the psbx server's base URL, e.g. https://psbx.example.com"
+        );
+    }
+    let mcp = word(&endpoint(url));
+    let skill = skill_command(client, url);
+    let name = word(name);
+    Ok(match client {
+        // `add` refuses a name that exists: a second run replaces it.
+        Client::Claude => format!(
+            "{{ claude mcp remove --scope user {name} >/dev/null 2>&1; true; }} && \
+             claude mcp add --transport http --scope user {name} {mcp} && {skill}"
+        ),
+        Client::Gemini => {
+            format!("gemini mcp add --scope user --transport http {name} {mcp} && {skill}")
+        }
+        // Last: with psbx's OAuth found, `codex mcp add` goes on to sign in.
+        Client::Codex => format!("{skill} && codex mcp add {name} --url {mcp}"),
+        // Cursor has no command that adds a server: its file, merged.
+        Client::Cursor => format!(
+            "{skill} && python3 -c 'import json,os,sys; p=os.path.expanduser(\"~/.cursor/mcp.json\"); \
+             d=json.load(open(p)) if os.path.exists(p) else {{}}; \
+             d.setdefault(\"mcpServers\", {{}})[sys.argv[1]]={{\"url\": sys.argv[2]}}; \
+             os.makedirs(os.path.dirname(p), exist_ok=True); json.dump(d, open(p, \"w\"), indent=2)' \
+             {name} {mcp}"
+        ),
+    })
+}
+
+/// The curl command that downloads the skill's files from the server at `url`
+/// (no trailing slash) into the client's skills directory.
+fn skill_command(client: Client, url: &str) -> String {
+    let dir = format!("~/{}", skill_dir(client));
+    let files = skill::FILES
+        .iter()
+        .map(|(file, path)| format!("-o {dir}/{file} {}", word(&format!("{url}{path}"))))
+        .collect::<Vec<_>>()
+        .join(" ");
+    format!("curl -fsSL --create-dirs {files}")
+}
+
+/// Downloads the skill's files from the server into `dir` (replacing what is
+/// there), so the skill is the one the server runs.
+pub fn install_skill(url: &str, dir: &Path) -> anyhow::Result<()> {
+    let url = url.trim_end_matches('/');
+    let http = reqwest::blocking::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()?;
+    for (file, path) in skill::FILES {
+        let from = format!("{url}{path}");
+        let response = http
+            .get(&from)
+            .send()
+            .with_context(|| format!("downloading the skill from {from}: is the server up?"))?;
+        if !response.status().is_success() {
+            bail!(
+                "downloading the skill from {from}: the server answered {}; is this a psbx server \
+                 of a version that serves its skill?",
+                response.status()
+            );
+        }
+        let text = response.text()?;
+        write_atomically(&dir.join(file), &text)?;
+    }
+    Ok(())
+}
+
 pub fn run(args: InstallArgs) -> anyhow::Result<()> {
     let url = args.url.filter(|u| !u.trim().is_empty()).ok_or_else(|| {
         anyhow::anyhow!("no server URL: pass --url https://your-psbx-server (or set PSBX_URL)")
@@ -316,11 +435,16 @@ pub fn run(args: InstallArgs) -> anyhow::Result<()> {
     if args.name.trim().is_empty() || args.name.contains(['.', '"', '\n']) {
         bail!("--name {:?} must be a plain name such as psbx", args.name);
     }
+    let auth = args.auth.unwrap_or(match args.transport {
+        Transport::Http => Auth::Oauth,
+        Transport::Stdio => Auth::Key,
+    });
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .context("HOME is not set: cannot tell where the client's configuration lives")?;
     let cwd = std::env::current_dir()?;
-    let plan = plan(args.client, args.transport, args.auth, &url, &home, &cwd)?;
+    let plan = plan(args.client, args.transport, auth, &url, &home, &cwd)?;
+    let skill_dir = home.join(skill_dir(args.client));
     if args.write {
         write(args.client, &args.name, &plan)?;
         println!(
@@ -328,9 +452,16 @@ pub fn run(args: InstallArgs) -> anyhow::Result<()> {
             args.name,
             plan.path.display()
         );
+        install_skill(&url, &skill_dir)?;
+        println!("installed the psbx skill in {}", skill_dir.display());
+    } else if auth == Auth::Oauth {
+        println!("# run this (or rerun psbx mcp install with --write):");
+        println!("{}", connect_line(args.client, &url, &args.name)?);
     } else {
         println!("# add to {} (or rerun with --write):", plan.path.display());
         print!("{}", snippet(args.client, &args.name, &plan.entry)?);
+        println!("# and install the psbx skill:");
+        println!("{}", skill_command(args.client, url.trim_end_matches('/')));
     }
     for note in &plan.notes {
         println!("# {note}");

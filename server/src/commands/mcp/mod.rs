@@ -9,7 +9,7 @@ mod remote;
 
 use anyhow::anyhow;
 
-pub use install::InstallArgs;
+pub use install::{Client, InstallArgs, connect_line};
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
