@@ -36,13 +36,10 @@ impl ServerInfo {
         region: Option<&str>,
     ) -> Option<String> {
         let template = self.aws_box_role_template_url.as_deref()?;
-        let issuer = self
-            .public_url
-            .split_once("://")
-            .map_or(self.public_url.as_str(), |(_, rest)| rest);
+        let issuer = crate::aws::templates::oidc_provider(&self.public_url);
         quick_create_url(
             template,
-            &format!("psbx-box-role-{env}"),
+            &crate::aws::templates::box_role_stack(env),
             region,
             &[("OidcProvider", issuer), ("Subject", subject)],
         )

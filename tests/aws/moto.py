@@ -30,6 +30,12 @@
       it: {"taskDefinition"}
   moto.py assumed ENDPOINT
       the roles anyone assumed so far, in any account: {"roleArns"}
+  moto.py customer ENDPOINT
+      temporary keys acting in CUSTOMER (for the AWS CLI, standing for the
+      user who runs the commands psbx prints), moto's IAM checks off:
+      {"accessKeyId", "secretAccessKey", "sessionToken", "account"}
+  moto.py auth ENDPOINT on|off
+      moto's IAM checks (trust policies enforced) on or off: {"auth"}
 """
 
 import json
@@ -240,6 +246,19 @@ def revise(endpoint):
     return {"taskDefinition": arn}
 
 
+def customer_keys(endpoint):
+    auth(endpoint, False)
+    keys = client("sts", endpoint).assume_role(
+        RoleArn=f"arn:aws:iam::{CUSTOMER}:role/setup", RoleSessionName="cli"
+    )["Credentials"]
+    return {
+        "accessKeyId": keys["AccessKeyId"],
+        "secretAccessKey": keys["SecretAccessKey"],
+        "sessionToken": keys["SessionToken"],
+        "account": CUSTOMER,
+    }
+
+
 if __name__ == "__main__":
     what, endpoint = sys.argv[1], sys.argv[2]
     if what == "user":
@@ -254,5 +273,10 @@ if __name__ == "__main__":
         print(json.dumps(revise(endpoint)))
     elif what == "assumed":
         print(json.dumps(assumed(endpoint)))
+    elif what == "customer":
+        print(json.dumps(customer_keys(endpoint)))
+    elif what == "auth":
+        auth(endpoint, sys.argv[3] == "on")
+        print(json.dumps({"auth": sys.argv[3]}))
     else:
         sys.exit(f"unknown step {what!r}")

@@ -20,6 +20,10 @@
 //! environment file skipped), another container on request, and `sync`
 //! picks up a new task definition revision; a role without
 //! ecs:DescribeTaskDefinition gets AWS's refusal naming it.
+//!
+//! Issue 31: the `createStackCommand`s psbx prints, run as printed with the
+//! AWS CLI against moto, create the roles (and the connector's ECS service)
+//! from the templates psbx serves itself, and the role read back connects.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use psbx_tests::{ServerProcess, TestDatabase, wait};
@@ -490,5 +494,259 @@ fn roles_in_psbx_s_own_or_denied_accounts_are_refused_before_aws_is_asked() {
         arns.iter()
             .all(|a| !a.contains("111122223333") && !a.contains("444455556666")),
         "moto was asked to assume a refused role: {arns:?}"
+    );
+}
+
+/// The AWS CLI (`scripts/requirements.txt` puts it in the venv), run as
+/// `bash -c <script>` the way a user pastes a printed command: acting in the
+/// customer's account with `keys` (what `moto.py customer` printed), every
+/// AWS call sent to moto, nothing read from this machine's AWS setup, and
+/// no proxy between it and the loopback servers. Its status, stdout, stderr.
+fn shell(
+    moto: &Moto,
+    keys: &Value,
+    home: &std::path::Path,
+    script: &str,
+) -> (bool, String, String) {
+    let venv_bin = psbx_tests::python::python().parent().unwrap().to_path_buf();
+    assert!(
+        venv_bin.join("aws").is_file(),
+        "{} has no aws: run scripts/setup (scripts/requirements.txt installs awscli)",
+        venv_bin.display()
+    );
+    let path = format!(
+        "{}:{}",
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let key = |k: &str| keys[k].as_str().unwrap().to_owned();
+    let out = Command::new("bash")
+        .args(["-c", script])
+        .env("PATH", path)
+        .env("HOME", home)
+        .env("AWS_ENDPOINT_URL", &moto.url)
+        .env("AWS_ACCESS_KEY_ID", key("accessKeyId"))
+        .env("AWS_SECRET_ACCESS_KEY", key("secretAccessKey"))
+        .env("AWS_SESSION_TOKEN", key("sessionToken"))
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_DEFAULT_REGION")
+        .env_remove("AWS_REGION")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy")
+        .env("NO_PROXY", "*")
+        .env("no_proxy", "*")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Issue 31: a fresh installation (no template published to S3) offers the
+/// commands that create the roles from the templates psbx serves itself.
+/// Each printed command is run as printed, with the AWS CLI against moto:
+/// the read-only role's stack is made in the customer's account, its RoleArn
+/// read back with the printed query connects (`PUT /v1/aws`, moto's IAM
+/// checks on, so the template's trust policy — psbx's principal, this
+/// account's ExternalId — is what lets psbx in); the box role's stack makes a
+/// role trusting psbx's OIDC subject for the environment, which the
+/// environment takes. moto's CloudFormation cannot make an
+/// AWS::IAM::OIDCProvider (it skips the resource), so the provider is not
+/// checked here. And the connector's ECS stack, made from psbx's served
+/// template as its comments say, runs the configured image with the token
+/// read from a Secrets Manager secret, never in the task definition.
+#[test]
+fn the_printed_commands_create_the_roles_from_the_templates_psbx_serves() {
+    let moto = Moto::start();
+    let user = moto.setup(&["user", &moto.url]);
+    let identity = psbx_tests::aws::identity(&user);
+    let principal = user["arn"].as_str().unwrap().to_owned();
+    let db = TestDatabase::new();
+    let dir = tempfile::tempdir().unwrap();
+    let image = "registry.example.com/psbx/connector:7";
+    let server = ServerProcess::without_boxes(
+        dir.path(),
+        &db,
+        &[
+            ("PSBX_AWS__ENDPOINT_URL", moto.url.as_str()),
+            ("PSBX_AWS__PRINCIPAL_ARN", principal.as_str()),
+            ("PSBX_CONNECTOR_IMAGE", image),
+        ]
+        .into_iter()
+        .chain(identity.iter().map(|(k, v)| (*k, v.as_str())))
+        .collect::<Vec<_>>(),
+    );
+    let key = server.first_key().expect("a first key");
+    let api = |method: &str, path: &str, body: Option<Value>| {
+        psbx_tests::api::call(&server.url, &key, method, path, body)
+    };
+    let keys = moto.setup(&["customer", &moto.url]);
+    let customer = keys["account"].as_str().unwrap().to_owned();
+    let home = tempfile::tempdir().unwrap();
+    let run = |script: &str| {
+        let (ok, stdout, stderr) = shell(&moto, &keys, home.path(), script);
+        assert!(ok, "{script}\nfailed:\n{stderr}\n{stdout}");
+        stdout
+    };
+
+    // The read-only role.
+    let (status, view) = api("GET", "/v1/aws", None);
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["quickCreateUrl"], Value::Null, "{view}");
+    assert_eq!(view["hint"], Value::Null, "{view}");
+    let create = view["createStackCommand"].as_str().unwrap();
+    assert!(
+        create.contains(&format!("{}/aws/templates/readonly-role.yaml", server.url)),
+        "{create}"
+    );
+    run(create);
+    let role = run(view["roleArnCommand"].as_str().unwrap())
+        .trim()
+        .to_owned();
+    assert!(
+        role.starts_with(&format!("arn:aws:iam::{customer}:role/psbx-readonly-")),
+        "{role}"
+    );
+
+    // The box role, for an environment.
+    assert_eq!(
+        api("POST", "/v1/environments", Some(json!({"name": "dev"}))).0,
+        201
+    );
+    let (_, env) = api("GET", "/v1/environments/dev", None);
+    run(env["awsBoxRoleCreateStackCommand"].as_str().unwrap());
+    let box_role = run(env["awsBoxRoleArnCommand"].as_str().unwrap())
+        .trim()
+        .to_owned();
+    assert!(
+        box_role.starts_with(&format!("arn:aws:iam::{customer}:role/psbx-box-role-dev-")),
+        "{box_role}"
+    );
+    let name = box_role.rsplit('/').next().unwrap();
+    let trust = run(&format!(
+        "aws iam get-role --region us-east-1 --role-name {name} --query Role.AssumeRolePolicyDocument --output json"
+    ));
+    let trust: Value = serde_json::from_str(&trust).unwrap();
+    let issuer = server.url.split_once("://").unwrap().1;
+    let statement = &trust["Statement"][0];
+    assert_eq!(
+        statement["Principal"]["Federated"],
+        format!("arn:aws:iam::{customer}:oidc-provider/{issuer}"),
+        "{trust}"
+    );
+    assert_eq!(
+        statement["Action"], "sts:AssumeRoleWithWebIdentity",
+        "{trust}"
+    );
+    assert_eq!(
+        statement["Condition"]["StringEquals"][format!("{issuer}:sub")],
+        env["awsSubject"],
+        "{trust}"
+    );
+    let (status, updated) = api(
+        "PUT",
+        "/v1/environments/dev",
+        Some(json!({"awsRoleArn": box_role, "awsRegion": "us-east-1"})),
+    );
+    assert_eq!(status, 200, "{updated}");
+    assert_eq!(updated["awsRoleArn"], box_role.as_str(), "{updated}");
+
+    // The connector on ECS, its token in Secrets Manager.
+    let (status, made) = api(
+        "POST",
+        "/v1/environments/dev/connections",
+        Some(json!({"name": "vpc"})),
+    );
+    assert_eq!(status, 201, "{made}");
+    let token = made["token"].as_str().unwrap().to_owned();
+    let secret = run(&format!(
+        "aws secretsmanager create-secret --region us-east-1 --name psbx/connector/dev \
+         --secret-string '{token}' --query ARN --output text"
+    ))
+    .trim()
+    .to_owned();
+    let network = run(
+        "aws ec2 describe-subnets --region us-east-1 --query 'Subnets[0].SubnetId' --output text && \
+         aws ec2 describe-security-groups --region us-east-1 --query 'SecurityGroups[0].GroupId' --output text",
+    );
+    let (subnet, group) = network.trim().split_once('\n').unwrap();
+    let template = home.path().join("psbx-connector-ecs.yaml");
+    run(&format!(
+        "curl -fsSL {url}/aws/templates/connector-ecs.yaml -o {template} && \
+         aws cloudformation create-stack --stack-name psbx-connector-dev --region us-east-1 \
+         --template-body file://{template} --capabilities CAPABILITY_NAMED_IAM \
+         --parameters ParameterKey=TokenSecretArn,ParameterValue={secret} \
+         ParameterKey=Subnets,ParameterValue={subnet} ParameterKey=SecurityGroups,ParameterValue={group}",
+        url = server.url,
+        template = template.display(),
+    ));
+    let outputs = run(
+        "aws cloudformation wait stack-create-complete --stack-name psbx-connector-dev --region us-east-1 && \
+         aws cloudformation describe-stacks --stack-name psbx-connector-dev --region us-east-1 \
+         --query 'Stacks[0].Outputs' --output json",
+    );
+    let outputs: Value = serde_json::from_str(&outputs).unwrap();
+    let output = |k: &str| {
+        outputs
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["OutputKey"] == k)
+            .unwrap_or_else(|| panic!("no {k} in {outputs}"))["OutputValue"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (service, cluster) = (output("ServiceName"), output("ClusterName"));
+    let described = run(&format!(
+        "aws ecs describe-services --region us-east-1 --cluster {cluster} --services {service} \
+         --query 'services[0].[desiredCount,taskDefinition]' --output json"
+    ));
+    let described: Value = serde_json::from_str(&described).unwrap();
+    assert_eq!(described[0], 1, "{described}");
+    let task = run(&format!(
+        "aws ecs describe-task-definition --region us-east-1 --task-definition {} \
+         --query taskDefinition --output json",
+        described[1].as_str().unwrap()
+    ));
+    assert!(
+        !task.contains(&token),
+        "the token is in the task definition: {task}"
+    );
+    let task: Value = serde_json::from_str(&task).unwrap();
+    let container = &task["containerDefinitions"][0];
+    assert_eq!(container["image"], image, "{task}");
+    assert_eq!(
+        container["secrets"],
+        json!([{"name": "PSBX_CONNECTOR_TOKEN", "valueFrom": secret}]),
+        "{task}"
+    );
+
+    // With moto's IAM checks on, the read-only role psbx's template made lets
+    // psbx in: its trust names psbx's principal and this account's ExternalId.
+    moto.setup(&["auth", &moto.url, "on"]);
+    let (status, connected) = api(
+        "PUT",
+        "/v1/aws",
+        Some(json!({"roleArn": role, "region": "us-east-1"})),
+    );
+    assert_eq!(status, 200, "{connected}");
+    assert_eq!(connected["roleArn"], role.as_str(), "{connected}");
+    let assumed = moto.setup(&["assumed", &moto.url]);
+    assert!(
+        assumed["roleArns"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(role)),
+        "{assumed}"
     );
 }

@@ -23,8 +23,13 @@
 //! environment's `awsRoleArn`). psbx's identity should still be a dedicated
 //! principal in an otherwise empty account, allowed only `sts:AssumeRole`,
 //! with an explicit Deny on the operator's own accounts (README).
+//!
+//! The roles themselves are made by the account, from psbx's CloudFormation
+//! templates: [`templates`] builds them into the binary (served at
+//! `/aws/templates/`) with the CLI lines that create them.
 
 pub mod ecs;
+pub mod templates;
 pub mod values;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};

@@ -1,14 +1,21 @@
 //! `/v1/aws`: the account's AWS, connected once (environments.txt, "Import
 //! service settings from AWS"). `GET` gives what the read-only role must
-//! trust — psbx's principal and the account's ExternalId — and a quick-create
-//! link for it; `PUT {roleArn, region}` assumes the role once, and keeps it
-//! only when AWS let psbx in, saying in AWS's terms why not.
+//! trust — psbx's principal and the account's ExternalId — and how to create
+//! it: the AWS CLI line that makes the stack from the template psbx serves
+//! (`aws::templates`), so that a fresh installation offers a way without the
+//! operator publishing anything, the line that prints the role's ARN, and the
+//! console quick-create link when the operator published the template to S3.
+//! Without a principal there is no role to create: the commands are null and
+//! `hint` names the setting the operator sets. `PUT {roleArn, region}`
+//! assumes the role once, and keeps it only when AWS let psbx in, saying in
+//! AWS's terms why not.
 //! `GET /v1/aws/ecs/services` lists what the connected role can see; the
 //! imports that read one of them are in `imports`.
 
 use crate::auth::Auth;
-use crate::aws::{Aws, AwsError, READ_ONLY_ACTIONS, Session};
+use crate::aws::{Aws, AwsError, READ_ONLY_ACTIONS, Session, templates};
 use crate::error::ApiError;
+use crate::server_info::ServerInfo;
 use actix_web::http::StatusCode;
 use actix_web::{get, put, web};
 use chrono::{DateTime, Utc};
@@ -30,8 +37,27 @@ pub struct AwsView {
     /// when the operator has not configured `aws.principal_arn`).
     pub principal_arn: Option<String>,
     /// A CloudFormation quick-create link for the read-only role, its
-    /// parameters filled in (null unless the operator published the template).
+    /// parameters filled in (null unless the operator published the template
+    /// to S3, `aws.readonly_role_template_url`, and set `aws.principal_arn`).
     pub quick_create_url: Option<String>,
+    /// Where this server serves the read-only role's CloudFormation template
+    /// (`<public url>/aws/templates/readonly-role.yaml`, no credential).
+    pub template_url: String,
+    /// A shell command line that downloads that template with curl and
+    /// creates the stack `psbx-readonly` with the AWS CLI (`aws cloudformation
+    /// create-stack`), every parameter filled in (TrustedPrincipal,
+    /// ExternalId) and values shell-quoted, in the connected region (else
+    /// us-east-1: IAM roles are global). Run it with credentials of the AWS
+    /// account whose services you import. Null while `principalArn` is (see
+    /// `hint`).
+    pub create_stack_command: Option<String>,
+    /// A shell command line that waits for that stack and prints its RoleArn
+    /// output: the `roleArn` to `PUT`. Null while `principalArn` is.
+    pub role_arn_command: Option<String>,
+    /// Why there is nothing to create yet, and who can change it: set when
+    /// the operator has not configured `aws.principal_arn`
+    /// (`PSBX_AWS__PRINCIPAL_ARN`); null otherwise.
+    pub hint: Option<String>,
     /// What the role must allow.
     pub required_actions: Vec<String>,
     /// The connected role, once `PUT` succeeded.
@@ -65,8 +91,13 @@ impl From<AwsError> for ApiError {
     }
 }
 
+/// What `hint` says while psbx has no principal for roles to trust.
+const NO_PRINCIPAL: &str = "this server has no AWS identity for a role to trust, so there is no role to create yet: \
+     the operator sets aws.principal_arn (PSBX_AWS__PRINCIPAL_ARN) to the server's AWS principal and gives the server its credentials";
+
 async fn view(
     aws: &Aws,
+    info: &ServerInfo,
     secrets: &Secrets,
     store: &Store,
     account: &AccountId,
@@ -74,9 +105,15 @@ async fn view(
     let external_id = Aws::external_id(&secrets.vault(), account);
     let (s, a) = (store.clone(), account.clone());
     let row = blocking(move || s.account_aws(&a)).await?;
+    let region = row.as_ref().map(|r| r.region.as_str());
+    let commands =
+        templates::readonly_role(&info.public_url, aws.principal_arn(), &external_id, region);
     Ok(AwsView {
-        quick_create_url: aws
-            .quick_create_url(&external_id, row.as_ref().map(|r| r.region.as_str())),
+        quick_create_url: aws.quick_create_url(&external_id, region),
+        template_url: templates::template_url(&info.public_url, templates::READONLY_ROLE_FILE),
+        hint: commands.is_none().then(|| NO_PRINCIPAL.to_owned()),
+        create_stack_command: commands.as_ref().map(|c| c.create.clone()),
+        role_arn_command: commands.map(|c| c.role_arn),
         external_id,
         principal_arn: aws.principal_arn().map(str::to_owned),
         required_actions: READ_ONLY_ACTIONS.iter().map(|a| (*a).to_owned()).collect(),
@@ -96,11 +133,12 @@ async fn view(
 pub async fn get(
     Auth(who): Auth,
     aws: web::Data<Aws>,
+    info: web::Data<ServerInfo>,
     secrets: web::Data<Secrets>,
     store: web::Data<Store>,
 ) -> Result<web::Json<AwsView>, ApiError> {
     Ok(web::Json(
-        view(&aws, &secrets, &store, &who.account_id).await?,
+        view(&aws, &info, &secrets, &store, &who.account_id).await?,
     ))
 }
 
@@ -120,6 +158,7 @@ pub async fn get(
 pub async fn put(
     Auth(who): Auth,
     aws: web::Data<Aws>,
+    info: web::Data<ServerInfo>,
     secrets: web::Data<Secrets>,
     store: web::Data<Store>,
     body: web::Json<ConnectAws>,
@@ -153,7 +192,7 @@ pub async fn put(
     let (s, a) = (store.get_ref().clone(), who.account_id.clone());
     blocking(move || s.put_account_aws(&a, &body.role_arn, &body.region)).await?;
     Ok(web::Json(
-        view(&aws, &secrets, &store, &who.account_id).await?,
+        view(&aws, &info, &secrets, &store, &who.account_id).await?,
     ))
 }
 
@@ -203,7 +242,7 @@ pub(crate) async fn session(
             "aws_not_connected",
             "this account has not connected its AWS yet",
         )
-        .hint("create the read-only role (GET /v1/aws gives its quick-create link), then PUT /v1/aws {roleArn, region}"));
+        .hint("create the read-only role (GET /v1/aws gives the command that creates it), then PUT /v1/aws {roleArn, region}"));
     };
     let external_id = Aws::external_id(&secrets.vault(), account);
     aws.assume(

@@ -187,6 +187,9 @@ fn complete(doc: &mut Value, max_keep: Duration) {
                     | "/v1/openapi.json"
                     | "/skills/psbx/SKILL.md"
                     | "/skills/psbx/tools.md"
+                    | "/aws/templates/readonly-role.yaml"
+                    | "/aws/templates/box-role.yaml"
+                    | "/aws/templates/connector-ecs.yaml"
             );
             if !open {
                 add_error(

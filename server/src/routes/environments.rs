@@ -172,6 +172,21 @@ pub struct EnvironmentView {
     /// A CloudFormation quick-create link for the boxes' role (when the operator
     /// configured the template's location).
     pub aws_box_role_quick_create_url: Option<String>,
+    /// Where this server serves the boxes' role's CloudFormation template
+    /// (`<public url>/aws/templates/box-role.yaml`, no credential).
+    pub aws_box_role_template_url: String,
+    /// A shell command line that downloads that template with curl and
+    /// creates the stack `psbx-box-role-<environment>` (characters other than
+    /// letters and digits as '-') with the AWS CLI, its parameters filled in
+    /// (OidcProvider: this server; Subject: `awsSubject`; CreateProvider
+    /// "true": change it to "false" when your AWS account has psbx's OIDC
+    /// provider already, as after another environment's stack), values
+    /// shell-quoted, in `awsRegion` (else us-east-1). Run it with credentials
+    /// of the AWS account the boxes should act in.
+    pub aws_box_role_create_stack_command: String,
+    /// A shell command line that waits for that stack and prints its RoleArn
+    /// output: the `awsRoleArn` to `PUT`.
+    pub aws_box_role_arn_command: String,
     pub aws_role_arn: Option<String>,
     pub aws_region: Option<String>,
     pub created_at: DateTime<Utc>,
@@ -191,6 +206,12 @@ impl EnvironmentView {
             .flat_map(|(c, _)| c.record.endpoints.iter().map(EndpointView::from))
             .collect();
         let subject = psbx_actors::box_role::subject(&r.account_id, &r.name);
+        let commands = crate::aws::templates::box_role(
+            &info.public_url,
+            &r.name,
+            &subject,
+            r.aws_region.as_deref(),
+        );
         Self {
             name: r.name.clone(),
             reachable,
@@ -203,6 +224,12 @@ impl EnvironmentView {
                 &subject,
                 r.aws_region.as_deref(),
             ),
+            aws_box_role_template_url: crate::aws::templates::template_url(
+                &info.public_url,
+                crate::aws::templates::BOX_ROLE_FILE,
+            ),
+            aws_box_role_create_stack_command: commands.create,
+            aws_box_role_arn_command: commands.role_arn,
             aws_subject: subject,
             aws_role_arn: r.aws_role_arn.clone(),
             aws_region: r.aws_region.clone(),
