@@ -2,9 +2,12 @@
 //! serve` prints on its first start for each client, taken from that banner and
 //! run as written in a scratch home directory, then the real client (Claude Code,
 //! Gemini CLI and Codex from npm, `tests/clients/`) lists psbx, signs in with
-//! OAuth through psbx's sign-in page, and connects. Cursor has no command-line
-//! client here: its line is checked by the file it writes. No VM: the tools are
-//! listed, not called.
+//! OAuth through psbx's sign-in page, and connects: Claude Code with `claude mcp
+//! login`, Codex as its `mcp add` goes on to sign in, Gemini CLI with `/mcp auth
+//! psbx` in a session the test types into (tmux). The person's browser is
+//! `mcp/sign_in.py`, given the URL the client asked a browser to open. Cursor has
+//! no command-line client here: its line is checked by the file it writes. No VM:
+//! the tools are listed, not called.
 //!
 //! The clients run in a network namespace the test made (only a veth to the
 //! host): whatever else they try to reach (their makers' telemetry, model APIs)
@@ -374,17 +377,120 @@ fn codex_one_line_signs_in_and_lists_psbx_with_oauth() {
     assert!(row.trim_end().ends_with("OAuth"), "{row}");
 }
 
+/// Gemini CLI in a terminal the test drives (tmux in the namespace, its socket
+/// in the scratch home so parallel tests do not share a server).
+struct Session {
+    socket: PathBuf,
+}
+
+impl Session {
+    fn start(s: &Setup, home: &Path, program: &[&str]) -> Self {
+        let socket = home.join("tmux.sock");
+        let client = s.client(home, program[0], &program[1..]);
+        // `ip netns exec NS env -i ... program`: the same command, as tmux's.
+        let line: Vec<String> = std::iter::once(client.get_program())
+            .chain(client.get_args())
+            .map(|a| shell_word(&a.to_string_lossy()))
+            .collect();
+        let out = Command::new("tmux")
+            .arg("-S")
+            .arg(&socket)
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                "psbx",
+                "-x",
+                "250",
+                "-y",
+                "60",
+                "-c",
+            ])
+            .arg(home)
+            .arg(line.join(" "))
+            .output()
+            .expect("running tmux (scripts/setup installs it)");
+        assert!(out.status.success(), "tmux: {}", text(&out));
+        Self { socket }
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The screen, and what scrolled off it.
+    fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-J", "-S", "-200", "-t", "psbx"])
+    }
+
+    fn wait_for(&self, what: &str) -> String {
+        wait::within(Duration::from_secs(60), || {
+            let screen = self.screen();
+            screen.contains(what).then_some(screen)
+        })
+        .unwrap_or_else(|| panic!("{what:?} never showed:\n{}", self.screen()))
+    }
+
+    /// Types `line` at the prompt and, once the prompt shows it, presses Enter
+    /// (an Enter in the same burst as the text is taken as part of a paste).
+    fn type_line(&self, line: &str) {
+        self.tmux(&["send-keys", "-t", "psbx", "-l", line]);
+        self.wait_for(&format!("> {line}"));
+        self.tmux(&["send-keys", "-t", "psbx", "Enter"]);
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.tmux(&["kill-server"]);
+    }
+}
+
+/// `s` as one word for the shell tmux runs its command with.
+fn shell_word(s: &str) -> String {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The sign-in URL Gemini CLI prints, which it wraps over lines itself.
+fn printed_url(screen: &str, prefix: &str) -> String {
+    let mut url = String::new();
+    for line in screen.lines().map(str::trim) {
+        if url.is_empty() {
+            if let Some(at) = line.find(prefix) {
+                url.push_str(&line[at..]);
+            }
+        } else if line.is_empty() || line.contains(' ') {
+            break;
+        } else {
+            url.push_str(line);
+        }
+    }
+    assert!(!url.is_empty(), "no {prefix} URL on the screen:\n{screen}");
+    url
+}
+
 #[test]
-fn gemini_cli_one_line_configures_psbx_and_the_skill() {
+fn gemini_cli_one_line_then_sign_in_in_a_session_and_connect() {
     let s = Setup::start();
     let line = s.line("Gemini CLI");
     let home = s.home();
     s.run_line(home.path(), &line);
     s.assert_skill_in(&home.path().join(".gemini/skills/psbx"));
-    let settings: Value = serde_json::from_str(
-        &std::fs::read_to_string(home.path().join(".gemini/settings.json")).unwrap(),
-    )
-    .unwrap();
+    let file = home.path().join(".gemini/settings.json");
+    let mut settings: Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(
         settings["mcpServers"]["psbx"],
         serde_json::json!({"type": "http", "url": format!("{}/mcp", s.url)}),
@@ -394,26 +500,53 @@ fn gemini_cli_one_line_configures_psbx_and_the_skill() {
     assert!(ok, "{skills}");
     assert!(skills.contains("psbx [Enabled]"), "{skills}");
 
-    // The person trusts the folder they work in (Gemini CLI asks once);
-    // untrusted, it connects to no server at all.
+    // The person's own Gemini CLI set-up, nothing of psbx's: the folder they work
+    // in trusted (untrusted, it connects to no server at all) and how they sign in
+    // to Gemini itself (a key that goes nowhere here).
     std::fs::write(
         home.path().join(".gemini/trustedFolders.json"),
         serde_json::json!({ home.path().to_str().unwrap(): "TRUST_FOLDER" }).to_string(),
     )
     .unwrap();
-    // Gemini CLI signs in only inside a session (`/mcp auth psbx`); its list
-    // reaches psbx, which asks for a sign-in.
+    settings["security"] = serde_json::json!({"auth": {"selectedType": "gemini-api-key"}});
+    std::fs::write(&file, settings.to_string()).unwrap();
+
+    // Before signing in, its list reaches psbx and is asked to.
     let before = s.unauthorized_mcp_calls();
     let (ok, list) = s.run(home.path(), "gemini", &["mcp", "list"]);
     assert!(ok, "{list}");
     assert!(
-        list.contains(&format!("psbx: {}/mcp (http)", s.url)),
+        list.contains(&format!("psbx: {}/mcp (http) - Disconnected", s.url)),
         "{list}"
     );
     wait::until(
-        "psbx to log the 401 it answered Gemini CLI",
+        "psbx to log the 401 it answered",
         Duration::from_secs(10),
         || (s.unauthorized_mcp_calls() > before).then_some(()),
+    );
+
+    // Gemini CLI signs in inside a session: /mcp auth psbx.
+    {
+        let session = Session::start(
+            &s,
+            home.path(),
+            &["env", "GEMINI_API_KEY=not-used", "gemini"],
+        );
+        session.wait_for("Type your message");
+        session.type_line("/mcp auth psbx");
+        session.wait_for("Do you want to continue?");
+        session.tmux(&["send-keys", "-t", "psbx", "Enter"]);
+        let screen = session.wait_for("oauth/authorize?");
+        let url = printed_url(&screen, &format!("{}/oauth/authorize?", s.url));
+        std::fs::write(home.path().join("browser-urls"), format!("{url}\n")).unwrap();
+        s.sign_in_from_browser(home.path());
+        session.wait_for("Successfully authenticated");
+    }
+    let (ok, list) = s.run(home.path(), "gemini", &["mcp", "list"]);
+    assert!(ok, "{list}");
+    assert!(
+        list.contains(&format!("✓ psbx: {}/mcp (http) - Connected", s.url)),
+        "{list}"
     );
 }
 
