@@ -25,6 +25,8 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from agent_calls import call, must
+
 URL, KEY, MODE = sys.argv[1:4]
 
 PAGE = """<!doctype html><html><head><style>
@@ -40,30 +42,6 @@ def http_client():
         headers={"Authorization": f"Bearer {KEY}"},
         timeout=httpx2.Timeout(60.0, read=900.0),
     )
-
-
-async def call(c, name, args, progress=None):
-    async def on_progress(value, total, message):
-        if progress is not None:
-            progress.append(message)
-
-    result = await c.call_tool(name, args, progress_callback=on_progress)
-    return {
-        "error": result.is_error,
-        "texts": [x.text for x in result.content if getattr(x, "type", "") == "text"],
-        "images": [
-            {"data": x.data, "mime": getattr(x, "mime_type", None) or getattr(x, "mimeType", None)}
-            for x in result.content
-            if getattr(x, "type", "") == "image"
-        ],
-        "value": result.structured_content,
-    }
-
-
-def must(result, what):
-    if result["error"]:
-        raise SystemExit(f"{what} failed: {result['texts']}")
-    return result
 
 
 async def shots(c):

@@ -225,6 +225,31 @@ impl Netns {
         log
     }
 
+    /// Serves the files under `dir` over HTTP on `addr:port` (Python's
+    /// `http.server`, "dumb" HTTP for git repositories too) and waits until
+    /// it answers; returns its index for [`Netns::kill`].
+    pub fn serve_files(&mut self, addr: Ipv4Addr, port: u16, dir: &std::path::Path) -> usize {
+        let mut http = self.command("python3");
+        http.args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            &addr.to_string(),
+            "--directory",
+        ])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        let index = self.spawn(http);
+        crate::wait::until(
+            &format!("the file server on {addr}:{port} in {}", self.name),
+            std::time::Duration::from_secs(10),
+            || std::net::TcpStream::connect((addr, port)).ok(),
+        );
+        index
+    }
+
     /// A command that runs inside the namespace.
     pub fn command(&self, program: &str) -> Command {
         let mut cmd = Command::new("ip");

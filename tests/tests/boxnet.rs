@@ -579,29 +579,12 @@ fn the_production_image_its_tools_and_the_box_network() {
          git commit -qm first && cd .. && git clone -q --bare src repo.git && \
          git -C repo.git update-server-info && echo 'hello from the internet' > hello.txt",
     );
-    let mut http = internet.command("python3");
-    http.args([
-        "-m",
-        "http.server",
-        "80",
-        "--bind",
-        &web.to_string(),
-        "--directory",
-    ])
-    .arg(site.path())
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null());
-    internet.spawn(http);
+    internet.serve_files(web, 80, site.path());
     // Dropped after the namespace (which kills the server first).
     let pgdir = tempfile::tempdir().unwrap();
     let mut office = Netns::new(&[("db.internal", "127.0.0.1")]);
     let unlisted = office.listener(office.ns_ip, 9443, "unlisted");
     dev_postgres(&mut office, pgdir.path());
-    wait::until(
-        "the web server in the namespace",
-        Duration::from_secs(10),
-        || std::net::TcpStream::connect((web, 80)).ok(),
-    );
     unlisted.assert_answers_the_host();
     range_listener.assert_answers_the_host();
 

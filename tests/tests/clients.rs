@@ -577,6 +577,20 @@ fn cursor_one_line_merges_its_file_and_installs_the_skill() {
 fn mcp_install_write_configures_each_client_and_installs_the_skill() {
     let s = Setup::start();
     let home = s.home();
+    // A server that does not answer: refused before the client's file changes.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let out = Command::new(binary("psbx"))
+        .args([
+            "mcp", "install", "--client", "cursor", "--write", "--url", &nowhere,
+        ])
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("is the server up?"), "{}", text(&out));
+    assert!(!home.path().join(".cursor").exists());
     for (client, skill_dir) in [
         ("claude", ".claude/skills/psbx"),
         ("codex", ".agents/skills/psbx"),

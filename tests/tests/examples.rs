@@ -127,24 +127,7 @@ fn the_examples_in_a_box_and_the_first_task_from_a_repo() {
     let site = tempfile::tempdir().unwrap();
     publish(site.path(), "notes");
     publish(site.path(), "shop");
-    let mut http = internet.command("python3");
-    http.args([
-        "-m",
-        "http.server",
-        "80",
-        "--bind",
-        &web.to_string(),
-        "--directory",
-    ])
-    .arg(site.path())
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null());
-    internet.spawn(http);
-    wait::until(
-        "the git host in the namespace",
-        Duration::from_secs(10),
-        || std::net::TcpStream::connect((web, 80)).ok(),
-    );
+    internet.serve_files(web, 80, site.path());
 
     let s = BoxServer::start(&format!(
         "pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true\nimage = \"debian\"\n\

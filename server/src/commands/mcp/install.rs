@@ -403,12 +403,14 @@ fn skill_command(client: Client, url: &str) -> String {
 }
 
 /// Downloads the skill's files from the server into `dir` (replacing what is
-/// there), so the skill is the one the server runs.
+/// there), so the skill is the one the server runs. Every file is downloaded
+/// before any is written: a failed download leaves `dir` as it was.
 pub fn install_skill(url: &str, dir: &Path) -> anyhow::Result<()> {
     let url = url.trim_end_matches('/');
     let http = reqwest::blocking::Client::builder()
         .timeout(std::time::Duration::from_secs(30))
         .build()?;
+    let mut files = Vec::new();
     for (file, path) in skill::FILES {
         let from = format!("{url}{path}");
         let response = http
@@ -422,7 +424,9 @@ pub fn install_skill(url: &str, dir: &Path) -> anyhow::Result<()> {
                 response.status()
             );
         }
-        let text = response.text()?;
+        files.push((file, response.text()?));
+    }
+    for (file, text) in files {
         write_atomically(&dir.join(file), &text)?;
     }
     Ok(())
@@ -446,14 +450,16 @@ pub fn run(args: InstallArgs) -> anyhow::Result<()> {
     let plan = plan(args.client, args.transport, auth, &url, &home, &cwd)?;
     let skill_dir = home.join(skill_dir(args.client));
     if args.write {
+        // The skill first: it fails when the server cannot be reached, before
+        // any of the client's files changed.
+        install_skill(&url, &skill_dir)?;
+        println!("installed the psbx skill in {}", skill_dir.display());
         write(args.client, &args.name, &plan)?;
         println!(
             "wrote the {} entry into {} (other entries kept)",
             args.name,
             plan.path.display()
         );
-        install_skill(&url, &skill_dir)?;
-        println!("installed the psbx skill in {}", skill_dir.display());
     } else if auth == Auth::Oauth {
         println!("# run this (or rerun psbx mcp install with --write):");
         println!("{}", connect_line(args.client, &url, &args.name)?);
