@@ -1,6 +1,7 @@
 //! Git repositories made by tests: a shell script run in a directory with a
-//! fixed author (so commits work on a machine without git configuration), and
-//! the file names of a tar stream, for comparing what a sync packed.
+//! fixed author (so commits work on a machine without git configuration), a
+//! copy of a directory of the project to make one from, and the file names of
+//! a tar stream, for comparing what a sync packed.
 
 use std::path::Path;
 use std::process::Command;
@@ -23,6 +24,22 @@ pub fn sh(dir: &Path, script: &str) -> Vec<u8> {
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
+}
+
+/// Copies the directory `from` to `to` (made), without Python's caches.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("making the copy's directory");
+    for entry in std::fs::read_dir(from).expect("reading the directory") {
+        let entry = entry.expect("a directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("its type").is_dir() {
+            if entry.file_name() != "__pycache__" {
+                copy_dir(&entry.path(), &target);
+            }
+        } else {
+            std::fs::copy(entry.path(), target).expect("copying a file");
+        }
+    }
 }
 
 /// The sorted names of the files (not directories) in a tar stream.

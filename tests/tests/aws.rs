@@ -26,56 +26,10 @@
 //! from the templates psbx serves itself, and the role read back connects.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use psbx_tests::{ServerProcess, TestDatabase, wait};
+use psbx_tests::aws::Moto;
+use psbx_tests::{ServerProcess, TestDatabase};
 use serde_json::{Value, json};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
-/// moto's server, stopped when dropped.
-struct Moto {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Moto {
-    /// moto's server as `tests/aws/moto_sts.py` runs it (its trust checks
-    /// hold across accounts).
-    fn start() -> Self {
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("aws/moto_sts.py");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(psbx_tests::python::python())
-            .arg(&script)
-            .args(["127.0.0.1", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let moto = Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-        };
-        wait::until("moto's server", Duration::from_secs(30), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-        });
-        moto
-    }
-
-    /// `tests/aws/moto.py <args>`: what it printed.
-    fn setup(&self, args: &[&str]) -> Value {
-        psbx_tests::aws::setup(args)
-    }
-}
+use std::process::Command;
 
 #[test]
 fn an_account_connects_its_role_then_imports_ecs_settings_and_syncs_them() {

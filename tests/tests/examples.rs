@@ -44,7 +44,7 @@ fn repo_root() -> PathBuf {
 /// files ("dumb" HTTP), as a repository host would serve it.
 fn publish(site: &Path, name: &str) {
     let src = site.join(format!("{name}-src"));
-    copy_dir(&repo_root().join("examples").join(name), &src);
+    psbx_tests::git::copy_dir(&repo_root().join("examples").join(name), &src);
     psbx_tests::git::sh(
         site,
         &format!(
@@ -53,21 +53,6 @@ fn publish(site: &Path, name: &str) {
              rm -rf {name}-src"
         ),
     );
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            if entry.file_name() != "__pycache__" {
-                copy_dir(&entry.path(), &target);
-            }
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// A client that sends every request for a box URL's host to the server.

@@ -72,6 +72,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use psbx_tests::aws::Moto;
 use psbx_tests::dev::Api;
 use psbx_tests::netns::Netns;
 use psbx_tests::vm::BoxServer;
@@ -366,44 +367,6 @@ impl Drop for Bash {
 
 // ---- The world the doc assumes ---------------------------------------------
 
-/// moto's server on loopback, stopped when dropped.
-struct Moto {
-    child: Child,
-    url: String,
-}
-
-impl Moto {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(psbx_tests::python::python())
-            .arg(root().join("tests/aws/moto_sts.py"))
-            .args(["127.0.0.1", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let moto = Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-        };
-        wait::until("moto's server", Duration::from_secs(30), || {
-            TcpStream::connect(("127.0.0.1", port)).ok()
-        });
-        moto
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A real PostgreSQL in the VPC's namespace, on `DB_ADDR:5432`, with the
 /// roles and data the doc's settings name; stopped (fast) when dropped, before
 /// the namespace goes.
@@ -640,7 +603,7 @@ fn office_certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 
 /// `tests/team_setup/<name>` as a git repository at `to` (a teammate's checkout).
 fn checkout(name: &str, to: &Path, extra: &[(&str, &Path)]) {
-    copy_dir(&files().join(name), to);
+    psbx_tests::git::copy_dir(&files().join(name), to);
     for (file, from) in extra {
         std::fs::copy(from, to.join(file)).unwrap();
     }
@@ -649,21 +612,6 @@ fn checkout(name: &str, to: &Path, extra: &[(&str, &Path)]) {
         "git init -q -b main && git add -A && \
          git -c user.name=dev -c user.email=dev@example.com commit -qm 'refunds'",
     );
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            if entry.file_name() != "__pycache__" {
-                copy_dir(&entry.path(), &target);
-            }
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 fn require(program: &str, what: &str) {
