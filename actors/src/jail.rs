@@ -1,4 +1,4 @@
-//! A jail per box (DESIGN.md §6), the way Firecracker's jailer gives each
+//! A jail per box (DESIGN.md §6a), the way Firecracker's jailer gives each
 //! microVM a uid of its own: every box's QEMU process runs as a uid no other
 //! box has, so a box whose QEMU (or slirp in it) is escaped can neither read
 //! nor write another box's disk, saved memory, console or channel socket, nor

@@ -1,4 +1,4 @@
-//! The box network (DESIGN.md §6): what a box with a network card reaches —
+//! The box network (DESIGN.md §6a): what a box with a network card reaches —
 //! the public internet, and nothing of the host's — enforced on the host,
 //! where root in the box cannot undo it.
 //!

@@ -1,4 +1,4 @@
-//! What boxes may reach (DESIGN.md §6): the public internet, and nothing of
+//! What boxes may reach (DESIGN.md §6a): the public internet, and nothing of
 //! the host's. The built-in deny list ([`DENIED`]), the operator's own extra
 //! denied ranges, the ranges they let boxes reach after all (`allow`, say an
 //! internal package mirror), and the allow-list mode (`only`: boxes reach
