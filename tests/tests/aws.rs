@@ -31,35 +31,67 @@ use psbx_tests::{ServerProcess, TestDatabase};
 use serde_json::{Value, json};
 use std::process::Command;
 
+/// psbx without boxes whose AWS identity is a moto IAM user (its key in the
+/// server's environment, as the SDK's default chain finds it) and whose
+/// `aws.principal_arn` is that user, with `settings` beside. Dropped in field
+/// order: the server, then its database and data directory.
+struct Served {
+    server: ServerProcess,
+    key: String,
+    principal: String,
+    db: TestDatabase,
+    dir: tempfile::TempDir,
+}
+
+impl Served {
+    fn start(moto: &Moto, settings: &[(&str, &str)]) -> Self {
+        let user = moto.setup(&["user", &moto.url]);
+        let identity = psbx_tests::aws::identity(&user);
+        let principal = user["arn"].as_str().unwrap().to_owned();
+        let db = TestDatabase::new();
+        let dir = tempfile::tempdir().unwrap();
+        let envs: Vec<(&str, &str)> = [
+            ("PSBX_AWS__ENDPOINT_URL", moto.url.as_str()),
+            ("PSBX_AWS__PRINCIPAL_ARN", principal.as_str()),
+        ]
+        .into_iter()
+        .chain(settings.iter().copied())
+        .chain(identity.iter().map(|(k, v)| (*k, v.as_str())))
+        .collect();
+        let server = ServerProcess::without_boxes(dir.path(), &db, &envs);
+        let key = server.first_key().expect("a first key");
+        Self {
+            server,
+            key,
+            principal,
+            db,
+            dir,
+        }
+    }
+}
+
 #[test]
 fn an_account_connects_its_role_then_imports_ecs_settings_and_syncs_them() {
     let moto = Moto::start();
-    let user = moto.setup(&["user", &moto.url]);
-    let identity = psbx_tests::aws::identity(&user);
-    let principal = user["arn"].as_str().unwrap().to_owned();
-    let db = TestDatabase::new();
-    let dir = tempfile::tempdir().unwrap();
-    let server = ServerProcess::without_boxes(
-        dir.path(),
-        &db,
-        &[
-            ("PSBX_AWS__ENDPOINT_URL", moto.url.as_str()),
-            ("PSBX_AWS__PRINCIPAL_ARN", principal.as_str()),
-            (
-                "PSBX_AWS__READONLY_ROLE_TEMPLATE_URL",
-                "https://psbx-test-templates.s3.amazonaws.com/readonly-role.yaml",
-            ),
-        ]
-        .into_iter()
-        .chain(identity.iter().map(|(k, v)| (*k, v.as_str())))
-        .collect::<Vec<_>>(),
+    let served = Served::start(
+        &moto,
+        &[(
+            "PSBX_AWS__READONLY_ROLE_TEMPLATE_URL",
+            "https://psbx-test-templates.s3.amazonaws.com/readonly-role.yaml",
+        )],
     );
-    let key = server.first_key().expect("a first key");
+    let Served {
+        server,
+        key,
+        principal,
+        db,
+        dir,
+    } = &served;
     let call = |key: &str, method: &str, body: Option<Value>| {
         psbx_tests::api::call(&server.url, key, method, "/v1/aws", body)
     };
 
-    let (status, before) = call(&key, "GET", None);
+    let (status, before) = call(key, "GET", None);
     assert_eq!(status, 200, "{before}");
     let external_id = before["externalId"].as_str().unwrap().to_owned();
     assert!(external_id.starts_with("psbx-"), "{before}");
@@ -78,10 +110,7 @@ fn an_account_connects_its_role_then_imports_ecs_settings_and_syncs_them() {
         "{before}"
     );
     // Stable: asked again, the same.
-    assert_eq!(
-        call(&key, "GET", None).1["externalId"],
-        external_id.as_str()
-    );
+    assert_eq!(call(key, "GET", None).1["externalId"], external_id.as_str());
 
     // The roles may do what psbx says it needs.
     let actions: Vec<&str> = before["requiredActions"]
@@ -93,13 +122,13 @@ fn an_account_connects_its_role_then_imports_ecs_settings_and_syncs_them() {
     let roles = moto.setup(&[
         "roles",
         &moto.url,
-        &principal,
+        principal,
         &external_id,
         &actions.join(","),
     ]);
     let put = |role: &Value| {
         call(
-            &key,
+            key,
             "PUT",
             Some(json!({"roleArn": role, "region": "us-east-1"})),
         )
@@ -126,7 +155,7 @@ fn an_account_connects_its_role_then_imports_ecs_settings_and_syncs_them() {
             "{what}: {refused}"
         );
     }
-    assert_eq!(call(&key, "GET", None).1["roleArn"], Value::Null);
+    assert_eq!(call(key, "GET", None).1["roleArn"], Value::Null);
 
     // The right one connects.
     let (status, connected) = put(&roles["readonly"]);
@@ -134,11 +163,11 @@ fn an_account_connects_its_role_then_imports_ecs_settings_and_syncs_them() {
     assert_eq!(connected["roleArn"], roles["readonly"], "{connected}");
     assert_eq!(connected["region"], "us-east-1", "{connected}");
     assert!(connected["connectedAt"].is_string(), "{connected}");
-    assert_eq!(call(&key, "GET", None).1["roleArn"], roles["readonly"]);
+    assert_eq!(call(key, "GET", None).1["roleArn"], roles["readonly"]);
 
     // Not a role ARN or region: said before AWS is asked.
     let (status, bad) = call(
-        &key,
+        key,
         "PUT",
         Some(json!({"roleArn": "arn:aws:iam::123:user/x", "region": "us-east-1"})),
     );
@@ -148,7 +177,7 @@ fn an_account_connects_its_role_then_imports_ecs_settings_and_syncs_them() {
         "{bad}"
     );
     let (status, bad) = call(
-        &key,
+        key,
         "PUT",
         Some(json!({"roleArn": roles["readonly"], "region": "Tokyo"})),
     );
@@ -161,7 +190,7 @@ fn an_account_connects_its_role_then_imports_ecs_settings_and_syncs_them() {
     // ECS: what the role sees, and one service's settings imported.
     let ecs = moto.setup(&["ecs", &moto.url]);
     let api = |method: &str, path: &str, body: Option<Value>| {
-        psbx_tests::api::call(&server.url, &key, method, path, body)
+        psbx_tests::api::call(&server.url, key, method, path, body)
     };
     let (status, listed) = api("GET", "/v1/aws/ecs/services?region=us-east-1", None);
     assert_eq!(status, 200, "{listed}");
@@ -521,27 +550,11 @@ fn shell(
 #[test]
 fn the_printed_commands_create_the_roles_from_the_templates_psbx_serves() {
     let moto = Moto::start();
-    let user = moto.setup(&["user", &moto.url]);
-    let identity = psbx_tests::aws::identity(&user);
-    let principal = user["arn"].as_str().unwrap().to_owned();
-    let db = TestDatabase::new();
-    let dir = tempfile::tempdir().unwrap();
     let image = "registry.example.com/psbx/connector:7";
-    let server = ServerProcess::without_boxes(
-        dir.path(),
-        &db,
-        &[
-            ("PSBX_AWS__ENDPOINT_URL", moto.url.as_str()),
-            ("PSBX_AWS__PRINCIPAL_ARN", principal.as_str()),
-            ("PSBX_CONNECTOR_IMAGE", image),
-        ]
-        .into_iter()
-        .chain(identity.iter().map(|(k, v)| (*k, v.as_str())))
-        .collect::<Vec<_>>(),
-    );
-    let key = server.first_key().expect("a first key");
+    let served = Served::start(&moto, &[("PSBX_CONNECTOR_IMAGE", image)]);
+    let Served { server, key, .. } = &served;
     let api = |method: &str, path: &str, body: Option<Value>| {
-        psbx_tests::api::call(&server.url, &key, method, path, body)
+        psbx_tests::api::call(&server.url, key, method, path, body)
     };
     let keys = moto.setup(&["customer", &moto.url]);
     let customer = keys["account"].as_str().unwrap().to_owned();
