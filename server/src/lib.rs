@@ -23,5 +23,6 @@ pub mod request_span;
 pub mod routes;
 pub mod server_info;
 pub mod shared_dir;
+pub mod shell;
 pub mod skill;
 pub mod tls;

@@ -12,10 +12,11 @@
 //! `awsRoleArn`) takes. Served from the binary, the template always matches
 //! the running version.
 //!
-//! Every value is shell-quoted ([`shell_quote`]) and, inside `--parameters`,
+//! Every value is shell-quoted ([`word`]) and, inside `--parameters`,
 //! quoted for the CLI's shorthand syntax too ([`shorthand`]): an IAM name may
 //! hold a comma, which would otherwise split the parameter.
 
+use crate::shell::word;
 use std::borrow::Cow;
 
 /// The read-only role psbx assumes to import ECS settings.
@@ -79,13 +80,13 @@ pub fn stack_commands(
     region: Option<&str>,
     params: &[(&str, &str)],
 ) -> StackCommands {
-    let region = shell_quote(region.unwrap_or(DEFAULT_REGION));
-    let stack = shell_quote(stack);
+    let region = word(region.unwrap_or(DEFAULT_REGION));
+    let stack = word(stack);
     let local = format!("/tmp/psbx-{file}");
     let parameters: Vec<String> = params
         .iter()
         .map(|(key, value)| {
-            shell_quote(&format!(
+            word(&format!(
                 "ParameterKey={key},ParameterValue={}",
                 shorthand(value)
             ))
@@ -98,9 +99,9 @@ pub fn stack_commands(
          --template-body {body} \\\n  \
          --capabilities CAPABILITY_NAMED_IAM \\\n  \
          --parameters {parameters}",
-        url = shell_quote(&template_url(public_url, file)),
-        local = shell_quote(&local),
-        body = shell_quote(&format!("file://{local}")),
+        url = word(&template_url(public_url, file)),
+        local = word(&local),
+        body = word(&format!("file://{local}")),
         parameters = parameters.join(" "),
     );
     let role_arn = format!(
@@ -176,20 +177,6 @@ pub fn shorthand(value: &str) -> Cow<'_, str> {
     } else {
         let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
         Cow::Owned(format!("\"{escaped}\""))
-    }
-}
-
-/// `value` as one word for a POSIX shell: as is when it holds only
-/// characters no shell reads, else in single quotes (a `'` as `'\''`).
-pub fn shell_quote(value: &str) -> Cow<'_, str> {
-    let plain = !value.is_empty()
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.,:/@+=%".contains(c));
-    if plain {
-        Cow::Borrowed(value)
-    } else {
-        Cow::Owned(format!("'{}'", value.replace('\'', "'\\''")))
     }
 }
 
@@ -296,14 +283,6 @@ mod tests {
 
     #[test]
     fn values_are_quoted_for_the_shell_and_the_shorthand() {
-        assert_eq!(
-            shell_quote("arn:aws:iam::1:role/a"),
-            "arn:aws:iam::1:role/a"
-        );
-        assert_eq!(shell_quote(""), "''");
-        assert_eq!(shell_quote("a b"), "'a b'");
-        assert_eq!(shell_quote("it's $HOME"), "'it'\\''s $HOME'");
-        assert_eq!(shell_quote("`x`;|&"), "'`x`;|&'");
         assert_eq!(
             shorthand("arn:aws:iam::1:role/x+=@"),
             "arn:aws:iam::1:role/x+=@"

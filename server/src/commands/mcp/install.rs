@@ -13,6 +13,7 @@
 //! reference syntax. `--write` merges the entry into the client's file (other
 //! entries kept, written atomically) and installs the skill, instead of printing.
 
+use crate::shell::word;
 use crate::skill;
 use anyhow::{Context, bail};
 use serde_json::{Map, Value, json};
@@ -343,18 +344,6 @@ fn sign_in(client: Client) -> String {
     }
 }
 
-/// `s` as one shell word: as it is when it holds nothing the shell reads.
-fn word(s: &str) -> String {
-    let plain = s
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "-_./:@%+=,~".contains(c));
-    if plain && !s.is_empty() {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
-
 /// The one line that connects `client` to the server at `url` with OAuth and
 /// installs the skill (what the first start prints, and `psbx mcp install`
 /// without `--write`). `name` is the server's name in the client.
@@ -365,7 +354,7 @@ pub fn connect_line(client: Client, url: &str, name: &str) -> anyhow::Result<Str
             "--url {url:?} is not an http(s) URL: give the psbx server's base URL, e.g. https://psbx.example.com"
         );
     }
-    let mcp = word(&endpoint(url));
+    let mcp = word(&endpoint(url)).into_owned();
     let skill = skill_command(client, url);
     let name = word(name);
     Ok(match client {
