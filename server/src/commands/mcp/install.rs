@@ -84,6 +84,17 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
+/// The server's base URL without a trailing slash, if it is http(s).
+fn base_url(url: &str) -> anyhow::Result<&str> {
+    let url = url.trim_end_matches('/');
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        bail!(
+            "--url {url:?} is not an http(s) URL: give the psbx server's base URL, e.g. https://psbx.example.com"
+        );
+    }
+    Ok(url)
+}
+
 fn endpoint(url: &str) -> String {
     format!("{}/mcp", url.trim_end_matches('/'))
 }
@@ -97,12 +108,7 @@ pub fn plan(
     home: &Path,
     cwd: &Path,
 ) -> anyhow::Result<Plan> {
-    let url = url.trim_end_matches('/');
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        bail!(
-            "--url {url:?} is not an http(s) URL: give the psbx server's base URL, e.g. https://psbx.example.com"
-        );
-    }
+    let url = base_url(url)?;
     if transport == Transport::Stdio && auth == Auth::Oauth {
         bail!(
             "--auth oauth is for --transport http: over stdio, psbx mcp calls the server with the \
@@ -348,12 +354,7 @@ fn sign_in(client: Client) -> String {
 /// installs the skill (what the first start prints, and `psbx mcp install`
 /// without `--write`). `name` is the server's name in the client.
 pub fn connect_line(client: Client, url: &str, name: &str) -> anyhow::Result<String> {
-    let url = url.trim_end_matches('/');
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        bail!(
-            "--url {url:?} is not an http(s) URL: give the psbx server's base URL, e.g. https://psbx.example.com"
-        );
-    }
+    let url = base_url(url)?;
     let mcp = word(&endpoint(url)).into_owned();
     let skill = skill_command(client, url);
     let name = word(name);
@@ -391,11 +392,11 @@ fn skill_command(client: Client, url: &str) -> String {
     format!("curl -fsSL --create-dirs {files}")
 }
 
-/// Downloads the skill's files from the server into `dir` (replacing what is
-/// there), so the skill is the one the server runs. Every file is downloaded
-/// before any is written: a failed download leaves `dir` as it was.
-pub fn install_skill(url: &str, dir: &Path) -> anyhow::Result<()> {
-    let url = url.trim_end_matches('/');
+/// Downloads the skill's files from the server at `url` (its base, no
+/// trailing slash) into `dir` (replacing what is there), so the skill is the
+/// one the server runs. Every file is downloaded before any is written: a
+/// failed download leaves `dir` as it was.
+fn install_skill(url: &str, dir: &Path) -> anyhow::Result<()> {
     let http = reqwest::blocking::Client::builder()
         .timeout(std::time::Duration::from_secs(30))
         .build()?;
@@ -422,9 +423,10 @@ pub fn install_skill(url: &str, dir: &Path) -> anyhow::Result<()> {
 }
 
 pub fn run(args: InstallArgs) -> anyhow::Result<()> {
-    let url = args.url.filter(|u| !u.trim().is_empty()).ok_or_else(|| {
+    let given = args.url.filter(|u| !u.trim().is_empty()).ok_or_else(|| {
         anyhow::anyhow!("no server URL: pass --url https://your-psbx-server (or set PSBX_URL)")
     })?;
+    let url = base_url(&given)?;
     if args.name.trim().is_empty() || args.name.contains(['.', '"', '\n']) {
         bail!("--name {:?} must be a plain name such as psbx", args.name);
     }
@@ -436,12 +438,12 @@ pub fn run(args: InstallArgs) -> anyhow::Result<()> {
         .map(PathBuf::from)
         .context("HOME is not set: cannot tell where the client's configuration lives")?;
     let cwd = std::env::current_dir()?;
-    let plan = plan(args.client, args.transport, auth, &url, &home, &cwd)?;
+    let plan = plan(args.client, args.transport, auth, url, &home, &cwd)?;
     let skill_dir = home.join(skill_dir(args.client));
     if args.write {
         // The skill first: it fails when the server cannot be reached, before
         // any of the client's files changed.
-        install_skill(&url, &skill_dir)?;
+        install_skill(url, &skill_dir)?;
         println!("installed the psbx skill in {}", skill_dir.display());
         write(args.client, &args.name, &plan)?;
         println!(
@@ -451,12 +453,12 @@ pub fn run(args: InstallArgs) -> anyhow::Result<()> {
         );
     } else if auth == Auth::Oauth {
         println!("# run this (or rerun psbx mcp install with --write):");
-        println!("{}", connect_line(args.client, &url, &args.name)?);
+        println!("{}", connect_line(args.client, url, &args.name)?);
     } else {
         println!("# add to {} (or rerun with --write):", plan.path.display());
         print!("{}", snippet(args.client, &args.name, &plan.entry)?);
         println!("# and install the psbx skill:");
-        println!("{}", skill_command(args.client, url.trim_end_matches('/')));
+        println!("{}", skill_command(args.client, url));
     }
     for note in &plan.notes {
         println!("# {note}");
