@@ -2,14 +2,14 @@
 against psbx's /mcp: screenshots and a recording of a page served in a box,
 then the hand-over, waiting for the person's answer.
 
-usage: review_agent.py URL API_KEY shots
+usage: review_agent.py URL API_KEY shots BOX_ID
        review_agent.py URL API_KEY review BOX_ID WAIT_S
 
-shots:  starts a box, serves a page in it (python3 -m http.server 3000), and
-        takes with sandbox_shot: the page at 1600x1000, the virtual display,
-        and a 3-second recording of the page. Prints {box, url, page, display,
-        recording}, each shot with its image contents (base64) and structured
-        content.
+shots:  in the running box BOX_ID (the production test's), serves a page
+        (python3 -m http.server 3000), and takes with sandbox_shot: the page at
+        1600x1000, the virtual display, and a 3-second recording of the page.
+        Prints {box, page, display, recording}, each shot with its image
+        contents (base64) and structured content.
 review: sandbox_review {id, title, summary, urls: [the box's URL], wait_s};
         prints {review, texts, images, progress}.
 
@@ -44,11 +44,8 @@ def http_client():
     )
 
 
-async def shots(c):
-    seen = {}
-    started = must(await call(c, "sandbox_start", {"name": "review", "goal": "the review loop test"}), "sandbox_start")
-    box = started["value"]["id"]
-    seen["box"], seen["url"] = box, started["value"].get("url")
+async def shots(c, box):
+    seen = {"box": box}
     quoted = PAGE.replace("'", "'\\''")
     must(await call(c, "sandbox_exec", {
         "id": box,
@@ -90,7 +87,7 @@ async def main():
     async with http_client() as http:
         async with Client(streamable_http_client(URL, http_client=http), mode="2026-07-28") as c:
             if MODE == "shots":
-                seen = await shots(c)
+                seen = await shots(c, sys.argv[4])
             elif MODE == "review":
                 seen = await review(c, sys.argv[4], int(sys.argv[5]))
             else:

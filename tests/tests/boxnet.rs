@@ -25,6 +25,9 @@
 //! left.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "stories/review.rs"]
+mod review;
+
 use psbx_tests::netns::{Listener, Netns};
 use psbx_tests::vm::exec_text as exec;
 use psbx_tests::vm::{BoxServer, delete_network_table, network_table};
@@ -552,7 +555,8 @@ fn what_is_not_listed_stays_out_of_reach() {
 /// a select works, an insert fails as read-only, the password never shows.
 /// And nothing in the image calls out by itself: the only names the test's DNS
 /// server was asked are the test's own, and the host's rules dropped nothing
-/// outside the test ranges.
+/// outside the test ranges. Last, on the same box, the review story
+/// (`stories/review.rs`): shots, the hand-over and the person's circled answer.
 #[test]
 fn the_production_image_its_tools_and_the_box_network() {
     let images = psbx_tests::vm::images_dir();
@@ -798,7 +802,9 @@ fn the_production_image_its_tools_and_the_box_network() {
         "{out}"
     );
 
-    s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
+    // The review story on the same box (one boot of the production image instead of
+    // two); it ends with the person's "Shut down", which stops the box.
+    review::run(&s, &id);
 }
 
 /// The password of dev's database user `u` (never in psbx-ro-psql's output).

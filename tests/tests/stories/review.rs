@@ -1,17 +1,14 @@
-//! The first task the FAQ suggests, end to end on the production image: an
-//! agent (the Python MCP SDK) starts a box, serves a page in it, takes
-//! screenshots of the page and of the virtual display and a recording with
-//! `sandbox_shot`, and hands the box over with `sandbox_review`, waiting; a
-//! person (Playwright with Debian's Chromium) signs in to `/app`, finds the
-//! box under "Ready for you", circles something on the agent's screenshot,
-//! writes what is wrong and sends it; the agent's wait returns that text and
-//! the image with the circle. Then "Shut down" in the app stops the box.
-//! Between the two, the REST cases of shots (pixels, the whole page, mp4, a
-//! refused page: [`shots_through_rest`]).
-//! One booted box for all of it (boots of the production image are slow
-//! under TCG).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
+//! The first task the FAQ suggests, end to end on the production image, told on the
+//! box of `boxnet.rs`'s production test (one boot of the production image instead of
+//! two: its boots are slow under TCG): an agent (the Python MCP SDK) serves a page in
+//! the box, takes screenshots of the page and of the virtual display and a recording
+//! with `sandbox_shot`, and hands the box over with `sandbox_review`, waiting; a
+//! person (Playwright with Debian's Chromium) signs in to `/app`, finds the box under
+//! "Ready for you", circles something on the agent's screenshot, writes what is wrong
+//! and sends it; the agent's wait returns that text and the image with the circle.
+//! Then "Shut down" in the app stops the box. Between the two, the REST cases of
+//! shots (pixels, the whole page, mp4, a refused page: [`shots_through_rest`]).
+//! Not a test binary of its own: `boxnet.rs` includes it as a module.
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use psbx_tests::vm::BoxServer;
@@ -227,14 +224,10 @@ fn shots_through_rest(s: &BoxServer, id: &str, dir: &Path) {
     assert!(message.contains("ERR_CONNECTION_REFUSED"), "{answer}");
 }
 
-#[test]
-fn an_agent_shoots_a_page_hands_the_box_over_and_gets_the_circled_feedback() {
-    let images = psbx_tests::vm::images_dir();
-    assert!(
-        images.join("debian/manifest.json").is_file(),
-        "{}/debian has no production image: scripts/test builds it (scripts/image/debian)",
-        images.display()
-    );
+/// The review story on box `box_id` of server `s` (the production image, a page
+/// served on its port 3000 by the agent): shots, the REST cases, the hand-over and the
+/// person's answer; it ends with the box stopped by "Shut down".
+pub fn run(s: &BoxServer, box_id: &str) {
     psbx_tests::browser::require();
     assert!(
         std::process::Command::new("ffprobe")
@@ -243,17 +236,15 @@ fn an_agent_shoots_a_page_hands_the_box_over_and_gets_the_circled_feedback() {
             .is_ok(),
         "ffprobe is missing: run scripts/setup (it installs ffmpeg)"
     );
-    let s = BoxServer::start(
-        "pool_size = 0\nidle_freeze = \"1h\"\nimage = \"debian\"\nunit_vcpus = 2\n\
-         unit_memory_mib = 2048\nunit_disk_gb = 8\nboot_timeout = \"300s\"",
-    );
     let (ok, _, err) = s.cli_with_input(&["account", "set-password"], &format!("{PASSWORD}\n"));
     assert!(ok, "psbx account set-password: {err}");
     let mcp = format!("{}/mcp", s.url());
 
     // The agent's screenshots and recording.
-    let shots = psbx_tests::python::run_json("review_agent.py", &[&mcp, &s.key, "shots"]);
-    let box_id = shots["box"].as_str().unwrap().to_owned();
+    let shots =
+        psbx_tests::python::run_json("review_agent.py", &[&mcp, &s.key, "shots", box_id]);
+    assert_eq!(shots["box"], box_id, "{shots}");
+    let box_id = box_id.to_owned();
 
     // The page at 1600x1000 comes back at 1280x800, the text and the red block
     // where the page puts them (scaled by 0.8).
