@@ -241,8 +241,7 @@ pub fn run(s: &BoxServer, box_id: &str) {
     let mcp = format!("{}/mcp", s.url());
 
     // The agent's screenshots and recording.
-    let shots =
-        psbx_tests::python::run_json("review_agent.py", &[&mcp, &s.key, "shots", box_id]);
+    let shots = psbx_tests::python::run_json("review_agent.py", &[&mcp, &s.key, "shots", box_id]);
     assert_eq!(shots["box"], box_id, "{shots}");
     let box_id = box_id.to_owned();
 
