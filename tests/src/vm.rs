@@ -143,7 +143,8 @@ pub struct BoxServer {
 
 impl BoxServer {
     /// Starts `psbx serve` with `[boxes]` settings for 1 vCPU / 256 MiB / 2 GB
-    /// TCG boxes from the test image without network, plus `extra` TOML lines
+    /// TCG boxes from the test image without network, no pool and no idle freeze
+    /// within an hour, plus `extra` TOML lines
     /// in `[boxes]` (which may set any of those keys instead, and may end with
     /// tables of their own, such as `[boxes.egress]`).
     pub fn start(extra: &str) -> Self {
@@ -190,6 +191,11 @@ impl BoxServer {
             "disk_overcommit = 8.0",
             "network = false",
             "boot_timeout = \"120s\"",
+            // No pool (a pool box boots beside every test that does not want it:
+            // the two pool tests set `pool_size = 1`), and no freeze within a
+            // test unless it sets a short `idle_freeze` to see one.
+            "pool_size = 0",
+            "idle_freeze = \"1h\"",
         ];
         let sets = |line: &str| {
             let key = line.split(' ').next().unwrap_or_default();

@@ -71,7 +71,7 @@ fn an_environments_boxes_take_its_aws_role_and_its_imported_settings() {
             "[aws]\nendpoint_url = \"{endpoint}\"\nprincipal_arn = \"{principal}\"\n\
              box_session_seconds = 40\n"
         ),
-        "pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true\nimage = \"debian\"\n\
+        "network = true\nimage = \"debian\"\n\
          unit_vcpus = 2\nunit_memory_mib = 3072\nunit_disk_gb = 8\nboot_timeout = \"300s\"\n\
          [boxes.egress]\nresolvers = [\"127.0.0.1:9\"]\n\
          only = [\"198.51.100.0/24\", \"203.0.113.0/24\"]\n",

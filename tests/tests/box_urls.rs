@@ -123,7 +123,7 @@ fn rss_kib(pid: u32) -> u64 {
 
 #[test]
 fn box_urls_reach_the_box_wake_it_and_tell_nothing_to_strangers() {
-    let s = BoxServer::start("idle_freeze = \"8s\"\npool_size = 0");
+    let s = BoxServer::start("idle_freeze = \"8s\"");
     let server = s.url();
     let started = s.ok(
         "POST",
@@ -330,7 +330,7 @@ fn box_urls_reach_the_box_wake_it_and_tell_nothing_to_strangers() {
 
 #[test]
 fn box_urls_over_tls_speak_http2_under_the_wildcard_certificate() {
-    let s = BoxServer::start_with("[tls]\nself_signed = true\n", "pool_size = 0");
+    let s = BoxServer::start_with("[tls]\nself_signed = true\n", "");
     let base = s.url();
     assert!(base.starts_with("https://"), "{base}");
     let pem = std::fs::read(s.dir.path().join("data/tls/self-signed.crt")).unwrap();

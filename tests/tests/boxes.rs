@@ -78,7 +78,7 @@ fn qemu_oom_score_adj(id: &str) -> i32 {
 #[test]
 fn a_box_runs_freezes_thaws_and_stops() {
     // One vCPU of room (2 host CPUs x 0.5): a second box does not fit.
-    let mut s = BoxServer::start("idle_freeze = \"6s\"\npool_size = 0\ncpu_overcommit = 0.5");
+    let mut s = BoxServer::start("idle_freeze = \"6s\"\ncpu_overcommit = 0.5");
 
     let (status, started) = s.call(
         "POST",
@@ -271,9 +271,7 @@ fn a_box_runs_freezes_thaws_and_stops() {
 
 #[test]
 fn auto_acceleration_settles_and_an_unused_box_expires() {
-    let mut s = BoxServer::start(
-        "accel = \"auto\"\nidle_freeze = \"1h\"\ndefault_keep = \"10s\"\npool_size = 0",
-    );
+    let mut s = BoxServer::start("accel = \"auto\"\ndefault_keep = \"10s\"");
     // One clear line says which accelerator boxes use (KVM hangs on these
     // machines, so a bounded probe boot decides).
     let line = s.server().wait_for_log("boxes run", Duration::from_secs(5));
@@ -299,7 +297,7 @@ fn auto_acceleration_settles_and_an_unused_box_expires() {
 
 #[test]
 fn restarts_keep_running_boxes_and_leave_no_half_made_ones() {
-    let mut s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
+    let mut s = BoxServer::start("");
     let (status, x) = s.call("POST", "/v1/boxes", Some(json!({"name": "survivor"})));
     assert_eq!(status, 201, "{x}");
     let x_id = x["id"].as_str().unwrap().to_owned();
@@ -365,7 +363,7 @@ fn restarts_keep_running_boxes_and_leave_no_half_made_ones() {
 
 #[test]
 fn boxes_start_from_the_pool_and_the_pool_leaves_with_the_server() {
-    let mut s = BoxServer::start("pool_size = 1\nidle_freeze = \"1h\"");
+    let mut s = BoxServer::start("pool_size = 1");
     let line = s.server().wait_for_log("pool box ready", LONG);
     let pooled_id = line
         .split_whitespace()
@@ -463,7 +461,7 @@ fn a_start_waits_for_the_booting_pool_box_boxes_are_admitted_by_use_and_pressure
         unit * 2 + 2048
     );
     let config = format!(
-        "pool_size = 1\nidle_freeze = \"1h\"\nunit_memory_mib = {unit}\nmemory_overcommit = 8.0\n\
+        "pool_size = 1\nunit_memory_mib = {unit}\nmemory_overcommit = 8.0\n\
          memory_margin_mib = 2048\npressure_available_mib = 0"
     );
     let mut s = BoxServer::start(&config);

@@ -164,7 +164,7 @@ fn a_box_reaches_the_internet_and_nothing_of_the_hosts() {
     // The test's ranges and the WireServer: only the built-in deny list
     // keeps a box from it.
     let mut s = BoxServer::start(&format!(
-        "pool_size = 0\nidle_freeze = \"15s\"\nnetwork = true\n\
+        "idle_freeze = \"15s\"\nnetwork = true\n\
          [boxes.egress]\nresolvers = [\"{dns}\"]\ndeny = [\"{denied}\"]\nsnat = \"{snat}\"\n\
          only = [\"198.51.100.0/24\", \"203.0.113.0/24\", \"{WIRESERVER}/32\"]"
     ));
@@ -447,7 +447,7 @@ fn what_is_not_listed_stays_out_of_reach() {
         l.assert_answers_the_host();
     }
     let s = BoxServer::start(&format!(
-        "pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true\n[boxes.egress]\n\
+        "network = true\n[boxes.egress]\n\
          resolvers = [\"127.0.0.1:9\"]\nallow = [\"{mirror_ip}\"]\n{TEST_RANGES}"
     ));
     environment(
@@ -597,7 +597,7 @@ fn the_production_image_its_tools_and_the_box_network() {
         &format!("{}:0", office.host_ip),
         "",
         &format!(
-            "pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true\nimage = \"debian\"\n\
+            "network = true\nimage = \"debian\"\n\
          unit_vcpus = 2\nunit_memory_mib = 3072\nunit_disk_gb = 8\nboot_timeout = \"300s\"\n\
          [boxes.egress]\nresolvers = [\"{dns}\"]\n{TEST_RANGES}"
         ),
@@ -1020,7 +1020,7 @@ fn tools(s: &BoxServer, id: &str) {
 /// Boots no box (a server start, a few seconds).
 #[test]
 fn a_flushed_box_chain_is_put_back() {
-    let s = BoxServer::start("pool_size = 0\nnetwork = true");
+    let s = BoxServer::start("network = true");
     let table = network_table(&s.installation());
     let listing = || {
         String::from_utf8(
@@ -1058,8 +1058,8 @@ fn a_flushed_box_chain_is_put_back() {
 /// and one stopping removes its own table only.
 #[test]
 fn installations_keep_their_own_rules() {
-    let a = BoxServer::start("pool_size = 0\nnetwork = true");
-    let mut b = BoxServer::start("pool_size = 0\nnetwork = true");
+    let a = BoxServer::start("network = true");
+    let mut b = BoxServer::start("network = true");
     let (ta, tb) = (
         network_table(&a.installation()),
         network_table(&b.installation()),
@@ -1098,7 +1098,7 @@ fn installations_keep_their_own_rules() {
 /// 6 s idle and a thaw (about 5 s).
 #[test]
 fn no_box_starts_without_its_rules() {
-    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"6s\"\nnetwork = true");
+    let s = BoxServer::start("idle_freeze = \"6s\"\nnetwork = true");
     let table = network_table(&s.installation());
     // A box frozen before the rules go (idle past idle_freeze).
     let started = s.ok("POST", "/v1/boxes", Some(json!({"name": "kept"})));

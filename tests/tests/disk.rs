@@ -84,7 +84,7 @@ fn a_box_filling_the_disk_is_frozen_before_the_margin() {
     // promise 8× the free space here); the server's shared state on it.
     let s = BoxServer::start_with(
         &format!("shared_dir = \"{}\"", fs.mount.display()),
-        "pool_size = 0\nidle_freeze = \"1h\"\nunit_disk_gb = 4\ndisk_margin_gb = 1\ndisk_overcommit = 8.0",
+        "unit_disk_gb = 4\ndisk_margin_gb = 1\ndisk_overcommit = 8.0",
     );
     let boxes: &Path = &fs.mount.join("boxes");
     let started = s.ok("POST", "/v1/boxes", Some(json!({"name": "writer"})));

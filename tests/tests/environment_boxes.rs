@@ -72,7 +72,7 @@ impl Api<'_> {
 
 #[test]
 fn a_box_in_an_environment_gets_its_settings_files_exactly() {
-    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
+    let s = BoxServer::start("");
     let api = Api { s: &s };
     api.ok("POST", "/environments", json!({"name": "dev"}));
     let conn = api.ok(

@@ -115,7 +115,7 @@ fn the_examples_in_a_box_and_the_first_task_from_a_repo() {
     internet.serve_files(web, 80, site.path());
 
     let s = BoxServer::start(&format!(
-        "pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true\nimage = \"debian\"\n\
+        "network = true\nimage = \"debian\"\n\
          unit_vcpus = 2\nunit_memory_mib = 1536\nunit_disk_gb = 8\nboot_timeout = \"300s\"\n\
          [boxes.egress]\nresolvers = [\"{dns}\"]\n{TEST_RANGES}"
     ));

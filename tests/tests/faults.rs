@@ -83,7 +83,7 @@ fn ended(s: &BoxServer, id: &str, pid: u64) -> (Value, String) {
 
 #[test]
 fn a_server_killed_mid_command_mid_freeze_and_mid_thaw_leaves_every_box_whole() {
-    let mut s = BoxServer::start("pool_size = 0\nidle_freeze = \"10s\"");
+    let mut s = BoxServer::start("idle_freeze = \"10s\"");
     let made = s.ok("POST", "/v1/boxes", Some(json!({"name": "faults"})));
     let id = made["id"].as_str().unwrap().to_owned();
     let boot = made["health"]["bootId"].as_str().unwrap().to_owned();

@@ -50,7 +50,7 @@ fn call(s: &BoxServer, tool: &str, args: &[&str]) -> Value {
 
 #[test]
 fn the_inspector_cli_lists_tools_starts_a_box_runs_a_command_and_stops_it() {
-    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
+    let s = BoxServer::start("");
     let tools = inspector(&s, &["--method", "tools/list"]);
     let names: Vec<&str> = tools["tools"]
         .as_array()

@@ -127,7 +127,7 @@ fn state_of(s: &BoxServer, key: &str, id: &str, conn: &str) -> Value {
 
 #[test]
 fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
-    let s = BoxServer::start("pool_size = 0");
+    let s = BoxServer::start("");
     let url = s.url();
     // Account A: a box with a background command, a secret, an environment
     // with a service and a connection, a second API key.

@@ -11,7 +11,7 @@ fn run_client(s: &BoxServer, mode: &str) -> Value {
 
 #[test]
 fn python_sdk_clients_start_a_box_run_a_command_and_stop_it_on_both_revisions() {
-    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
+    let s = BoxServer::start("");
     for mode in ["legacy", "2026-07-28"] {
         let seen = run_client(&s, mode);
         for tool in [
@@ -105,7 +105,7 @@ fn python_sdk_clients_start_a_box_run_a_command_and_stop_it_on_both_revisions() 
 
 #[test]
 fn mcp_refuses_foreign_origins_missing_keys_mismatched_headers_and_unknown_versions() {
-    let s = BoxServer::start("pool_size = 0");
+    let s = BoxServer::start("");
     let body = serde_json::json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
@@ -220,7 +220,7 @@ fn mcp_refuses_foreign_origins_missing_keys_mismatched_headers_and_unknown_versi
 
 #[test]
 fn sandbox_exec_waits_then_hands_back_the_pid_caps_output_and_kills_on_timeout() {
-    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
+    let s = BoxServer::start("");
     let url = format!("{}/mcp", s.url());
     let seen = run_json("exec_client.py", &[&url, &s.key, "work"]);
     assert_eq!(seen["started"]["error"], false, "{seen}");

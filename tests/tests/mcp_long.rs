@@ -10,7 +10,7 @@ use psbx_tests::vm::BoxServer;
 
 #[test]
 fn a_ten_minute_command_holds_no_worker_sends_progress_and_its_exit_code_is_read_afterwards() {
-    let s = BoxServer::start_with("http_workers = 1", "pool_size = 0\nidle_freeze = \"2m\"");
+    let s = BoxServer::start_with("http_workers = 1", "idle_freeze = \"2m\"");
     let url = format!("{}/mcp", s.url());
     let seen = run_json("exec_client.py", &[&url, &s.key, "long"]);
     assert_eq!(seen["started"]["error"], false, "{seen}");

@@ -47,7 +47,7 @@ fn exec(s: &BoxServer, id: &str, cmd: &str) -> (String, Duration) {
 
 #[test]
 fn environment_addresses_inside_a_box() {
-    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
+    let s = BoxServer::start("");
     s.ok("POST", "/v1/environments", Some(json!({"name": "dev"})));
     let conn = s.ok(
         "POST",

@@ -162,7 +162,7 @@ def map_case(ctx, case):
 fn schemathesis_finds_the_document_true() {
     // One vCPU of room (2 host CPUs x 0.5) and no pool: one box runs, every
     // further start is a quick 503 `host_full`.
-    let s = BoxServer::start("pool_size = 0\ncpu_overcommit = 0.5");
+    let s = BoxServer::start("cpu_overcommit = 0.5");
     let url = s.url();
 
     // Real resources, so that id paths reach real objects as well as missing ones.

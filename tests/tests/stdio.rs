@@ -13,7 +13,7 @@ fn git(dir: &std::path::Path, script: &str) {
 
 #[test]
 fn stdio_client_syncs_a_repository_and_remote_sync_hands_out_one_time_upload_urls() {
-    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
+    let s = BoxServer::start("");
     let repo = tempfile::tempdir().unwrap();
     git(
         repo.path(),

@@ -12,10 +12,7 @@ fn the_takeover_page_runs_a_shell_once_and_keeps_the_box_awake() {
     // Frozen after 8 s without activity: the terminal is held open 15 s.
     // Terminals close after 20 s without input: the idle one below waits
     // that long (about 25 s more on the box this test boots anyway).
-    let s = BoxServer::start_with(
-        "[takeover]\nidle_timeout = \"20s\"",
-        "idle_freeze = \"8s\"\npool_size = 0",
-    );
+    let s = BoxServer::start_with("[takeover]\nidle_timeout = \"20s\"", "idle_freeze = \"8s\"");
     let (status, started) = s.call("POST", "/v1/boxes", Some(json!({"name": "takeover"})));
     assert_eq!(status, 201, "{started}");
     let id = started["id"].as_str().unwrap().to_owned();

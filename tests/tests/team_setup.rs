@@ -791,7 +791,7 @@ fn the_team_setup_walkthrough_runs_as_written() {
         &format!("{}:0", vpc.host_ip),
         "",
         &format!(
-            "pool_size = 0\nidle_freeze = \"1h\"\nnetwork = true\nimage = \"debian\"\n\
+            "network = true\nimage = \"debian\"\n\
              unit_vcpus = 1\nunit_memory_mib = 1024\nunit_disk_gb = 8\nboot_timeout = \"280s\"\n\
              [boxes.egress]\nresolvers = [\"127.0.0.1:9\"]\n{TEST_RANGES}"
         ),

@@ -257,7 +257,7 @@ fn declared_services_external_mode_take_over_and_links() {
         &format!("{}:0", dev.host_ip),
         "",
         &format!(
-            "pool_size = 0\nidle_freeze = \"45s\"\nnetwork = true\n\
+            "idle_freeze = \"45s\"\nnetwork = true\n\
              [boxes.egress]\nresolvers = [\"127.0.0.1:9\"]\n{TEST_RANGES}"
         ),
     );

@@ -29,7 +29,7 @@ fn peak_rss_kib(pid: u32) -> u64 {
 
 #[test]
 fn exec_masks_secrets_kills_on_timeout_keeps_background_work_and_bounds_output() {
-    let mut s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
+    let mut s = BoxServer::start("");
     for (name, value) in [("MYSECRET", "abcdefghijkl"), ("SHORT7", "1234567")] {
         let (status, put) = s.call(
             "PUT",
@@ -185,7 +185,7 @@ fn git(dir: &std::path::Path, script: &str) {
 
 #[test]
 fn sync_sends_what_git_would_and_refuses_escapes() {
-    let s = BoxServer::start("pool_size = 0\nidle_freeze = \"1h\"");
+    let s = BoxServer::start("");
     let (status, started) = s.call("POST", "/v1/boxes", Some(json!({"name": "sync"})));
     assert_eq!(status, 201, "{started}");
     let id = started["id"].as_str().unwrap().to_owned();

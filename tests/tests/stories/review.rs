@@ -271,7 +271,7 @@ pub fn run(s: &BoxServer, box_id: &str) {
         text > 500,
         "the title's text at (80..640, 80..140): {text} dark pixels"
     );
-    let full = image::load_from_memory(&fetch(&s, shot["url"].as_str().unwrap())).unwrap();
+    let full = image::load_from_memory(&fetch(s, shot["url"].as_str().unwrap())).unwrap();
     assert_eq!((full.width(), full.height()), (1600, 1000));
 
     // The virtual display: 1920x1080, shown at 1280x720.
@@ -289,14 +289,14 @@ pub fn run(s: &BoxServer, box_id: &str) {
     only_image(&shots["recording"]);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("recording.webm");
-    std::fs::write(&file, fetch(&s, recording["url"].as_str().unwrap())).unwrap();
+    std::fs::write(&file, fetch(s, recording["url"].as_str().unwrap())).unwrap();
     let seconds = duration(&file);
     assert!(
         (2.0..=4.5).contains(&seconds),
         "a 3 s recording lasts {seconds} s"
     );
 
-    shots_through_rest(&s, &box_id, dir.path());
+    shots_through_rest(s, &box_id, dir.path());
 
     // The hand-over: the agent waits while the person answers in the app.
     let agent = {
