@@ -3,16 +3,8 @@
 //! HTTP tests alike) and builds the actix-web application: middleware (request
 //! logging, metrics), the open routes, the authenticated `/v1` scope, JSON
 //! error handling, and the OpenAPI document collected from the routes by
-//! utoipa-actix-web. The web app's pages (`/app`) are its submodules, in
-//! `app/` ([`pages`] is their route table).
-
-mod assets;
-mod boxes;
-mod layout;
-pub mod pages;
-mod reviews;
-mod secrets;
-pub mod session;
+//! utoipa-actix-web. The web app's pages (`/app`) are in [`crate::web`]
+//! (`web::pages` is their route table).
 
 use crate::auth::{require_api_key, require_mcp_credential};
 use crate::config::Config;
@@ -273,7 +265,7 @@ pub fn build(
     .configure(crate::oauth::routes)
     .configure(routes::oidc::routes)
     .configure(routes::takeover::routes)
-    .configure(pages::routes)
+    .configure(crate::web::pages::routes)
     .app_data(web::Data::new(ApiDocument::new(
         &document,
         state.boxes.settings().max_keep,

@@ -26,3 +26,4 @@ pub mod shared_dir;
 pub mod shell;
 pub mod skill;
 pub mod tls;
+pub mod web;

@@ -28,10 +28,24 @@
 //! taking the database's room (admission never promises it, and the
 //! disk-pressure loop freezes boxes that write into it).
 
-use crate::config::Config;
 use sha2::{Digest, Sha256};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+/// What the checks here need of the configuration (`Config::layout`): the
+/// configuration uses this module's rule for its default, so this module does
+/// not name the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout<'a> {
+    pub data_dir: &'a Path,
+    pub shared_dir: &'a Path,
+    /// Boxes run here (libvirt's QEMU processes open the images and disks).
+    pub boxes: bool,
+    /// The embedded PostgreSQL runs (no `database_url`).
+    pub embedded_pg: bool,
+    /// `boxes.disk_margin_gb`.
+    pub disk_margin_gb: u64,
+}
 
 /// Where root's installations keep their shared state by default.
 const ROOT_SHARED: &str = "/var/lib/psbx";
@@ -104,32 +118,32 @@ fn closed_ancestor(path: &Path) -> Option<(PathBuf, u32)> {
 /// note in it naming the data directory it belongs to), then checks that the
 /// users who need it can enter it: the cluster's user when psbx runs as root
 /// and keeps its own database, libvirt's QEMU processes when boxes run.
-pub fn prepare(config: &Config) -> Result<(), SharedDirError> {
-    let dir = config.shared_dir();
+pub fn prepare(layout: &Layout) -> Result<(), SharedDirError> {
+    let dir = layout.shared_dir;
     std::fs::create_dir_all(dir).map_err(|e| SharedDirError::Io(dir.to_owned(), e))?;
-    if dir != config.data_dir {
+    if dir != layout.data_dir {
         // Only psbx reads the data directory now.
-        std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| SharedDirError::Io(config.data_dir.clone(), e))?;
+        std::fs::set_permissions(layout.data_dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| SharedDirError::Io(layout.data_dir.to_owned(), e))?;
         let note = dir.join("DATA_DIR");
         let text = format!(
             "This directory holds the state of the psbx installation whose data directory is\n{}\n",
-            config.data_dir.display()
+            layout.data_dir.display()
         );
         std::fs::write(&note, text).map_err(|e| SharedDirError::Io(note, e))?;
     }
-    check_reachable(config)?;
-    check_disk_room(config)
+    check_reachable(layout)?;
+    check_disk_room(layout)
 }
 
 /// Stops a server whose embedded cluster and box disks share a file system
 /// with less than `boxes.disk_margin_gb` free.
-pub fn check_disk_room(config: &Config) -> Result<(), SharedDirError> {
+pub fn check_disk_room(layout: &Layout) -> Result<(), SharedDirError> {
     use std::os::unix::fs::MetadataExt;
-    if config.database_url.is_some() || !config.boxes.enabled {
+    if !layout.embedded_pg || !layout.boxes {
         return Ok(());
     }
-    let shared = config.shared_dir();
+    let shared = layout.shared_dir;
     let (pg, boxes) = (shared.join("pg"), shared.join("boxes"));
     // Each as it is, or the directory it will be made in.
     let existing = |p: &Path| -> Result<(PathBuf, u64), SharedDirError> {
@@ -147,7 +161,7 @@ pub fn check_disk_room(config: &Config) -> Result<(), SharedDirError> {
     let stat = nix::sys::statvfs::statvfs(&boxes_at)
         .map_err(|e| SharedDirError::Io(boxes_at.clone(), e.into()))?;
     let free = stat.blocks_available().saturating_mul(stat.fragment_size());
-    let margin_gb = config.boxes.disk_margin_gb;
+    let margin_gb = layout.disk_margin_gb;
     if free < margin_gb.saturating_mul(1 << 30) {
         return Err(SharedDirError::DiskFull {
             pg,
@@ -161,13 +175,13 @@ pub fn check_disk_room(config: &Config) -> Result<(), SharedDirError> {
 
 /// Stops with the directory to open when other users cannot reach the
 /// shared directory.
-pub fn check_reachable(config: &Config) -> Result<(), SharedDirError> {
-    let dir = config.shared_dir();
+pub fn check_reachable(layout: &Layout) -> Result<(), SharedDirError> {
+    let dir = layout.shared_dir;
     let blocked = closed_ancestor(&dir.join("x"));
     let Some((blocked, mode)) = blocked else {
         return Ok(());
     };
-    if config.boxes.enabled {
+    if layout.boxes {
         return Err(SharedDirError::Unreachable {
             who: "libvirt's QEMU processes",
             dir: blocked,
@@ -175,7 +189,7 @@ pub fn check_reachable(config: &Config) -> Result<(), SharedDirError> {
             what: "box images and disks",
         });
     }
-    if config.database_url.is_none() && nix::unistd::geteuid().is_root() {
+    if layout.embedded_pg && nix::unistd::geteuid().is_root() {
         return Err(SharedDirError::Unreachable {
             who: "the embedded PostgreSQL's user",
             dir: blocked,
@@ -237,25 +251,32 @@ mod tests {
     #[test]
     fn a_shared_file_system_under_the_margin_stops_the_start() {
         let top = tempfile::tempdir().unwrap();
-        let mut config = Config {
-            data_dir: top.path().to_owned(),
-            ..Config::default()
+        let mut layout = Layout {
+            data_dir: top.path(),
+            shared_dir: top.path(),
+            boxes: true,
+            embedded_pg: true,
+            disk_margin_gb: 0,
         };
-        config.boxes.disk_margin_gb = 0;
-        check_disk_room(&config).unwrap();
+        check_disk_room(&layout).unwrap();
         // More than any disk has free.
-        config.boxes.disk_margin_gb = 1 << 40;
-        let e = check_disk_room(&config).unwrap_err().to_string();
+        layout.disk_margin_gb = 1 << 40;
+        let e = check_disk_room(&layout).unwrap_err().to_string();
         assert!(
             e.contains("share a file system") && e.contains("boxes.disk_margin_gb"),
             "{e}"
         );
         // The database elsewhere, or no boxes: nothing to keep apart.
-        config.database_url = Some("postgres://db.example/psbx".into());
-        check_disk_room(&config).unwrap();
-        config.database_url = None;
-        config.boxes.enabled = false;
-        check_disk_room(&config).unwrap();
+        check_disk_room(&Layout {
+            embedded_pg: false,
+            ..layout
+        })
+        .unwrap();
+        check_disk_room(&Layout {
+            boxes: false,
+            ..layout
+        })
+        .unwrap();
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
     let _lock = lock_data_dir(&config.data_dir)?;
     protect_from_the_oom_killer();
-    crate::shared_dir::prepare(&config)?;
+    crate::shared_dir::prepare(&config.layout())?;
     let tls = tls::server_config(&config)?;
     let listener = TcpListener::bind(config.listen)
         .with_context(|| format!("cannot listen on {}", config.listen))?;

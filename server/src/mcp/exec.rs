@@ -8,7 +8,7 @@
 //! abort calls that stay silent for about five minutes). No thread waits: the
 //! call is a task reading the followed log.
 
-use super::tools::{box_failed, failed, structured};
+use super::reply::{box_failed, failed, structured};
 use crate::routes::exec::{OutputView, private_endpoint_hint};
 use psbx_actors::boxes::Boxes;
 use psbx_actors::exec::bounded::Bounded;

@@ -9,6 +9,7 @@
 //! tools through the request extensions.
 
 mod exec;
+mod reply;
 mod review;
 mod schema;
 mod sync;

@@ -7,7 +7,8 @@
 //! after the wait ran out is kept, and the next call (or `sandbox_status`)
 //! returns it.
 
-use super::tools::{PsbxMcp, account, failed, structured, unauthenticated};
+use super::reply::{account, failed, structured, unauthenticated};
+use super::tools::PsbxMcp;
 use crate::routes::reviews::{MAX_WAIT_S, ReviewView};
 use crate::routes::shots::{ShotView, TakeShot};
 use base64::Engine;
@@ -54,7 +55,7 @@ pub struct ReviewArgs {
 
 fn shot_failed(e: ShotError) -> CallToolResult {
     match e {
-        ShotError::Box(inner) => super::tools::box_failed(inner),
+        ShotError::Box(inner) => super::reply::box_failed(inner),
         ShotError::NotFound(_) => failed(format!("{e}.")),
         e => failed(format!("{e}.")),
     }
@@ -62,7 +63,7 @@ fn shot_failed(e: ShotError) -> CallToolResult {
 
 pub(super) fn review_failed(e: ReviewError) -> CallToolResult {
     match e {
-        ReviewError::Box(inner) => super::tools::box_failed(inner),
+        ReviewError::Box(inner) => super::reply::box_failed(inner),
         ReviewError::Shot(inner) => shot_failed(inner),
         ReviewError::NotFound(_) => failed(format!(
             "{e}. sandbox_review with a title hands a box over."

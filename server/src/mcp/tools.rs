@@ -3,6 +3,7 @@
 //! one-line summary; failures are `isError` results saying what to do next.
 
 use super::exec::{self, ExecArgs};
+use super::reply::{account, box_failed, failed, structured, unauthenticated};
 use super::schema;
 use crate::routes::boxes::{BoxView, ServiceSpec, StartWiring, start_spec};
 use crate::routes::environments::{EnvironmentList, EnvironmentView};
@@ -13,17 +14,15 @@ use psbx_actors::box_actor::BoxSnapshot;
 use psbx_actors::box_actor::link::LinkError;
 use psbx_actors::box_actor::state::BoxState;
 use psbx_actors::boxes::{Boxes, CreateRequest};
-use psbx_actors::environments::{EnvError, Environments};
+use psbx_actors::environments::Environments;
 use psbx_actors::error::BoxError;
 use psbx_actors::reviews::Reviews;
 use psbx_actors::shots::Shots;
-use psbx_actors::store::Principal;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool, tool_handler, tool_router};
-use rmcp_actix_web::transport::on_request_extensions;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -141,58 +140,6 @@ struct BoxListView {
     boxes: Vec<BoxView>,
 }
 
-pub(super) fn account(ctx: &RequestContext<RoleServer>) -> Option<Principal> {
-    on_request_extensions(&ctx.extensions).and_then(|e| e.get::<Principal>().cloned())
-}
-
-pub(super) fn structured<T: Serialize>(summary: String, value: &T) -> CallToolResult {
-    let mut result = CallToolResult::structured(serde_json::to_value(value).unwrap_or_default());
-    result.content = vec![ContentBlock::text(summary)];
-    result
-}
-
-/// A failure the agent can act on.
-pub(super) fn failed(message: impl Into<String>) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(message.into())])
-}
-
-pub(super) fn box_failed(e: BoxError) -> CallToolResult {
-    let next = match &e {
-        BoxError::NotFound(_) => " Call sandbox_list to see this account's boxes.",
-        BoxError::ProcessNotFound { .. } => " sandbox_status lists the box's commands.",
-        BoxError::ChannelLost(_) => {
-            " Run it again once the box answers; sandbox_status lists its commands."
-        }
-        BoxError::Over { .. } => {
-            " A stopped box does not come back: start a new one with sandbox_start."
-        }
-        BoxError::HostFull(_) => " Stop boxes you no longer need, or ask for a smaller size.",
-        BoxError::Store(psbx_actors::store::StoreError::QuotaExceeded(_)) => {
-            " Stop boxes this account no longer needs with sandbox_stop (sandbox_list lists them)."
-        }
-        BoxError::InvalidTransition(_) => {
-            " sandbox_status shows the box's state; ask again once the state allows it."
-        }
-        BoxError::Overran { .. } => {
-            " sandbox_status shows whether it still runs; end it with sandbox_exec running `kill -- -<pid>`."
-        }
-        BoxError::Boxd(LinkError::NoAnswer(_)) => {
-            " The box is busy or stuck: retry in a moment; sandbox_status shows its health."
-        }
-        BoxError::Boxd(LinkError::Closed) => {
-            " boxd is restarting, or the box froze or stopped: retry once the box answers."
-        }
-        BoxError::Invalid(_)
-        | BoxError::CannotRun(_)
-        | BoxError::Secrets(psbx_actors::secrets::SecretError::NotFound(_))
-        | BoxError::Environment(
-            EnvError::NotFound(_) | EnvError::Invalid(_) | EnvError::Conflict(_),
-        ) => "",
-        _ => " Retry in a moment; if it keeps failing, tell the operator.",
-    };
-    failed(format!("{e}.{next}"))
-}
-
 /// A box read, started or stopped, as a tool result.
 async fn box_result(result: Result<BoxSnapshot, BoxError>, envs: &Environments) -> CallToolResult {
     match result {
@@ -207,12 +154,6 @@ async fn box_result(result: Result<BoxSnapshot, BoxError>, envs: &Environments) 
         }
         Err(e) => box_failed(e),
     }
-}
-
-pub(super) fn unauthenticated() -> CallToolResult {
-    failed(
-        "this request carries no account: sign in with OAuth, or send an API key as a bearer token",
-    )
 }
 
 #[tool_router]

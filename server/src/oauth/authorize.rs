@@ -419,7 +419,7 @@ pub fn csrf_matches(oauth: &OAuth, req: &HttpRequest, field: Option<&str>) -> bo
 
 /// Checks a password unless the account or the address failed too often
 /// lately (429 then, argon2 not run); counts a failure against both. The
-/// app's sign-in page (`crate::app::session`) signs in through it too.
+/// app's sign-in page (`crate::web::session`) signs in through it too.
 pub(crate) async fn checked_password(
     oauth: &OAuth,
     store: &Store,

@@ -43,8 +43,7 @@ fn return_path(oauth: &OAuth, req: &HttpRequest) -> Option<String> {
     let encoded = oauth.cookies.get(req, cookies::RETURN)?;
     let path = String::from_utf8(URL_SAFE_NO_PAD.decode(encoded).ok()?).ok()?;
     // Only our own authorize page or an app page: never an open redirect.
-    (path.starts_with("/oauth/authorize?") || crate::app::session::is_app_path(&path))
-        .then_some(path)
+    (path.starts_with("/oauth/authorize?") || cookies::is_app_path(&path)).then_some(path)
 }
 
 fn not_working() -> HttpResponse {
