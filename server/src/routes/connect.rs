@@ -15,9 +15,11 @@
 //! and `..._per_account`, counted from the upgrade); above it the upgrade is
 //! answered 429 `too_many_sessions`.
 //!
-//! actix-ws's message stream is not `Send`, while the wire session's driver
-//! runs on tokio's scheduler: a local task pumps messages between the
-//! WebSocket and two channels, and the session runs over the channels.
+//! actix-ws's message stream and session are not `Send`: the wire session's
+//! driver runs on the worker's own task over them
+//! ([`Session::over_local_messages`]; WebSocket pings are answered there), with
+//! no task or channel between the WebSocket and the session, and the session's
+//! work (the hub, the heartbeat) runs on tokio's scheduler.
 
 use crate::auth::bearer_token;
 use crate::error::ApiError;
@@ -33,7 +35,6 @@ use psbx_actors::environments::Environments;
 use psbx_actors::store::Store;
 use psbx_wire::Hello;
 use psbx_wire::mux::{Config, Role, Session};
-use tokio::sync::mpsc;
 
 /// Largest WebSocket message taken (a wire frame is at most 64 KiB + header).
 const MAX_MESSAGE: usize = 1 << 20;
@@ -99,14 +100,6 @@ pub async fn connect(
         })?;
     let (response, ws, messages) = actix_ws::handle(&req, body)
         .map_err(|e| ApiError::bad_request("not_websocket", e.to_string()))?;
-    let (to_ws, from_session) = mpsc::channel::<Bytes>(64);
-    let (to_session, from_ws) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    actix_web::rt::spawn(pump(
-        ws,
-        messages.max_frame_size(MAX_MESSAGE),
-        from_session,
-        to_session,
-    ));
     let store = store.get_ref().clone();
     let of = SessionOf {
         connection: connection.record.id,
@@ -115,63 +108,60 @@ pub async fn connect(
         server: info.server_id.clone(),
         token: ConnectorSecret(token),
     };
-    tokio::spawn(async move {
-        let sink = Box::pin(futures_util::sink::unfold(
-            to_ws,
-            |tx, frame: Bytes| async move { tx.send(frame).await.map(|()| tx) },
-        ));
-        let stream = Box::pin(futures_util::stream::unfold(from_ws, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
-        }));
-        let hello = Hello::new(format!("psbx {}", env!("CARGO_PKG_VERSION")));
-        let config = Config::tunnel_server();
-        match Session::over_messages(sink, stream, Role::Server, config, hello).await {
-            Ok(session) => session::serve(slot, store, of, session).await,
-            Err(e) => {
-                tracing::warn!(environment = %of.environment_name, connection = %of.connection_name,
-                    error = %e, "connector session failed to start");
-            }
-        }
-    });
+    actix_web::rt::spawn(run(
+        ws,
+        messages.max_frame_size(MAX_MESSAGE),
+        slot,
+        store,
+        of,
+    ));
     Ok(response)
 }
 
-/// Moves frames between the WebSocket and the session's channels until
-/// either side ends; answers WebSocket pings.
-async fn pump(
-    mut ws: actix_ws::Session,
-    mut messages: actix_ws::MessageStream,
-    mut from_session: mpsc::Receiver<Bytes>,
-    to_session: mpsc::Sender<Result<Bytes, std::io::Error>>,
+/// Runs a connector's session over its WebSocket on this worker's task until
+/// either side ends: binary messages are the session's frames, pings are
+/// answered, a close or an error ends it; the session itself is served on
+/// tokio's scheduler.
+async fn run(
+    ws: actix_ws::Session,
+    messages: actix_ws::MessageStream,
+    slot: psbx_actors::connectors::Slot,
+    store: Store,
+    of: SessionOf,
 ) {
-    loop {
-        tokio::select! {
-            message = messages.next() => match message {
-                Some(Ok(Message::Binary(frame))) => {
-                    if to_session.send(Ok(frame)).await.is_err() {
-                        break;
+    let sink = Box::pin(futures_util::sink::unfold(
+        ws.clone(),
+        |mut ws, frame: Bytes| async move { ws.binary(frame).await.map(|()| ws) },
+    ));
+    let pong = ws.clone();
+    let stream = Box::pin(
+        messages
+            .take_while(|m| std::future::ready(!matches!(m, Ok(Message::Close(_)))))
+            .filter_map(move |m| {
+                let mut pong = pong.clone();
+                async move {
+                    match m {
+                        Ok(Message::Binary(frame)) => Some(Ok(frame)),
+                        Ok(Message::Ping(payload)) => {
+                            let _ = pong.pong(&payload).await;
+                            None
+                        }
+                        Ok(_) => None,
+                        Err(e) => Some(Err(std::io::Error::other(e.to_string()))),
                     }
                 }
-                Some(Ok(Message::Ping(payload))) => {
-                    if ws.pong(&payload).await.is_err() {
-                        break;
-                    }
-                }
-                Some(Ok(Message::Close(_))) | None => break,
-                Some(Err(e)) => {
-                    let _ = to_session.send(Err(std::io::Error::other(e.to_string()))).await;
-                    break;
-                }
-                Some(Ok(_)) => {}
-            },
-            frame = from_session.recv() => match frame {
-                Some(frame) => {
-                    if ws.binary(frame).await.is_err() {
-                        break;
-                    }
-                }
-                None => break,
-            },
+            }),
+    );
+    let hello = Hello::new(format!("psbx {}", env!("CARGO_PKG_VERSION")));
+    let config = Config::tunnel_server();
+    match Session::over_local_messages(sink, stream, Role::Server, config, hello).await {
+        Ok((session, driver)) => {
+            tokio::spawn(session::serve(slot, store, of, session));
+            let _ = driver.await;
+        }
+        Err(e) => {
+            tracing::warn!(environment = %of.environment_name, connection = %of.connection_name,
+                error = %e, "connector session failed to start");
         }
     }
     let _ = ws.close(None).await;

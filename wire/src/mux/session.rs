@@ -189,6 +189,36 @@ impl Session {
         E1: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
         E2: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
     {
+        let (session, driver) =
+            Self::over_local_messages(sink, stream, role, config, hello).await?;
+        tokio::spawn(driver);
+        Ok(session)
+    }
+
+    /// [`Session::over_messages`] for a sink and stream that must stay on the
+    /// task that owns them (actix-ws's are not `Send`): the caller runs the
+    /// returned driver there (it ends with the session), and may hand the
+    /// `Session` itself to any task. No task or channel between the messages
+    /// and the session.
+    pub async fn over_local_messages<Si, St, E1, E2>(
+        sink: Si,
+        stream: St,
+        role: Role,
+        config: Config,
+        hello: Hello,
+    ) -> Result<
+        (
+            Session,
+            impl std::future::Future<Output = Result<(), SessionError>> + use<Si, St, E1, E2>,
+        ),
+        SessionError,
+    >
+    where
+        Si: Sink<Bytes, Error = E1> + Unpin + 'static,
+        St: FuturesStream<Item = Result<Bytes, E2>> + Unpin + 'static,
+        E1: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+        E2: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
         let max = config.max_frame_size;
         let (session, driver) = Self::handshake(
             MessageSource::new(stream, max),
@@ -198,8 +228,7 @@ impl Session {
             hello,
         )
         .await?;
-        tokio::spawn(driver.run());
-        Ok(session)
+        Ok((session, driver.run()))
     }
 
     fn shared(&self) -> &Arc<Shared> {
