@@ -804,7 +804,7 @@ impl Boxes {
         for p in &mut processes {
             p.cmd = masker.mask(&p.cmd);
             if let Some(exit) = &mut p.exit {
-                masker.mask_all(&mut exit.private_endpoint_errors);
+                masker.mask_failures(&mut exit.private_endpoint_errors);
             }
         }
         Ok(processes)

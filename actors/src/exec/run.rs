@@ -122,7 +122,7 @@ impl Command {
                     self.failed = Some(BoxError::CannotRun(self.masker.mask(&why)))
                 }
                 Record::Exit(mut exit) => {
-                    self.masker.mask_all(&mut exit.private_endpoint_errors);
+                    self.masker.mask_failures(&mut exit.private_endpoint_errors);
                     self.pending.extend([
                         ExecEvent::Stdout(self.out.finish()),
                         ExecEvent::Stderr(self.err.finish()),

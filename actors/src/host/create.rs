@@ -13,7 +13,8 @@ use crate::ids::{AccountId, BoxId};
 use crate::spec::BoxSpec;
 use crate::store::{BoxRecord, NewBox, PoolClaim, Transition};
 use actix::prelude::*;
-use psbx_wire::boxd::{BoxAws, BoxInfo, ConfigFile, Configure, PrivateEndpoint};
+use psbx_wire::Endpoint;
+use psbx_wire::boxd::{BoxAws, BoxInfo, ConfigFile, Configure};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,7 +33,7 @@ pub struct CreateBox {
     /// Files boxd writes at claim (an environment's settings files).
     pub files: Vec<ConfigFile>,
     /// The environment's addresses, for boxd's entries.
-    pub endpoints: Vec<PrivateEndpoint>,
+    pub endpoints: Vec<Endpoint>,
     /// Further values to mask in output (an environment's secret-looking settings).
     pub mask: Vec<String>,
     /// The environment's AWS role, for boxd.

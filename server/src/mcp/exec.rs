@@ -9,7 +9,7 @@
 //! call is a task reading the followed log.
 
 use super::tools::{box_failed, failed, structured};
-use crate::routes::exec::{OutputView, private_endpoint_hint};
+use crate::routes::exec::{OutputView, failure_texts, private_endpoint_hint};
 use psbx_actors::boxes::Boxes;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
@@ -231,7 +231,7 @@ async fn follow(
     {
         summary.push_str(&format!(
             "\nconnections to environment addresses that failed: {}",
-            errors.join("; ")
+            failure_texts(errors).join("; ")
         ));
     }
     let Exit {
@@ -254,7 +254,7 @@ async fn follow(
             signal,
             timed_out,
             private_endpoint_hint: private_endpoint_hint(&private_endpoint_errors),
-            private_endpoint_errors,
+            private_endpoint_errors: failure_texts(&private_endpoint_errors),
             output: OutputView::from(&output),
             log: process.log,
             next,

@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use psbx_actors::boxes::Boxes;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
-use psbx_wire::boxd::{EndpointFailure, ExecRequest, Process};
+use psbx_wire::boxd::{EndpointFailure, ExecRequest, Exit, Process};
 use psbx_wire::frame::code::{BAD_GATEWAY, FORBIDDEN, UNAVAILABLE};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -195,7 +195,7 @@ pub async fn exec(
                 Ok(ExecEvent::Stderr(b)) => {
                     serde_json::json!({ "stderr": String::from_utf8_lossy(&b) })
                 }
-                Ok(ExecEvent::Exit(exit)) => serde_json::json!({ "exit": exit }),
+                Ok(ExecEvent::Exit(exit)) => serde_json::json!({ "exit": ExitView::from(&exit) }),
                 Ok(ExecEvent::Started(pid)) => serde_json::json!({ "pid": pid }),
                 Err(e) => serde_json::json!({ "error": e.to_string() }),
             };
@@ -222,7 +222,7 @@ pub async fn exec(
                     signal: exit.signal,
                     timed_out: exit.timed_out,
                     private_endpoint_hint: private_endpoint_hint(&exit.private_endpoint_errors),
-                    private_endpoint_errors: exit.private_endpoint_errors,
+                    private_endpoint_errors: failure_texts(&exit.private_endpoint_errors),
                     stdout: Some((&out).into()),
                     stderr: Some((&err).into()),
                 }));
@@ -276,23 +276,46 @@ impl From<Process> for ProcessView {
             exit_code: exit.and_then(|e| e.code),
             signal: exit.and_then(|e| e.signal),
             timed_out: exit.is_some_and(|e| e.timed_out),
-            private_endpoint_errors: p
-                .exit
-                .map(|e| e.private_endpoint_errors)
+            private_endpoint_errors: exit
+                .map(|e| failure_texts(&e.private_endpoint_errors))
                 .unwrap_or_default(),
             log: p.log,
         }
     }
 }
 
+/// A command's end as the API shows it (the `exit` line of a streamed
+/// exec): boxd's [`Exit`] with its failed connections as text.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ExitView {
+    code: Option<i32>,
+    signal: Option<i32>,
+    timed_out: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    private_endpoint_errors: Vec<String>,
+}
+
+impl From<&Exit> for ExitView {
+    fn from(exit: &Exit) -> Self {
+        Self {
+            code: exit.code,
+            signal: exit.signal,
+            timed_out: exit.timed_out,
+            private_endpoint_errors: failure_texts(&exit.private_endpoint_errors),
+        }
+    }
+}
+
+/// Failed connections as the API shows them: `<host>:<port> <code> <reason>`.
+pub fn failure_texts(failures: &[EndpointFailure]) -> Vec<String> {
+    failures.iter().map(ToString::to_string).collect()
+}
+
 /// What to do about the connections to environment addresses a command saw
-/// fail ([`EndpointFailure`]s as text), by their codes.
-pub fn private_endpoint_hint(errors: &[String]) -> Option<String> {
-    let codes: Vec<u16> = errors
-        .iter()
-        .filter_map(|e| e.parse::<EndpointFailure>().ok())
-        .map(|f| f.code)
-        .collect();
+/// fail, by their codes.
+pub fn private_endpoint_hint(errors: &[EndpointFailure]) -> Option<String> {
+    let codes: Vec<u16> = errors.iter().map(|f| f.code).collect();
     let mut hints = Vec::new();
     if codes.contains(&UNAVAILABLE) {
         hints.push(
@@ -466,7 +489,8 @@ mod tests {
     use super::*;
 
     fn hint(errors: &[&str]) -> Option<String> {
-        private_endpoint_hint(&errors.iter().map(|e| (*e).to_owned()).collect::<Vec<_>>())
+        let failures: Vec<EndpointFailure> = errors.iter().map(|e| e.parse().unwrap()).collect();
+        private_endpoint_hint(&failures)
     }
 
     #[test]
@@ -483,14 +507,16 @@ mod tests {
         );
         let both = hint(&[
             "db.internal:5432 502 connection refused",
-            "[fd00::1]:443 403 not listed",
+            "10.0.0.1:443 403 not listed",
         ])
         .unwrap();
         assert!(
             both.starts_with("502: ") && both.contains("; 403: "),
             "{both}"
         );
-        for other in ["db.internal:5432 504 no answer", "not an endpoint failure"] {
+        // (A text that is not a failure no longer reaches here: boxd sends
+        // them typed, and an old boxd's unreadable text is left out.)
+        for other in ["db.internal:5432 504 no answer", "10.0.0.1:80 400 bad"] {
             assert_eq!(
                 hint(&[other]).unwrap(),
                 "see /work/.sbx/logs/private-endpoints.log and health.privateEndpoints"
@@ -508,7 +534,7 @@ mod tests {
                 code: None,
                 signal: Some(9),
                 timed_out: true,
-                private_endpoint_errors: vec!["db.internal:5432 503 offline".into()],
+                private_endpoint_errors: vec!["db.internal:5432 503 offline".parse().unwrap()],
             }),
             log: "/run/psbx/processes/7.log".into(),
         });

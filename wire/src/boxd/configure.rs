@@ -3,7 +3,8 @@
 //! and the box's [`Wiring`] (declared services and links), which `wire`
 //! replaces later. boxd's side: `boxd/src/services/{configure,wire}.rs`.
 
-use super::{BoxAws, PrivateEndpoint};
+use super::BoxAws;
+use crate::Endpoint;
 use serde::{Deserialize, Serialize};
 
 /// Account data pushed at claim time: environment variables of every command.
@@ -19,7 +20,7 @@ pub struct Configure {
     /// host name an address of its own and opens an entry per address, whose
     /// connections go out as `env:<host>:<port>` streams it opens.
     #[serde(default)]
-    pub endpoints: Vec<PrivateEndpoint>,
+    pub endpoints: Vec<Endpoint>,
     /// The services declared in the box and its links (empty from a server
     /// that predates them).
     #[serde(default)]
@@ -50,7 +51,7 @@ pub struct Wiring {
     /// host:port pairs linked to another box: connections go out as
     /// `link:<host>:<port>` streams.
     #[serde(default)]
-    pub links: Vec<PrivateEndpoint>,
+    pub links: Vec<Endpoint>,
     /// Where services in external mode forward HTTP to.
     #[serde(default)]
     pub external_base_url: Option<String>,

@@ -2,6 +2,7 @@
 //! answer as [`Record`]s, and the background commands it leaves. boxd's
 //! side: `boxd/src/services/{exec,processes,signal,logs}.rs`.
 
+use super::EndpointFailure;
 use serde::{Deserialize, Serialize};
 
 /// A command to run.
@@ -25,10 +26,13 @@ pub struct Exit {
     pub signal: Option<i32>,
     pub timed_out: bool,
     /// Connections to environment addresses the command made that failed
-    /// ([`super::EndpointFailure`]s as text; boxd's `privnet/owner.rs` says how
-    /// they are told apart).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub private_endpoint_errors: Vec<String>,
+    /// (boxd's `privnet/owner.rs` says how they are told apart).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "super::failures"
+    )]
+    pub private_endpoint_errors: Vec<EndpointFailure>,
 }
 
 /// A background command.
@@ -204,6 +208,28 @@ impl super::Streamed for Logs {
 mod tests {
     use super::*;
 
+    /// A boxd of an older image sends the failures as text: they read back
+    /// the same, and one that does not is left out.
+    #[test]
+    fn exits_read_failures_as_json_or_as_old_text() {
+        let old = r#"{"code":0,"signal":null,"timedOut":false,"privateEndpointErrors":["db.internal:5432 503 the connector \"aws\" is offline","garbage"]}"#;
+        let exit: Exit = serde_json::from_str(old).unwrap();
+        let texts: Vec<String> = exit
+            .private_endpoint_errors
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            texts,
+            ["db.internal:5432 503 the connector \"aws\" is offline"]
+        );
+        let json = serde_json::to_string(&exit).unwrap();
+        assert_eq!(serde_json::from_str::<Exit>(&json).unwrap(), exit);
+        let none: Exit =
+            serde_json::from_str(r#"{"code":1,"signal":null,"timedOut":false}"#).unwrap();
+        assert!(none.private_endpoint_errors.is_empty());
+    }
+
     #[test]
     fn records_round_trip_in_pieces() {
         let records = vec![
@@ -214,7 +240,11 @@ mod tests {
                 code: Some(0),
                 signal: None,
                 timed_out: false,
-                private_endpoint_errors: vec!["db.internal:5432 503 offline".into()],
+                private_endpoint_errors: vec![EndpointFailure {
+                    endpoint: "db.internal:5432".parse().unwrap(),
+                    code: 503,
+                    reason: "offline".into(),
+                }],
             }),
             Record::Failed("no such dir".into()),
         ];

@@ -55,7 +55,9 @@
 //! shares: the [`Service`] names, the [`Outbound`] streams, [`Done`].
 
 use crate::dns::Transport;
+use crate::endpoint::{Endpoint, EndpointError};
 use serde::{Deserialize, Serialize};
+use std::fmt;
 
 pub mod aws;
 pub mod configure;
@@ -216,12 +218,12 @@ pub enum Outbound {
     /// connector) or refuses: 403 the address is no longer listed, 503 the
     /// connection's connector is offline (the reason names it), 502 the
     /// connector could not reach the target.
-    Env(PrivateEndpoint),
+    Env(Endpoint),
     /// A connection a program in the box made to a name linked to a port of
     /// another box: `link:<host>:<port>`. The server accepts (a byte pipe to
     /// that box's port) or refuses: 404 no such link or the linked box is
     /// stopped, 502 nothing listens there.
-    Link(PrivateEndpoint),
+    Link(Endpoint),
     /// An identity token for the box's AWS role (`aws:token`): boxd sends
     /// nothing; the server answers an [`AwsToken`] or refuses (404 the box
     /// has no role, 503 the token cannot be signed now).
@@ -236,7 +238,7 @@ pub enum OutboundError {
     #[error("{0:?} is not host:port")]
     NotHostPort(String),
     /// The host of an `env:` or `link:` target is not a host name
-    /// ([`is_host_name`]): checked before anything logs it.
+    /// ([`crate::HostName::parse`]): checked before anything logs it.
     #[error("{0:?} is not a host name (letters, digits, '-' and '_' in dot-separated labels)")]
     NotHostName(String),
 }
@@ -246,12 +248,8 @@ impl Outbound {
     pub fn target(&self) -> String {
         match self {
             Self::Dns(transport) => transport.target().to_owned(),
-            Self::Env(endpoint) => {
-                format!("{ENV_TARGET_PREFIX}{}:{}", endpoint.host, endpoint.port)
-            }
-            Self::Link(endpoint) => {
-                format!("{LINK_TARGET_PREFIX}{}:{}", endpoint.host, endpoint.port)
-            }
+            Self::Env(endpoint) => format!("{ENV_TARGET_PREFIX}{endpoint}"),
+            Self::Link(endpoint) => format!("{LINK_TARGET_PREFIX}{endpoint}"),
             Self::AwsToken => AWS_TOKEN_TARGET.to_owned(),
         }
     }
@@ -264,7 +262,7 @@ impl Outbound {
         if target == AWS_TOKEN_TARGET {
             return Ok(Self::AwsToken);
         }
-        let (rest, kind): (&str, fn(PrivateEndpoint) -> Self) =
+        let (rest, kind): (&str, fn(Endpoint) -> Self) =
             if let Some(rest) = target.strip_prefix(ENV_TARGET_PREFIX) {
                 (rest, Self::Env)
             } else if let Some(rest) = target.strip_prefix(LINK_TARGET_PREFIX) {
@@ -272,16 +270,11 @@ impl Outbound {
             } else {
                 return Err(OutboundError::Unknown(target.to_owned()));
             };
-        let bad = || OutboundError::NotHostPort(rest.to_owned());
-        let (host, port) = rest.rsplit_once(':').ok_or_else(bad)?;
-        let port = port.parse().map_err(|_| bad())?;
-        if !is_host_name(host) {
-            return Err(OutboundError::NotHostName(host.to_owned()));
+        match rest.parse::<Endpoint>() {
+            Ok(endpoint) => Ok(kind(endpoint)),
+            Err(EndpointError::Host { host, .. }) => Err(OutboundError::NotHostName(host)),
+            Err(_) => Err(OutboundError::NotHostPort(rest.to_owned())),
         }
-        Ok(kind(PrivateEndpoint {
-            host: host.to_owned(),
-            port,
-        }))
     }
 }
 
@@ -293,37 +286,6 @@ impl std::str::FromStr for Outbound {
     }
 }
 
-/// Whether `host` is a host name boxd gives an address: letters, digits,
-/// `-` and `_` in dot-separated labels of 1 to 63 bytes, at most 253 in all
-/// (lower-case is the caller's to make).
-pub fn is_host_name(host: &str) -> bool {
-    !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
-}
-
-/// An address of the box's environment: a lower-case DNS name or an IPv4
-/// literal, and a TCP port.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct PrivateEndpoint {
-    pub host: String,
-    pub port: u16,
-}
-
-impl PrivateEndpoint {
-    /// The target of the stream boxd opens for a connection to it
-    /// ([`Outbound::Env`]).
-    pub fn target(&self) -> String {
-        Outbound::Env(self.clone()).target()
-    }
-}
-
 /// The prefix of [`Outbound::Env`] targets.
 pub const ENV_TARGET_PREFIX: &str = "env:";
 /// The prefix of [`Outbound::Link`] targets.
@@ -331,24 +293,20 @@ pub const LINK_TARGET_PREFIX: &str = "link:";
 
 /// A connection to an environment address that failed: the address, the
 /// `OPEN_ERR` code (or the one boxd gave: 503 no session, 504 no answer) and
-/// the reason. It travels and is shown as `<host>:<port> <code> <reason>`
-/// ([`Exit::private_endpoint_errors`], boxd's log of failed connections).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// the reason. It travels as JSON in [`Exit::private_endpoint_errors`], and
+/// is shown as `<host>:<port> <code> <reason>` ([`fmt::Display`]: the API's
+/// text, boxd's log of failed connections).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndpointFailure {
-    pub host: String,
-    pub port: u16,
+    pub endpoint: Endpoint,
     pub code: u16,
     /// On one line.
     pub reason: String,
 }
 
-impl std::fmt::Display for EndpointFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}:{} {} {}",
-            self.host, self.port, self.code, self.reason
-        )
+impl fmt::Display for EndpointFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {}", self.endpoint, self.code, self.reason)
     }
 }
 
@@ -357,6 +315,7 @@ impl std::fmt::Display for EndpointFailure {
 #[error("{0:?} is not <host>:<port> <code> <reason>")]
 pub struct NotAnEndpointFailure(pub String);
 
+/// The text a boxd of an older image sends in place of the JSON.
 impl std::str::FromStr for EndpointFailure {
     type Err = NotAnEndpointFailure;
 
@@ -364,14 +323,35 @@ impl std::str::FromStr for EndpointFailure {
         let bad = || NotAnEndpointFailure(text.to_owned());
         let (address, rest) = text.split_once(' ').ok_or_else(bad)?;
         let (code, reason) = rest.split_once(' ').unwrap_or((rest, ""));
-        let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
         Ok(Self {
-            host: host.to_owned(),
-            port: port.parse().map_err(|_| bad())?,
+            endpoint: address.parse().map_err(|_| bad())?,
             code: code.parse().map_err(|_| bad())?,
             reason: reason.to_owned(),
         })
     }
+}
+
+/// [`Exit::private_endpoint_errors`] as JSON objects, or as the
+/// `<host>:<port> <code> <reason>` texts a boxd of an older image (a frozen
+/// or pooled box started before the server was upgraded) still sends; a
+/// text that does not read back is left out.
+pub(crate) fn failures<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<EndpointFailure>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Typed(EndpointFailure),
+        Text(String),
+    }
+    let items = Vec::<Either>::deserialize(deserializer)?;
+    Ok(items
+        .into_iter()
+        .filter_map(|item| match item {
+            Either::Typed(failure) => Some(failure),
+            Either::Text(text) => text.parse().ok(),
+        })
+        .collect())
 }
 
 /// A request that succeeded, or why it did not.
@@ -442,23 +422,14 @@ mod tests {
 
     #[test]
     fn outbound_targets_parse_back() {
-        let env = Outbound::Env(PrivateEndpoint {
-            host: "db.internal".into(),
-            port: 5432,
-        });
+        let env = Outbound::Env("db.internal:5432".parse().unwrap());
         assert_eq!(env.target(), "env:db.internal:5432");
         assert_eq!(Outbound::parse("env:db.internal:5432"), Ok(env));
         assert_eq!(
             Outbound::parse("env:10.0.0.1:80"),
-            Ok(Outbound::Env(PrivateEndpoint {
-                host: "10.0.0.1".into(),
-                port: 80
-            }))
+            Ok(Outbound::Env("10.0.0.1:80".parse().unwrap()))
         );
-        let link = Outbound::Link(PrivateEndpoint {
-            host: "api.svc.local".into(),
-            port: 8080,
-        });
+        let link = Outbound::Link("api.svc.local:8080".parse().unwrap());
         assert_eq!(link.target(), "link:api.svc.local:8080");
         assert_eq!(Outbound::parse("link:api.svc.local:8080"), Ok(link));
         assert!(Outbound::parse("link:api.svc.local").is_err());
@@ -475,6 +446,19 @@ mod tests {
             "\"db.internal\" is not host:port"
         );
         assert!(Outbound::parse("env:db.internal:99999").is_err());
+        // Checked as connection addresses are, once, here: the server routes
+        // what this gives (it was checked again in the router before).
+        assert_eq!(
+            Outbound::parse("env:DB.Internal:5432"),
+            Ok(Outbound::Env("db.internal:5432".parse().unwrap()))
+        );
+        for bad in [
+            "env:db.internal:0",
+            "env:db.internal:+80",
+            "env:*.internal:1",
+        ] {
+            assert!(Outbound::parse(bad).is_err(), "{bad}");
+        }
     }
 
     /// review-2 L8: a box-chosen host is a host name before anything logs
@@ -507,8 +491,7 @@ mod tests {
     #[test]
     fn endpoint_failures_read_back_what_they_write() {
         let failure = EndpointFailure {
-            host: "db.internal".into(),
-            port: 5432,
+            endpoint: "db.internal:5432".parse().unwrap(),
             code: 503,
             reason: "the connector \"aws\" of this environment is offline".into(),
         };
@@ -517,7 +500,12 @@ mod tests {
             text,
             "db.internal:5432 503 the connector \"aws\" of this environment is offline"
         );
-        assert_eq!(text.parse::<EndpointFailure>(), Ok(failure));
+        assert_eq!(text.parse::<EndpointFailure>(), Ok(failure.clone()));
+        let json = serde_json::to_string(&failure).unwrap();
+        assert_eq!(
+            serde_json::from_str::<EndpointFailure>(&json).unwrap(),
+            failure
+        );
         let bare: EndpointFailure = "10.0.0.1:80 502".parse().unwrap();
         assert_eq!((bare.code, bare.reason.as_str()), (502, ""));
         for bad in [
