@@ -13,6 +13,7 @@ use futures_util::StreamExt;
 use psbx_actors::boxes::Boxes;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
+use psbx_actors::exec::spec::ExecSpec;
 use psbx_wire::boxd::{EndpointFailure, ExecRequest, Exit, Process};
 use psbx_wire::frame::code::{BAD_GATEWAY, FORBIDDEN, UNAVAILABLE};
 use serde::{Deserialize, Serialize};
@@ -99,47 +100,22 @@ pub struct ExecResult {
     pub stderr: Option<OutputView>,
 }
 
-/// White space as the document's `\s` has it (Python's and Rust's, with the
-/// information separators U+001C to U+001F).
-fn is_space(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-}
-
-fn request(body: ExecBody) -> Result<ExecRequest, ApiError> {
-    if !body.cmd.chars().any(|c| !is_space(c)) {
-        return Err(ApiError::bad_request("invalid_request", "cmd is empty"));
-    }
-    patterns::no_nul("cmd", &body.cmd)?;
+/// The command boxd is sent: the body checked by the one check every front
+/// makes (`ExecSpec`), and its time limit read here (a duration text).
+pub(crate) fn request(body: ExecBody) -> Result<ExecRequest, ApiError> {
+    let mut request = ExecSpec::request(
+        body.cmd,
+        body.cwd,
+        body.env.into_iter().collect(),
+        None,
+        body.background,
+    )?;
     let timeout = match &body.timeout {
         Some(t) => patterns::strict_duration("timeout", t, patterns::MAX_EXEC_TIMEOUT)?,
         None => DEFAULT_TIMEOUT,
     };
-    for (name, value) in &body.env {
-        patterns::no_nul(&format!("env.{name}"), value)?;
-    }
-    for name in body.env.keys() {
-        psbx_actors::secrets::validate_name(name).map_err(|_| {
-            ApiError::bad_request(
-                "invalid_request",
-                format!("env: {name:?} is not an environment variable name"),
-            )
-        })?;
-    }
-    let cwd = body.cwd.unwrap_or_else(|| "/work".to_owned());
-    patterns::no_nul("cwd", &cwd)?;
-    if !cwd.starts_with('/') {
-        return Err(ApiError::bad_request(
-            "invalid_request",
-            format!("cwd {cwd:?} must be an absolute path in the box, such as /work/repo"),
-        ));
-    }
-    Ok(ExecRequest {
-        cmd: body.cmd,
-        cwd,
-        env: body.env.into_iter().collect(),
-        timeout_s: (!body.background).then_some(timeout.as_secs()),
-        background: body.background,
-    })
+    request.timeout_s = (!body.background).then_some(timeout.as_secs());
+    Ok(request)
 }
 
 #[utoipa::path(
