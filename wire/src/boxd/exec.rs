@@ -92,11 +92,7 @@ impl Record {
             Self::Exit(exit) => (b'x', serde_json::to_vec(exit).unwrap_or_default()),
             Self::Failed(why) => (b'f', why.as_bytes().to_vec()),
         };
-        let mut out = Vec::with_capacity(5 + body.len());
-        out.push(tag);
-        out.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
-        out.extend_from_slice(&body);
-        out
+        tagged(tag, &body)
     }
 
     /// Takes one whole record off the front of `buf`, if there is one.
@@ -113,17 +109,10 @@ impl Record {
     /// The whole record at the start of `buf`, if there is one, and how many
     /// bytes it took.
     pub fn parse(buf: &[u8]) -> Result<Option<(Self, usize)>, String> {
-        if buf.len() < 5 {
-            return Ok(None);
-        }
-        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-        if len > MAX_RECORD {
-            return Err(format!("an exec record of {len} bytes is over the limit"));
-        }
-        let Some(body) = buf.get(5..5 + len) else {
+        let Some((tag, body, used)) = untag(buf, "an exec record")? else {
             return Ok(None);
         };
-        let record = match buf[0] {
+        let record = match tag {
             b'S' => Self::Started(u32::from_be_bytes(
                 body.try_into()
                     .map_err(|_| "bad started record".to_owned())?,
@@ -134,8 +123,35 @@ impl Record {
             b'f' => Self::Failed(String::from_utf8_lossy(body).into_owned()),
             other => return Err(format!("unknown exec record {other}")),
         };
-        Ok(Some((record, 5 + len)))
+        Ok(Some((record, used)))
     }
+}
+
+/// A tag byte, a big-endian u32 length, the body: how exec [`Record`]s and
+/// terminal inputs ([`super::PtyInput`]) are framed.
+pub(super) fn tagged(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + body.len());
+    out.push(tag);
+    out.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// A tag, a body, and how many bytes the two took with their length.
+pub(super) type Tagged<'a> = (u8, &'a [u8], usize);
+
+/// The tag and body of the whole [`tagged`] piece at the start of `buf`, if
+/// it is all there, and how many bytes it took; a body over [`MAX_RECORD`]
+/// is an error naming `what` it was.
+pub(super) fn untag<'a>(buf: &'a [u8], what: &str) -> Result<Option<Tagged<'a>>, String> {
+    let [tag, l0, l1, l2, l3, ..] = *buf else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes([l0, l1, l2, l3]) as usize;
+    if len > MAX_RECORD {
+        return Err(format!("{what} of {len} bytes is over the limit"));
+    }
+    Ok(buf.get(5..5 + len).map(|body| (tag, body, 5 + len)))
 }
 
 /// Reads records out of a byte stream that arrives in chunks. An index

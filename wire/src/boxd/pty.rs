@@ -2,7 +2,6 @@
 //! size line and the framed input that follows. boxd's side:
 //! `boxd/src/services/pty.rs`.
 
-use super::MAX_RECORD;
 use serde::{Deserialize, Serialize};
 
 /// The first line of a `pty` stream: the terminal's size.
@@ -32,27 +31,16 @@ impl PtyInput {
                 (b'r', body)
             }
         };
-        let mut out = Vec::with_capacity(5 + body.len());
-        out.push(tag);
-        out.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
-        out.extend_from_slice(&body);
-        out
+        super::exec::tagged(tag, &body)
     }
 
     /// The whole input at the start of `buf`, if there is one, and how many
     /// bytes it took.
     pub fn parse(buf: &[u8]) -> Result<Option<(Self, usize)>, String> {
-        if buf.len() < 5 {
-            return Ok(None);
-        }
-        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-        if len > MAX_RECORD {
-            return Err(format!("a terminal input of {len} bytes is over the limit"));
-        }
-        let Some(body) = buf.get(5..5 + len) else {
+        let Some((tag, body, used)) = super::exec::untag(buf, "a terminal input")? else {
             return Ok(None);
         };
-        let input = match (buf[0], body) {
+        let input = match (tag, body) {
             (b'i', _) => Self::Input(body.to_vec()),
             (b'r', [c0, c1, r0, r1]) => Self::Resize {
                 cols: u16::from_be_bytes([*c0, *c1]),
@@ -61,7 +49,7 @@ impl PtyInput {
             (b'r', _) => return Err("a resize is two u16s".to_owned()),
             (other, _) => return Err(format!("unknown terminal input {other}")),
         };
-        Ok(Some((input, 5 + len)))
+        Ok(Some((input, used)))
     }
 }
 
