@@ -23,7 +23,7 @@ use crate::settings::{BoxSettings, SIZES};
 use crate::spec::BoxSpec;
 use crate::store::{BoxCursor, BoxRecord, Store};
 use crate::wiring::{self, WireChange};
-use psbx_wire::boxd::{Done, ExecRequest, Logs, Process, Service, Signal};
+use psbx_wire::boxd::{ExecRequest, Logs, Process, ProcessesRequest, Service, Signal, Streamed};
 use psbx_wire::mux::Stream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -800,11 +800,11 @@ impl Boxes {
     /// The box's background commands.
     pub async fn processes(&self, account: &AccountId, id: &str) -> Result<Vec<Process>, BoxError> {
         let (_, link, masker) = self.channel(account, id).await?;
-        let mut processes: Vec<Process> = link.request(Service::Processes, &(), SERVICE).await?;
+        let mut processes = link.call(&ProcessesRequest, SERVICE).await?;
         for p in &mut processes {
             p.cmd = masker.mask(&p.cmd);
             if let Some(exit) = &mut p.exit {
-                masker.mask_all(&mut exit.private_endpoint_errors);
+                masker.mask_failures(&mut exit.private_endpoint_errors);
             }
         }
         Ok(processes)
@@ -819,9 +819,7 @@ impl Boxes {
         signal: i32,
     ) -> Result<(), BoxError> {
         let (_, link, _) = self.channel(account, id).await?;
-        let done: Done = link
-            .request(Service::Signal, &Signal { pid, signal }, SERVICE)
-            .await?;
+        let done = link.call(&Signal { pid, signal }, SERVICE).await?;
         if done.ok {
             Ok(())
         } else {
@@ -936,7 +934,7 @@ async fn open_log(
     offset: u64,
     follow: bool,
 ) -> Result<Stream, BoxError> {
-    let mut stream = link.open(Service::Logs, SERVICE).await?;
+    let mut stream = link.open(Logs::SERVICE, SERVICE).await?;
     let body = serde_json::to_vec(&Logs {
         pid,
         offset,

@@ -11,10 +11,10 @@
 //! URL); at start the default is external when the box has an external base
 //! URL, box otherwise.
 
-use crate::environments::address::Endpoint;
 use crate::spec::{BoxSpec, LinkSpec, Mode, ServiceSpec};
 use ipnet::Ipv4Net;
-use psbx_wire::boxd::{Declared, DeclaredRange, PrivateEndpoint, Wiring, is_host_name};
+use psbx_wire::boxd::{Declared, DeclaredRange, Wiring};
+use psbx_wire::{Endpoint, HostName};
 use std::net::Ipv4Addr;
 
 /// The most services a box declares.
@@ -65,8 +65,8 @@ pub fn parse_name(field: &str, name: &str) -> Result<Name, String> {
         }
         return Ok(Name::Range(net));
     }
-    if is_host_name(&trimmed) {
-        Ok(Name::Host(trimmed))
+    if let Ok(host) = HostName::parse(&trimmed) {
+        Ok(Name::Host(host.to_string()))
     } else {
         Err(format!(
             "{field} {name:?} is not a host name (letters, digits, - and _ in dot-separated labels) \
@@ -431,9 +431,12 @@ pub fn boxd_wiring(spec: &BoxSpec) -> Wiring {
     wiring.links = spec
         .links
         .iter()
-        .map(|l| PrivateEndpoint {
-            host: l.name.clone(),
-            port: l.port,
+        // Checked as host names when they were linked (`check`): one that
+        // no longer reads as one is left out rather than sent.
+        .filter_map(|l| {
+            HostName::parse(&l.name)
+                .ok()
+                .map(|h| Endpoint::new(h, l.port))
         })
         .collect();
     wiring
@@ -443,8 +446,8 @@ pub fn boxd_wiring(spec: &BoxSpec) -> Wiring {
 /// declared or linked host:port, or a listed IPv4 address in a declared
 /// range on its port (`reachable` leaves those out).
 pub fn takes(spec: &BoxSpec, address: &Endpoint) -> bool {
-    let host = address.host.to_ascii_lowercase();
-    let ip = host.parse::<Ipv4Addr>().ok();
+    let host = address.host.as_str();
+    let ip = address.host.ipv4();
     spec.links
         .iter()
         .any(|l| l.name == host && l.port == address.port)
@@ -594,10 +597,7 @@ mod tests {
         assert_eq!(w.names, ["docs"]);
         assert_eq!(w.links[0].host, "orders");
         assert_eq!(w.external_base_url.as_deref(), Some("http://x"));
-        let at = |host: &str, port| Endpoint {
-            host: host.into(),
-            port,
-        };
+        let at = |host: &str, port| Endpoint::new(HostName::parse(host).unwrap(), port);
         assert!(takes(&spec, &at("api.svc.local", 8080)));
         assert!(!takes(&spec, &at("api.svc.local", 8081)));
         assert!(takes(&spec, &at("172.16.5.5", 9090)));

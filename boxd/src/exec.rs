@@ -208,7 +208,7 @@ impl Processes {
         &self,
         spec: &ExecRequest,
         base_env: &[(String, String)],
-        caused: impl FnOnce(u32) -> Vec<String> + Send + 'static,
+        caused: impl FnOnce(u32) -> Vec<psbx_wire::boxd::EndpointFailure> + Send + 'static,
     ) -> std::io::Result<Process> {
         std::fs::create_dir_all(LOG_DIR)?;
         let stamp = std::time::SystemTime::now()

@@ -4,12 +4,12 @@
 
 use std::collections::HashSet;
 
-use crate::target::Target;
+use psbx_wire::Endpoint;
 
 /// The parsed list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowList {
-    targets: HashSet<Target>,
+    targets: HashSet<Endpoint>,
 }
 
 impl AllowList {
@@ -20,7 +20,7 @@ impl AllowList {
         let targets = raw
             .split(|c: char| c == ',' || c.is_whitespace())
             .filter(|entry| !entry.is_empty())
-            .map(Target::parse)
+            .map(|entry| entry.parse::<Endpoint>().map_err(|e| e.to_string()))
             .collect::<Result<HashSet<_>, _>>()?;
         if targets.is_empty() {
             return Err("the list is empty".into());
@@ -31,11 +31,13 @@ impl AllowList {
     /// Whether `host:port` is listed (host names compare case-insensitively).
     #[cfg(test)]
     pub fn allows(&self, host: &str, port: u16) -> bool {
-        Target::parse(&format!("{host}:{port}")).is_ok_and(|t| self.targets.contains(&t))
+        format!("{host}:{port}")
+            .parse::<Endpoint>()
+            .is_ok_and(|t| self.targets.contains(&t))
     }
 
     /// Whether `target` is listed.
-    pub fn contains(&self, target: &Target) -> bool {
+    pub fn contains(&self, target: &Endpoint) -> bool {
         self.targets.contains(target)
     }
 
@@ -59,7 +61,7 @@ mod tests {
         assert!(list.allows("10.0.0.5", 80));
         assert!(!list.allows("10.0.0.5", 81));
         assert!(!list.allows("other.internal", 5432));
-        assert!(list.contains(&Target::parse("redis.internal:6379").unwrap()));
+        assert!(list.contains(&"redis.internal:6379".parse::<Endpoint>().unwrap()));
     }
 
     #[test]

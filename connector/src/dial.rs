@@ -27,7 +27,7 @@ use psbx_wire::frame::{Refusal, code};
 
 use crate::allow::AllowList;
 use crate::reserved;
-use crate::target::Target;
+use psbx_wire::Endpoint;
 
 /// How long a TCP connect may take, all addresses together.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -102,7 +102,7 @@ impl Dialer {
     /// the addresses checked.
     pub async fn dial(
         &self,
-        target: &Target,
+        target: &Endpoint,
         allow: Option<&AllowList>,
     ) -> Result<TcpStream, Refusal> {
         let addresses = self.resolve(target).await?;
@@ -110,11 +110,11 @@ impl Dialer {
         connect(target, &addresses).await
     }
 
-    async fn resolve(&self, target: &Target) -> Result<Vec<IpAddr>, Refusal> {
-        if let Some(ip) = target.ipv4() {
+    async fn resolve(&self, target: &Endpoint) -> Result<Vec<IpAddr>, Refusal> {
+        if let Some(ip) = target.host.ipv4() {
             return Ok(vec![IpAddr::V4(ip)]);
         }
-        let host = target.host();
+        let host = target.host.as_str();
         // As written: the system's search domains and ndots apply, as they
         // do for the user's own services (`postgres` in a Kubernetes
         // namespace, say).
@@ -156,12 +156,12 @@ fn no_address(host: &str) -> Refusal {
 }
 
 /// Connects to `addresses` in order, all within [`CONNECT_TIMEOUT`].
-async fn connect(target: &Target, addresses: &[IpAddr]) -> Result<TcpStream, Refusal> {
+async fn connect(target: &Endpoint, addresses: &[IpAddr]) -> Result<TcpStream, Refusal> {
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     let mut refused: Option<IpAddr> = None;
     let mut other: Option<(IpAddr, io::Error)> = None;
     for &ip in addresses {
-        match timeout_at(deadline, TcpStream::connect((ip, target.port()))).await {
+        match timeout_at(deadline, TcpStream::connect((ip, target.port))).await {
             Ok(Ok(stream)) => {
                 // Streams carry request/response protocols: no Nagle delay.
                 let _ = stream.set_nodelay(true);
@@ -203,7 +203,7 @@ mod tests {
         let (dialer, _f) = dialer("127.0.0.1 db.test\n");
         let listed = AllowList::parse(&format!("db.test:{port} 127.0.0.1:{port}")).unwrap();
         for target in [format!("db.test:{port}"), format!("127.0.0.1:{port}")] {
-            let target = Target::parse(&target).unwrap();
+            let target = target.parse::<Endpoint>().unwrap();
             dialer.dial(&target, Some(&listed)).await.unwrap();
         }
     }
@@ -216,7 +216,7 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let (dialer, _f) = dialer("127.0.0.1 db.test\n");
         for raw in [format!("db.test:{port}"), format!("127.0.0.1:{port}")] {
-            let target = Target::parse(&raw).unwrap();
+            let target = raw.parse::<Endpoint>().unwrap();
             let err = dialer.dial(&target, None).await.unwrap_err();
             assert_eq!(err.code, 502);
             assert!(err.reason.contains("not allowed"), "{}", err.reason);
@@ -226,7 +226,7 @@ mod tests {
         assert!(nothing.is_err(), "the connector connected: {nothing:?}");
         // Listed, the same target is dialed.
         let listed = AllowList::parse(&format!("db.test:{port}")).unwrap();
-        let target = Target::parse(&format!("db.test:{port}")).unwrap();
+        let target = format!("db.test:{port}").parse::<Endpoint>().unwrap();
         dialer.dial(&target, Some(&listed)).await.unwrap();
         listener.accept().await.unwrap();
     }
@@ -238,7 +238,7 @@ mod tests {
             l.local_addr().unwrap().port()
         };
         let (dialer, _f) = dialer("127.0.0.1 db.test\n");
-        let target = Target::parse(&format!("db.test:{port}")).unwrap();
+        let target = format!("db.test:{port}").parse::<Endpoint>().unwrap();
         let listed = AllowList::parse(&format!("db.test:{port}")).unwrap();
         let err = dialer.dial(&target, Some(&listed)).await.unwrap_err();
         assert_eq!(err.code, 502);

@@ -15,7 +15,6 @@ mod proxy;
 mod reserved;
 mod slots;
 mod streams;
-mod target;
 mod tls;
 mod transport;
 

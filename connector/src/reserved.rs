@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use psbx_wire::frame::{Refusal, code};
 
 use crate::allow::AllowList;
-use crate::target::Target;
+use psbx_wire::Endpoint;
 
 /// AWS's IPv6 instance metadata address.
 const AWS_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254);
@@ -64,7 +64,7 @@ fn reserved_v4(ip: Ipv4Addr) -> Option<&'static str> {
 /// `PSBX_ALLOW` does not list the target itself. One reserved answer is
 /// enough to refuse: a name that resolves partly to loopback is not dialed.
 pub fn check(
-    target: &Target,
+    target: &Endpoint,
     addresses: &[IpAddr],
     allow: Option<&AllowList>,
 ) -> Result<(), Refusal> {
@@ -89,8 +89,8 @@ pub fn check(
 mod tests {
     use super::*;
 
-    fn t(raw: &str) -> Target {
-        Target::parse(raw).unwrap()
+    fn t(raw: &str) -> Endpoint {
+        raw.parse::<Endpoint>().unwrap()
     }
 
     fn ips(list: &[&str]) -> Vec<IpAddr> {

@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 
 use crate::allow::AllowList;
 use crate::dial::Dialer;
-use crate::target::Target;
+use psbx_wire::Endpoint;
 use psbx_wire::splice::splice;
 
 /// What every stream handler shares.
@@ -61,7 +61,8 @@ impl Streams {
     }
 
     async fn open(&self, raw: &str) -> Result<tokio::net::TcpStream, Refusal> {
-        let target = Target::parse(raw)
+        let target = raw
+            .parse::<Endpoint>()
             .map_err(|e| Refusal::new(code::BAD_REQUEST, format!("bad target: {e}")))?;
         if let Some(allow) = &self.allow
             && !allow.contains(&target)

@@ -11,6 +11,8 @@
 //! * [`boxd`]: the services boxd serves ([`boxd::Service`]), their requests
 //!   and answers, and the streams boxd opens towards the server
 //!   ([`boxd::Outbound`]);
+//! * [`endpoint`]: host:port ([`Endpoint`]) and the one rule for a host
+//!   ([`HostName::parse`]) that every hop of a box's connection follows;
 //! * [`dns`]: the box's DNS queries through the channel, and asking the
 //!   platform's resolvers;
 //! * [`splice`]: copying both ways between a wire stream and a TCP
@@ -23,6 +25,7 @@
 pub mod boxd;
 pub mod codec;
 pub mod dns;
+pub mod endpoint;
 pub mod frame;
 pub mod hello;
 pub mod mux;
@@ -30,6 +33,7 @@ pub mod splice;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
+pub use endpoint::{Endpoint, EndpointError, HOST_NAME_PATTERN, HostName, HostNameError};
 pub use frame::{Frame, Refusal};
 pub use hello::Hello;
 pub use mux::{Config, Incoming, OpenError, Role, Session, SessionError, Stream};

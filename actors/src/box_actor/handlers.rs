@@ -419,9 +419,7 @@ impl Handler<Rewire> for BoxActor {
                 let wiring = crate::wiring::boxd_wiring(&spec);
                 Box::pin(
                     async move {
-                        let done: psbx_wire::boxd::Done = link
-                            .request(psbx_wire::boxd::Service::Wire, &wiring, REWIRE)
-                            .await?;
+                        let done = link.call(&wiring, REWIRE).await?;
                         if !done.ok {
                             return Err(BoxError::CannotRun(format!(
                                 "boxd could not rewire the box: {}",

@@ -15,7 +15,7 @@
 
 use crate::hypervisor::Dial;
 use psbx_wire::Hello;
-use psbx_wire::boxd::{BoxInfo, Done, Health, Service};
+use psbx_wire::boxd::{BoxInfo, Call, Done, Health, Service};
 use psbx_wire::frame::code;
 use psbx_wire::mux::{BeforeHello, Config, Incoming, Role, Session, Stream};
 use serde::Serialize;
@@ -338,8 +338,18 @@ impl LinkHandle {
         }
     }
 
+    /// A request and its answer, within `timeout`: [`Call`] ties both to
+    /// the service, so neither can be the wrong one.
+    pub async fn call<C: Call>(
+        &self,
+        request: &C,
+        timeout: Duration,
+    ) -> Result<C::Answer, LinkError> {
+        self.request(C::SERVICE, request, timeout).await
+    }
+
     /// A JSON request and its JSON answer, within `timeout`.
-    pub async fn request<R: DeserializeOwned>(
+    async fn request<R: DeserializeOwned>(
         &self,
         service: Service,
         request: &impl Serialize,

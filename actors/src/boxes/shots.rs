@@ -15,7 +15,7 @@ use crate::error::BoxError;
 use crate::exec::mask::Masker;
 use crate::ids::AccountId;
 use psbx_wire::boxd::shot::MAX_FILE_BYTES;
-use psbx_wire::boxd::{Service, ShotAnswer, ShotHeader, ShotRequest};
+use psbx_wire::boxd::{ShotAnswer, ShotHeader, ShotRequest, Streamed};
 use psbx_wire::mux::Stream;
 use std::path::{Path, PathBuf};
 use tempfile::TempPath;
@@ -72,7 +72,7 @@ impl Boxes {
         let _awake = self.awake(addr);
         let limit = request.time_limit();
         let shot = async {
-            let stream = link.open(Service::Shot, SERVICE).await?;
+            let stream = link.open(ShotRequest::SERVICE, SERVICE).await?;
             take(stream, id, request, &masker, spool).await
         };
         tokio::time::timeout(limit, shot)

@@ -11,7 +11,7 @@ use crate::error::io_error;
 use crate::ids::AccountId;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use psbx_wire::boxd::{Service, SyncDone, SyncRequest};
+use psbx_wire::boxd::{Service, Streamed, SyncDone, SyncRequest};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The longest answer read back from boxd.
@@ -39,7 +39,7 @@ impl Boxes {
         upload: impl Stream<Item = Result<Bytes, E>>,
     ) -> Result<Synced, BoxError> {
         let (_, link, masker) = self.channel(account, id).await?;
-        let stream = link.open(Service::Sync, SERVICE).await?;
+        let stream = link.open(SyncRequest::SERVICE, SERVICE).await?;
         sync_over(stream, dest, upload).await.map_err(|e| match e {
             BoxError::SyncRefused(why) => BoxError::SyncRefused(masker.mask(&why)),
             other => other,

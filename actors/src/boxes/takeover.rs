@@ -22,7 +22,7 @@ use crate::error::BoxError;
 use crate::ids::{AccountId, BoxId, TerminalId};
 use crate::store::{LinkState, TAKEOVER_TOKEN_PREFIX};
 use chrono::{DateTime, Utc};
-use psbx_wire::boxd::{PtyInput, PtyRequest, Service};
+use psbx_wire::boxd::{PtyInput, PtyRequest, Streamed};
 use psbx_wire::mux::Stream;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -219,7 +219,7 @@ impl Boxes {
         };
         let (addr, link, _) = self.channel(&account, box_id.as_str()).await?;
         let mut stream = link
-            .open(Service::Pty, SERVICE)
+            .open(PtyRequest::SERVICE, SERVICE)
             .await
             .map_err(|e| match e {
                 LinkError::Refused { reason, .. } => TakeoverError::NoTerminal(reason),

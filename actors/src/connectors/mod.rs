@@ -26,10 +26,10 @@ pub mod session;
 pub use limits::{Full, HubLimits};
 pub use route::Router;
 
-use crate::environments::address::Endpoint;
 use crate::ids::{AccountId, ConnectionId, EnvironmentId};
 use crate::store::ConnectionRecord;
 use chrono::{DateTime, Utc};
+use psbx_wire::Endpoint;
 pub use psbx_wire::frame::Refusal;
 use psbx_wire::frame::code;
 use psbx_wire::mux::{OpenError, Session, Stream};
@@ -493,10 +493,7 @@ mod tests {
             id: ConnectionId::parse("conn_office").unwrap(),
             environment_id: env.clone(),
             name: "office".into(),
-            endpoints: vec![Endpoint {
-                host: "db.internal".into(),
-                port: 5432,
-            }],
+            endpoints: vec!["db.internal:5432".parse::<Endpoint>().unwrap()],
             created_at: Utc::now(),
             token_rotated_at: None,
         };

@@ -12,11 +12,10 @@
 use super::Hub;
 use crate::blocking::blocking;
 use crate::environments::Connection;
-use crate::environments::address::{Endpoint, RawEndpoint, check};
 use crate::ids::{AccountId, BoxId, EnvironmentId};
 use crate::meter::RefusalLog;
 use crate::store::{ConnectionRecord, Store};
-use psbx_wire::boxd::PrivateEndpoint;
+use psbx_wire::Endpoint;
 use psbx_wire::frame::{Refusal, code};
 use psbx_wire::mux::Incoming;
 use std::collections::HashMap;
@@ -87,15 +86,12 @@ impl Router {
 }
 
 impl BoxRouter {
-    /// Serves the box's stream to `endpoint` in a task of its own.
-    pub fn spawn(&self, incoming: Incoming, endpoint: PrivateEndpoint) {
+    /// Serves the box's stream to `address` in a task of its own. The
+    /// address was checked when the target was read (`Outbound::parse`, by
+    /// the rule connection addresses follow), so it is compared as it is.
+    pub fn spawn(&self, incoming: Incoming, address: Endpoint) {
         let this = self.clone();
-        tokio::spawn(async move {
-            match address_of(endpoint) {
-                Ok(address) => this.router.serve(incoming, &this, address).await,
-                Err(refusal) => incoming.refuse(refusal.code, &refusal.reason),
-            }
-        });
+        tokio::spawn(async move { this.router.serve(incoming, &this, address).await });
     }
 
     /// Logs a refused stream, unless this box's refusals are over
@@ -261,39 +257,4 @@ impl Router {
 
 fn gone() -> Refusal {
     Refusal::new(code::FORBIDDEN, "the box's environment no longer exists")
-}
-
-/// The address a box dialed, checked as connection addresses are (a host
-/// name or IP, no wildcard, a port from 1 to 65535).
-fn address_of(endpoint: PrivateEndpoint) -> Result<Endpoint, Refusal> {
-    check(&RawEndpoint {
-        host: endpoint.host,
-        port: i64::from(endpoint.port),
-    })
-    .map_err(|why| Refusal::new(code::BAD_REQUEST, why))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn dialed(host: &str, port: u16) -> PrivateEndpoint {
-        PrivateEndpoint {
-            host: host.into(),
-            port,
-        }
-    }
-
-    #[test]
-    fn dialed_targets_are_checked_addresses() {
-        assert_eq!(
-            address_of(dialed("db.internal", 5432)).unwrap(),
-            Endpoint {
-                host: "db.internal".into(),
-                port: 5432
-            }
-        );
-        assert_eq!(address_of(dialed("*.internal", 1)).unwrap_err().code, 400);
-        assert_eq!(address_of(dialed("db.internal", 0)).unwrap_err().code, 400);
-    }
 }

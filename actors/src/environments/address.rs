@@ -1,10 +1,13 @@
-//! The addresses a connection carries: exact host names or IPv4 addresses with
-//! a port (environments.txt, "Limits"). Wildcards, ranges, URLs and IPv6 are
-//! refused with a message naming the entry and saying why; so are duplicates
-//! and lists over the limit.
+//! The addresses a connection carries, as a caller sends them: exact host
+//! names or IPv4 addresses with a port (environments.txt, "Limits"), checked
+//! into [`Endpoint`]s (the one host:port type, `psbx_wire::endpoint`, whose
+//! host rule refuses wildcards, ranges, URLs and IPv6 with a reason). This
+//! module adds what only a caller's list needs: the port read wide so that 0
+//! or 70000 get a message of ours, the entry named in every message,
+//! duplicates and lists over the limit.
 
-use serde::{Deserialize, Serialize};
-use std::net::Ipv4Addr;
+use psbx_wire::{Endpoint, HostName};
+use serde::Deserialize;
 
 /// Most addresses one connection carries.
 pub const MAX_PER_CONNECTION: usize = 100;
@@ -38,19 +41,6 @@ fn wide_port<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D
     }
 }
 
-/// A checked address: a lower-case host name or an IPv4 address, and a port.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Endpoint {
-    pub host: String,
-    pub port: u16,
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.host, self.port)
-    }
-}
-
 /// Checks a whole list (as `PUT .../endpoints` replaces it); the first
 /// problem, naming its entry, is the error.
 pub fn check_list(list: &[RawEndpoint]) -> Result<Vec<Endpoint>, String> {
@@ -75,78 +65,15 @@ pub fn check_list(list: &[RawEndpoint]) -> Result<Vec<Endpoint>, String> {
     Ok(out)
 }
 
-/// Checks one address.
+/// Checks one address: the port here (read wide, for a message of ours),
+/// the host by the one rule every hop follows ([`HostName::parse`]).
 pub fn check(raw: &RawEndpoint) -> Result<Endpoint, String> {
     let port = u16::try_from(raw.port)
         .ok()
         .filter(|p| *p > 0)
         .ok_or_else(|| format!("port {} is not a TCP port: give 1 to 65535", raw.port))?;
-    let host = raw.host.trim();
-    if host.is_empty() {
-        return Err("the host is empty".into());
-    }
-    if host.contains("://") || host.contains('/') {
-        return Err(
-            "a URL or a path is not an address: give the host name alone, such as db.internal, \
-             and the port separately"
-                .into(),
-        );
-    }
-    if host.contains('*') {
-        return Err("wildcards are not supported: list each host name".into());
-    }
-    if host.contains(':') || host.starts_with('[') {
-        return Err(
-            "IPv6 addresses are not supported (and the port goes in port, not in host): give a \
-             host name or an IPv4 address"
-                .into(),
-        );
-    }
-    if host.contains('-') && host.split('-').all(|part| part.parse::<Ipv4Addr>().is_ok()) {
-        return Err("ranges are not supported: list each address".into());
-    }
-    let looks_numeric = host
-        .split('.')
-        .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
-    if looks_numeric {
-        return match host.parse::<Ipv4Addr>() {
-            Ok(ip) => Ok(Endpoint {
-                host: ip.to_string(),
-                port,
-            }),
-            Err(_) => Err(format!("{host} is not an IPv4 address")),
-        };
-    }
-    check_name(host)?;
-    Ok(Endpoint {
-        host: host.to_ascii_lowercase(),
-        port,
-    })
-}
-
-/// A DNS name: labels of letters, digits, `-` and `_` (compose service names
-/// use it), not starting or ending with `-`, 1 to 63 characters, 253 in all.
-fn check_name(host: &str) -> Result<(), String> {
-    let name = host.strip_suffix('.').unwrap_or(host);
-    if name.len() > 253 {
-        return Err("the host name is longer than 253 characters".into());
-    }
-    for label in name.split('.') {
-        let ok = !label.is_empty()
-            && label.len() <= 63
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if !ok {
-            return Err(format!(
-                "{host:?} is not a host name: use letters, digits, '-' and '.' (labels of 1 to 63 \
-                 characters)"
-            ));
-        }
-    }
-    Ok(())
+    let host = HostName::parse(raw.host.trim()).map_err(|e| e.to_string())?;
+    Ok(Endpoint::new(host, port))
 }
 
 #[cfg(test)]

@@ -6,11 +6,12 @@
 //! values are kept sealed beside it, so a server restart masks what the box
 //! actually received.
 
+use super::BoxEnvironment;
 use super::settings::{Notable, secret_values};
-use super::{BoxEnvironment, Endpoint};
 use crate::secrets::vault::Vault;
 use crate::spec::SealedMask;
-use psbx_wire::boxd::{BoxAws, ConfigFile, PrivateEndpoint};
+use psbx_wire::Endpoint;
+use psbx_wire::boxd::{BoxAws, ConfigFile};
 use serde::{Deserialize, Serialize};
 
 /// The summary of a claim, as stored in the box's spec.
@@ -69,7 +70,7 @@ pub struct EnvironmentClaim {
     pub files: Vec<ConfigFile>,
     pub mask: Vec<String>,
     /// Every address of every connection, for boxd's entries.
-    pub endpoints: Vec<PrivateEndpoint>,
+    pub endpoints: Vec<Endpoint>,
     /// The role's variables for boxd, when the environment names a role.
     pub aws: Option<BoxAws>,
 }
@@ -113,10 +114,7 @@ impl EnvironmentClaim {
             .connections
             .iter()
             .flat_map(|c| &c.addresses)
-            .map(|a| PrivateEndpoint {
-                host: a.host.clone(),
-                port: a.port,
-            })
+            .cloned()
             .collect();
         Self {
             endpoints,

@@ -16,8 +16,9 @@ use crate::store::{
     ConnectionRecord, EnvironmentChange, EnvironmentRecord, NewService, ServiceRecord, Store,
     StoreError,
 };
-use address::{Endpoint, RawEndpoint};
+use address::RawEndpoint;
 use claim::{ClaimedAws, ClaimedConnection};
+use psbx_wire::Endpoint;
 use psbx_wire::boxd::BoxAws;
 use settings::Suggestion;
 use std::sync::Arc;
@@ -492,7 +493,7 @@ impl Environments {
                         c.record
                             .endpoints
                             .iter()
-                            .any(|e| e.host == s.host && e.port == s.port)
+                            .any(|e| e.host.as_str() == s.host && e.port == s.port)
                     })
                     .map(|c| c.record.name.clone());
                 (s, listed)

@@ -50,6 +50,14 @@ impl Masker {
         out
     }
 
+    /// [`Masker::mask`] of each failure's reason (the address is one the
+    /// user listed, not a value of theirs).
+    pub fn mask_failures(&self, failures: &mut [psbx_wire::boxd::EndpointFailure]) {
+        for failure in failures {
+            failure.reason = self.mask(&failure.reason);
+        }
+    }
+
     /// [`Masker::mask`] of each string.
     pub fn mask_all(&self, texts: &mut [String]) {
         for text in texts {

@@ -6,7 +6,7 @@
 use super::mask::{MaskStream, Masker};
 use crate::box_actor::link::LinkHandle;
 use crate::error::BoxError;
-use psbx_wire::boxd::{ExecRequest, Exit, Record, RecordReader, Service};
+use psbx_wire::boxd::{ExecRequest, Exit, Record, RecordReader, Streamed};
 use psbx_wire::mux::Stream;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -53,7 +53,7 @@ impl Command {
         request: &ExecRequest,
         masker: Arc<Masker>,
     ) -> Result<Self, BoxError> {
-        let mut stream = link.open(Service::Exec, OPEN).await?;
+        let mut stream = link.open(ExecRequest::SERVICE, OPEN).await?;
         let body = serde_json::to_vec(request)?;
         stream.write_all(&body).await.map_err(lost)?;
         stream.shutdown().await.map_err(lost)?;
@@ -122,7 +122,7 @@ impl Command {
                     self.failed = Some(BoxError::CannotRun(self.masker.mask(&why)))
                 }
                 Record::Exit(mut exit) => {
-                    self.masker.mask_all(&mut exit.private_endpoint_errors);
+                    self.masker.mask_failures(&mut exit.private_endpoint_errors);
                     self.pending.extend([
                         ExecEvent::Stdout(self.out.finish()),
                         ExecEvent::Stderr(self.err.finish()),

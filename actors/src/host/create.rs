@@ -13,7 +13,8 @@ use crate::ids::{AccountId, BoxId};
 use crate::spec::BoxSpec;
 use crate::store::{BoxRecord, NewBox, PoolClaim, Transition};
 use actix::prelude::*;
-use psbx_wire::boxd::{BoxAws, BoxInfo, ConfigFile, Configure, Done, PrivateEndpoint, Service};
+use psbx_wire::Endpoint;
+use psbx_wire::boxd::{BoxAws, BoxInfo, ConfigFile, Configure};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,7 +33,7 @@ pub struct CreateBox {
     /// Files boxd writes at claim (an environment's settings files).
     pub files: Vec<ConfigFile>,
     /// The environment's addresses, for boxd's entries.
-    pub endpoints: Vec<PrivateEndpoint>,
+    pub endpoints: Vec<Endpoint>,
     /// Further values to mask in output (an environment's secret-looking settings).
     pub mask: Vec<String>,
     /// The environment's AWS role, for boxd.
@@ -312,11 +313,7 @@ async fn configure(
             .map(|(_, v)| v.as_str())
             .chain(mask.iter().map(String::as_str)),
     ));
-    let answer: Result<Done, _> = booted
-        .1
-        .handle()
-        .request(Service::Configure, &configure, CONFIGURE)
-        .await;
+    let answer = booted.1.handle().call(&configure, CONFIGURE).await;
     let failure = match answer {
         Ok(done) if done.ok => return Ok((booted, masker)),
         Ok(done) => masker.mask(&done.error.unwrap_or_default()),

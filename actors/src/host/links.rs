@@ -27,7 +27,8 @@ use crate::meter::{Bucket, RefusalLog};
 use crate::spec::LinkSpec;
 use crate::store::Store;
 use actix::Addr;
-use psbx_wire::boxd::{PrivateEndpoint, Service};
+use psbx_wire::Endpoint;
+use psbx_wire::boxd::Service;
 use psbx_wire::frame::{Refusal, code};
 use psbx_wire::mux::Incoming;
 use std::collections::HashMap;
@@ -165,7 +166,7 @@ impl Links {
 
     /// Serves the box's stream to `endpoint` in a task of its own (refused
     /// at once past the box's rate).
-    pub fn spawn(&self, incoming: Incoming, endpoint: PrivateEndpoint) {
+    pub fn spawn(&self, incoming: Incoming, endpoint: Endpoint) {
         let admitted = {
             let mut bucket = self.0.bucket.lock().unwrap_or_else(PoisonError::into_inner);
             bucket.take().then_some(()).ok_or_else(|| bucket.rate())
@@ -184,7 +185,7 @@ impl Links {
         tokio::spawn(async move { this.serve(incoming, endpoint).await });
     }
 
-    async fn serve(&self, incoming: Incoming, endpoint: PrivateEndpoint) {
+    async fn serve(&self, incoming: Incoming, endpoint: Endpoint) {
         let target = match self.target(&endpoint).await {
             Ok(target) => target,
             Err(refusal) => return self.refuse(incoming, &endpoint, &refusal),
@@ -246,11 +247,11 @@ impl Links {
     }
 
     /// The box and port `endpoint` is linked to now, or why there is none.
-    async fn target(&self, endpoint: &PrivateEndpoint) -> Result<Target, Refusal> {
+    async fn target(&self, endpoint: &Endpoint) -> Result<Target, Refusal> {
         let links = self.links().await?;
         let link = links
             .iter()
-            .find(|l| l.name == endpoint.host && l.port == endpoint.port)
+            .find(|l| l.name == endpoint.host.as_str() && l.port == endpoint.port)
             .ok_or_else(|| {
                 Refusal::new(
                     code::NOT_FOUND,
@@ -361,7 +362,7 @@ impl Links {
     /// Refuses the stream, logging it unless this box's refusals are over
     /// the [`RefusalLog`]'s limit (then a summary comes with the next one
     /// logged).
-    fn refuse(&self, incoming: Incoming, endpoint: &PrivateEndpoint, refusal: &Refusal) {
+    fn refuse(&self, incoming: Incoming, endpoint: &Endpoint, refusal: &Refusal) {
         let (log, quiet) = self
             .0
             .refusals
@@ -390,7 +391,7 @@ fn unreadable(e: crate::store::StoreError) -> Refusal {
 
 /// The refusal for a linked box that is gone (`how`: stopped, failed, not
 /// in this account).
-fn stopped(box_id: &str, endpoint: &PrivateEndpoint, how: &str) -> Refusal {
+fn stopped(box_id: &str, endpoint: &Endpoint, how: &str) -> Refusal {
     Refusal::new(
         code::NOT_FOUND,
         format!(

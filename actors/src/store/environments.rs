@@ -5,10 +5,10 @@
 
 use super::schema::{connections, environment_services, environments};
 use super::{Store, StoreError};
-use crate::environments::address::Endpoint;
 use crate::ids::{AccountId, ConnectionId, EnvironmentId, ServerId};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
+use psbx_wire::Endpoint;
 use sha2::{Digest, Sha256};
 
 /// An environment as stored.

@@ -8,7 +8,7 @@
 //! the addresses from the setup it kept (`saved`), after [`check`]ing them.
 
 use super::error::{KeptError, SetupError};
-use psbx_wire::boxd::{PrivateEndpoint, is_host_name};
+use psbx_wire::{Endpoint, HostName};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
@@ -23,38 +23,33 @@ pub const MAX_ENDPOINTS: usize = 200;
 /// An environment address and where it is in the box.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Assigned {
-    pub endpoint: PrivateEndpoint,
+    pub endpoint: Endpoint,
     /// The name's own address, or the literal itself.
     pub addr: Ipv4Addr,
 }
 
-/// Addresses for `endpoints` (duplicates dropped, order kept); fails on a host
-/// that is neither an IPv4 literal nor a DNS name, or on too many addresses.
-pub fn assign(endpoints: &[PrivateEndpoint]) -> Result<Vec<Assigned>, SetupError> {
+/// Addresses for `endpoints` (duplicates dropped, order kept); fails on too
+/// many addresses (each host was checked when the claim was read:
+/// [`HostName`]).
+pub fn assign(endpoints: &[Endpoint]) -> Result<Vec<Assigned>, SetupError> {
     if endpoints.len() > MAX_ENDPOINTS {
         return Err(SetupError::TooManyAddresses {
             count: endpoints.len(),
             max: MAX_ENDPOINTS,
         });
     }
-    let literals: BTreeSet<Ipv4Addr> = endpoints
-        .iter()
-        .filter_map(|e| e.host.parse().ok())
-        .collect();
+    let literals: BTreeSet<Ipv4Addr> = endpoints.iter().filter_map(|e| e.host.ipv4()).collect();
     let last = last_name_address();
     let mut next = u32::from(DNS_ADDR) + 1;
     let mut names: BTreeMap<String, Ipv4Addr> = BTreeMap::new();
     let mut out: Vec<Assigned> = Vec::new();
     for endpoint in endpoints {
-        let host = endpoint.host.trim_end_matches('.').to_ascii_lowercase();
-        let addr = if let Ok(ip) = host.parse::<Ipv4Addr>() {
+        let host = endpoint.host.as_str();
+        let addr = if let Some(ip) = endpoint.host.ipv4() {
             ip
-        } else if let Some(addr) = names.get(&host) {
+        } else if let Some(addr) = names.get(host) {
             *addr
         } else {
-            if !is_host_name(&host) {
-                return Err(SetupError::NotAHost(endpoint.host.clone()));
-            }
             while literals.contains(&Ipv4Addr::from(next)) {
                 next += 1;
             }
@@ -63,15 +58,14 @@ pub fn assign(endpoints: &[PrivateEndpoint]) -> Result<Vec<Assigned>, SetupError
             }
             let addr = Ipv4Addr::from(next);
             next += 1;
-            names.insert(host.clone(), addr);
+            names.insert(host.to_owned(), addr);
             addr
         };
-        let endpoint = PrivateEndpoint {
-            host,
-            port: endpoint.port,
-        };
-        if !out.iter().any(|a| a.endpoint == endpoint) {
-            out.push(Assigned { endpoint, addr });
+        if !out.iter().any(|a| a.endpoint == *endpoint) {
+            out.push(Assigned {
+                endpoint: endpoint.clone(),
+                addr,
+            });
         }
     }
     Ok(out)
@@ -81,7 +75,7 @@ pub fn assign(endpoints: &[PrivateEndpoint]) -> Result<Vec<Assigned>, SetupError
 /// endpoints they were given for: the same addresses, in the same order, as
 /// [`assign`] makes of them; each name at one address of its own from the
 /// range (past boxd's DNS), each literal at itself.
-pub fn check(endpoints: &[PrivateEndpoint], assigned: &[Assigned]) -> Result<(), SetupError> {
+pub fn check(endpoints: &[Endpoint], assigned: &[Assigned]) -> Result<(), SetupError> {
     let fresh = assign(endpoints)?;
     if fresh.len() != assigned.len()
         || fresh
@@ -145,7 +139,7 @@ pub fn extend(
         if known.contains(host) {
             continue;
         }
-        if !is_host_name(host) {
+        if HostName::parse(host).is_err() {
             return Err(SetupError::NotAHost(host.clone()));
         }
         while used.contains(&Ipv4Addr::from(next)) {
@@ -174,7 +168,7 @@ pub fn check_extra(assigned: &[Assigned], extra: &[Named]) -> Result<(), SetupEr
         .collect();
     let env_names = names(assigned);
     for n in extra {
-        if !is_host_name(&n.host) || env_names.contains_key(&n.host) {
+        if HostName::parse(&n.host).is_err() || env_names.contains_key(&n.host) {
             return Err(KeptError::TwoAddresses(n.host.clone()).into());
         }
         if !(u32::from(DNS_ADDR) + 1..=last_name_address()).contains(&u32::from(n.addr)) {
@@ -213,8 +207,8 @@ fn last_name_address() -> u32 {
 pub fn names(assigned: &[Assigned]) -> BTreeMap<String, Ipv4Addr> {
     assigned
         .iter()
-        .filter(|a| a.endpoint.host.parse::<Ipv4Addr>().is_err())
-        .map(|a| (a.endpoint.host.clone(), a.addr))
+        .filter(|a| a.endpoint.host.ipv4().is_none())
+        .map(|a| (a.endpoint.host.to_string(), a.addr))
         .collect()
 }
 
@@ -222,11 +216,8 @@ pub fn names(assigned: &[Assigned]) -> BTreeMap<String, Ipv4Addr> {
 mod tests {
     use super::*;
 
-    fn ep(host: &str, port: u16) -> PrivateEndpoint {
-        PrivateEndpoint {
-            host: host.into(),
-            port,
-        }
+    fn ep(host: &str, port: u16) -> Endpoint {
+        Endpoint::new(HostName::parse(host).unwrap(), port)
     }
 
     #[test]
@@ -242,7 +233,7 @@ mod tests {
         .unwrap();
         let got: Vec<(String, u16, Ipv4Addr)> = assigned
             .iter()
-            .map(|a| (a.endpoint.host.clone(), a.endpoint.port, a.addr))
+            .map(|a| (a.endpoint.host.to_string(), a.endpoint.port, a.addr))
             .collect();
         assert_eq!(
             got,
@@ -273,9 +264,11 @@ mod tests {
                 .to_string()
                 .contains("at most 200")
         );
-        assert!(assign(&[ep("a b", 1)]).is_err());
-        assert!(assign(&[ep("a;drop", 1)]).is_err());
-        assert!(assign(&[ep("", 1)]).is_err());
+        // A bad host never reaches assign: the claim's JSON is refused.
+        for host in ["a b", "a;drop", ""] {
+            let json = format!(r#"{{"host": {host:?}, "port": 1}}"#);
+            assert!(serde_json::from_str::<Endpoint>(&json).is_err(), "{host:?}");
+        }
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! box's connection is reset at once rather than left hanging.
 
 use crate::uplink::Uplink;
-use psbx_wire::boxd::{EndpointFailure, Outbound, PrivateEndpoint, PrivateEndpointHealth};
+use psbx_wire::Endpoint;
+use psbx_wire::boxd::{EndpointFailure, Outbound, PrivateEndpointHealth};
 use psbx_wire::frame::code;
 use psbx_wire::mux::OpenError;
 use std::io::Write as _;
@@ -33,7 +34,7 @@ const SESSION_WAIT: Duration = Duration::from_secs(10);
 
 /// One entry and its counters.
 pub struct Entry {
-    pub endpoint: PrivateEndpoint,
+    pub endpoint: Endpoint,
     /// A link to another box (`link:` streams), not an environment address.
     pub link: bool,
     pub local: SocketAddr,
@@ -51,13 +52,13 @@ impl Entry {
         if self.link {
             Outbound::Link(self.endpoint.clone()).target()
         } else {
-            self.endpoint.target()
+            Outbound::Env(self.endpoint.clone()).target()
         }
     }
 
     pub fn health(&self) -> PrivateEndpointHealth {
         PrivateEndpointHealth {
-            host: self.endpoint.host.clone(),
+            host: self.endpoint.host.to_string(),
             port: self.endpoint.port,
             local_ip: self.local.ip().to_string(),
             local_port: self.local.port(),
@@ -75,10 +76,7 @@ impl Entry {
 
 /// Opens an entry for `endpoint` on 127.0.0.1 (an ephemeral port); `link`
 /// for a name linked to another box.
-pub async fn bind(
-    endpoint: PrivateEndpoint,
-    link: bool,
-) -> std::io::Result<(Arc<Entry>, TcpListener)> {
+pub async fn bind(endpoint: Endpoint, link: bool) -> std::io::Result<(Arc<Entry>, TcpListener)> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
     let entry = Arc::new(Entry {
         endpoint,
@@ -183,8 +181,7 @@ fn fail(
     reason: &str,
 ) {
     let failure = EndpointFailure {
-        host: entry.endpoint.host.clone(),
-        port: entry.endpoint.port,
+        endpoint: entry.endpoint.clone(),
         code,
         reason: reason.replace(['\n', '\r'], " "),
     };
@@ -237,8 +234,7 @@ mod tests {
             log_line(
                 at,
                 &EndpointFailure {
-                    host: "db.internal".into(),
-                    port: 5432,
+                    endpoint: "db.internal:5432".parse().unwrap(),
                     code: 503,
                     reason: "the connector \"aws\" of this environment is offline".into(),
                 }
@@ -248,10 +244,7 @@ mod tests {
     }
 
     async fn entry_for(uplink: &Uplink, log: &std::path::Path) -> Arc<Entry> {
-        let endpoint = PrivateEndpoint {
-            host: "db.internal".into(),
-            port: 5432,
-        };
+        let endpoint: Endpoint = "db.internal:5432".parse().unwrap();
         let (entry, listener) = bind(endpoint, false).await.unwrap();
         tokio::spawn(serve(
             entry.clone(),

@@ -37,7 +37,8 @@ pub use error::SetupError;
 
 use crate::uplink::Uplink;
 use plan::To;
-use psbx_wire::boxd::{EndpointFailure, PrivateEndpoint, PrivateEndpointHealth, Wiring};
+use psbx_wire::Endpoint;
+use psbx_wire::boxd::{EndpointFailure, PrivateEndpointHealth, Wiring};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -131,16 +132,16 @@ impl Failures {
 
     /// The failures since `mark` (at most the last [`KEPT_FAILURES`]) that
     /// the command `pid` caused: those of its own processes, and those whose
-    /// program is unknown (a container's), which may be its own. As text,
-    /// as a command's exit carries them.
-    pub fn caused_by(&self, mark: u64, pid: u32) -> Vec<String> {
+    /// program is unknown (a container's), which may be its own, as a
+    /// command's exit carries them.
+    pub fn caused_by(&self, mark: u64, pid: u32) -> Vec<EndpointFailure> {
         self.recent
             .lock()
             .map(|r| {
                 r.iter()
                     .filter(|f| f.number >= mark)
                     .filter(|f| f.lineage.as_ref().is_none_or(|l| l.contains(&pid)))
-                    .map(|f| f.failure.to_string())
+                    .map(|f| f.failure.clone())
                     .collect()
             })
             .unwrap_or_default()
@@ -214,7 +215,7 @@ impl PrivateNet {
     /// claim again is a no-op, another is refused (also after a restore).
     pub async fn configure(
         &self,
-        endpoints: &[PrivateEndpoint],
+        endpoints: &[Endpoint],
         wiring: &Wiring,
         uplink: &Uplink,
         work: &Path,
@@ -436,12 +437,13 @@ impl PrivateNet {
             port,
             source,
         };
-        let endpoint = PrivateEndpoint {
-            host: host.to_owned(),
-            port,
-        };
         let (local_port, closed, health) = match &kind {
             Kind::Env | Kind::Link => {
+                // The route's host is an environment address's or a link's,
+                // both read as host names with the claim.
+                let host = psbx_wire::HostName::parse(host)
+                    .map_err(|_| SetupError::NotAHost(host.to_owned()))?;
+                let endpoint = Endpoint::new(host, port);
                 let (entry, listener) = entry::bind(endpoint, kind == Kind::Link)
                     .await
                     .map_err(failed)?;

@@ -73,13 +73,13 @@ pub fn routes(
         .filter_map(|r| Some((r.range.parse().ok()?, r.port)))
         .collect();
     for a in endpoints {
-        let in_range = a.endpoint.host.parse::<Ipv4Addr>().is_ok()
+        let in_range = a.endpoint.host.ipv4().is_some()
             && ranges
                 .iter()
                 .any(|(net, port)| *port == a.endpoint.port && net.contains(&a.addr));
         if !in_range {
             by_host
-                .ports(a.addr, &a.endpoint.host)
+                .ports(a.addr, a.endpoint.host.as_str())
                 .insert(a.endpoint.port, To::Env);
         }
     }
@@ -94,8 +94,10 @@ pub fn routes(
         }
     }
     for l in &wiring.links {
-        if let Some(addr) = addr_of(&l.host) {
-            by_host.ports(addr, &l.host).insert(l.port, To::Link);
+        if let Some(addr) = addr_of(l.host.as_str()) {
+            by_host
+                .ports(addr, l.host.as_str())
+                .insert(l.port, To::Link);
         }
     }
     for name in &wiring.names {
@@ -125,12 +127,12 @@ pub fn wired_names(wiring: &Wiring) -> Vec<String> {
     wiring
         .services
         .iter()
-        .map(|s| &s.host)
-        .chain(&wiring.names)
-        .chain(wiring.links.iter().map(|l| &l.host))
+        .map(|s| s.host.as_str())
+        .chain(wiring.names.iter().map(String::as_str))
+        .chain(wiring.links.iter().map(|l| l.host.as_str()))
         .filter(|h| h.parse::<Ipv4Addr>().is_err())
-        .filter(|h| seen.insert(h.as_str()))
-        .cloned()
+        .filter(|h| seen.insert(*h))
+        .map(str::to_owned)
         .collect()
 }
 
@@ -155,14 +157,12 @@ pub fn range_rules(ranges: &[DeclaredRange]) -> Vec<(ipnet::Ipv4Net, u16, u16)> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use psbx_wire::boxd::{Declared, PrivateEndpoint};
+    use psbx_wire::boxd::Declared;
+    use psbx_wire::{Endpoint, HostName};
 
     fn assigned(host: &str, port: u16, addr: [u8; 4]) -> Assigned {
         Assigned {
-            endpoint: PrivateEndpoint {
-                host: host.into(),
-                port,
-            },
+            endpoint: Endpoint::new(HostName::parse(host).unwrap(), port),
             addr: addr.into(),
         }
     }
@@ -176,11 +176,8 @@ mod tests {
         }
     }
 
-    fn ep(host: &str, port: u16) -> PrivateEndpoint {
-        PrivateEndpoint {
-            host: host.into(),
-            port,
-        }
+    fn ep(host: &str, port: u16) -> Endpoint {
+        Endpoint::new(HostName::parse(host).unwrap(), port)
     }
 
     #[test]
@@ -195,8 +192,8 @@ mod tests {
         ];
         let mut names: BTreeMap<String, Ipv4Addr> = endpoints
             .iter()
-            .filter(|a| a.endpoint.host.parse::<Ipv4Addr>().is_err())
-            .map(|a| (a.endpoint.host.clone(), a.addr))
+            .filter(|a| a.endpoint.host.ipv4().is_none())
+            .map(|a| (a.endpoint.host.to_string(), a.addr))
             .collect();
         names.insert("web.svc.local".into(), [198, 18, 0, 6].into());
         names.insert("shop.svc.local".into(), [198, 18, 0, 7].into());

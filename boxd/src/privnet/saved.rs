@@ -8,7 +8,8 @@
 
 use super::addresses::{self, Assigned, Named};
 use super::error::KeptError;
-use psbx_wire::boxd::{PrivateEndpoint, Wiring};
+use psbx_wire::Endpoint;
+use psbx_wire::boxd::Wiring;
 use std::path::Path;
 
 /// Where the setup is kept.
@@ -19,7 +20,7 @@ pub const PATH: &str = "/run/psbx/privnet.json";
 pub struct Saved {
     /// The claim's endpoints as they came (a later claim is compared with
     /// them).
-    pub endpoints: Vec<PrivateEndpoint>,
+    pub endpoints: Vec<Endpoint>,
     /// Each address and where it is in the box.
     pub assigned: Vec<Assigned>,
     /// The box's declared services and links (none from an older boxd).
@@ -49,16 +50,13 @@ mod tests {
     use super::*;
     use std::net::Ipv4Addr;
 
-    fn endpoints() -> Vec<PrivateEndpoint> {
+    fn endpoints() -> Vec<Endpoint> {
         [
             ("db.internal", 5432),
             ("10.9.8.7", 8080),
             ("DB.internal", 6432),
         ]
-        .map(|(host, port)| PrivateEndpoint {
-            host: host.into(),
-            port,
-        })
+        .map(|(host, port)| Endpoint::new(psbx_wire::HostName::parse(host).unwrap(), port))
         .to_vec()
     }
 
@@ -87,7 +85,7 @@ mod tests {
         // An older boxd gave db.internal .9: a restart keeps .9.
         let mut kept = saved();
         for a in &mut kept.assigned {
-            if a.endpoint.host == "db.internal" {
+            if a.endpoint.host.as_str() == "db.internal" {
                 a.addr = Ipv4Addr::new(198, 18, 0, 9);
             }
         }
@@ -96,7 +94,8 @@ mod tests {
         crate::kept::write(&path, &kept).unwrap();
         let read = read(&path).unwrap().unwrap();
         assert_eq!(read.assigned[0].addr, Ipv4Addr::new(198, 18, 0, 9));
-        assert_eq!(read.endpoints[2].host, "DB.internal");
+        // Read back through the host-name rule: in its canonical form.
+        assert_eq!(read.endpoints[2].host.as_str(), "db.internal");
     }
 
     #[test]
@@ -108,7 +107,10 @@ mod tests {
             b"{}".to_vec(),
             b"{\"endpoints\": [], \"assigned\": []}".to_vec(),
         ];
-        let edits: [fn(&mut Saved); 8] = [
+        // A host that is not one (the JSON edited: no value of the type is).
+        let text = String::from_utf8(serde_json::to_vec(&saved()).unwrap()).unwrap();
+        bad.push(text.replacen("\"db.internal\"", "\"a b\"", 1).into_bytes());
+        let edits: [fn(&mut Saved); 7] = [
             |s| {
                 s.assigned.pop();
             },
@@ -118,7 +120,6 @@ mod tests {
             |s| s.assigned[1].addr = Ipv4Addr::new(10, 9, 8, 8),
             |s| s.assigned[2].addr = Ipv4Addr::new(198, 18, 0, 3),
             |s| s.assigned[0].addr = Ipv4Addr::new(10, 9, 8, 7),
-            |s| s.endpoints[0].host = "a b".into(),
         ];
         for edit in edits {
             let mut s = saved();

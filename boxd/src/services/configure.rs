@@ -2,7 +2,7 @@
 //! environment's addresses, the commands' environment), and keeps the
 //! environment for a restarted boxd of the same boot.
 
-use super::{Boxd, answer_json, parse, read_request};
+use super::{Boxd, answer, read_call};
 use crate::kept;
 use psbx_wire::boxd::{ConfigFile, Configure, Done};
 use psbx_wire::mux::Incoming;
@@ -10,18 +10,14 @@ use std::path::Path;
 
 pub async fn serve(incoming: Incoming, state: &Boxd) {
     let mut stream = incoming.accept();
-    let done = match read_request(&mut stream)
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|b| parse::<Configure>(&b))
-    {
+    let done = match read_call::<Configure>(&mut stream).await {
         Ok(configure) => match apply(state, configure).await {
             Ok(()) => Done::ok(),
             Err(e) => Done::failed(e),
         },
         Err(e) => Done::failed(e),
     };
-    answer_json(stream, &done).await;
+    answer::<Configure>(stream, &done).await;
 }
 
 /// Takes a claim: the files, the environment's addresses, the environment.

@@ -41,7 +41,7 @@ fn read(
 
 /// Answers `health`: the box now, and its entries.
 pub async fn serve(incoming: psbx_wire::mux::Incoming, state: &super::Boxd) {
-    super::answer_json(
+    super::answer::<psbx_wire::boxd::HealthRequest>(
         incoming.accept(),
         &read(state.private.health(), state.private.names()),
     )

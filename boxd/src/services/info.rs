@@ -1,9 +1,10 @@
 //! `info`: boxd's introduction ([`psbx_wire::boxd::BoxInfo`]), asked for
 //! after every (re)connection.
 
-use super::{Boxd, answer_json};
+use super::{Boxd, answer};
+use psbx_wire::boxd::InfoRequest;
 use psbx_wire::mux::Incoming;
 
 pub async fn serve(incoming: Incoming, state: &Boxd) {
-    answer_json(incoming.accept(), &state.info).await;
+    answer::<InfoRequest>(incoming.accept(), &state.info).await;
 }

@@ -3,7 +3,9 @@
 //! names none is refused with 404.
 //!
 //! The request services read one JSON request to the stream's end and answer
-//! one JSON value ([`answer_json`], [`answer_with`]); `exec` answers with
+//! one JSON value ([`answer`], [`answer_with`]), typed by the request's
+//! [`Call`] (`psbx_wire::boxd`), which the server's link uses too, so both
+//! ends agree on the answer of each request; `exec` answers with
 //! records, `sync` reads a request line and then a tar, `logs` answers with
 //! the log's bytes. `port:<n>` splices the stream to a port of the box's
 //! loopback, `pty` runs a shell on a terminal, `shot` takes a screenshot or
@@ -28,7 +30,7 @@ pub use configure::restore_env;
 use crate::exec::Processes;
 use crate::privnet::PrivateNet;
 use crate::uplink::Uplink;
-use psbx_wire::boxd::{BoxInfo, Done, Service};
+use psbx_wire::boxd::{BoxInfo, Call, Done, Service};
 use psbx_wire::frame::code;
 use psbx_wire::mux::{Incoming, Stream};
 use std::path::PathBuf;
@@ -95,26 +97,38 @@ async fn answer_json<T: serde::Serialize>(mut stream: Stream, value: &T) {
     let _ = stream.shutdown().await;
 }
 
+/// Answers a [`Call`] with its answer (a request without a body is read to
+/// its end first, as [`answer_json`] does).
+async fn answer<C: Call>(stream: Stream, value: &C::Answer) {
+    answer_json(stream, value).await;
+}
+
 fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     serde_json::from_slice(bytes).map_err(|e| format!("bad request: {e}"))
 }
 
-/// Reads a JSON request and answers what `handle` makes of it (or why the
-/// request was not understood).
-async fn answer_with<T: serde::de::DeserializeOwned>(
-    incoming: Incoming,
-    handle: impl FnOnce(T) -> Done,
-) {
-    let mut stream = incoming.accept();
-    let done = match read_request(&mut stream)
+/// Reads a [`Call`]'s request to the stream's end.
+async fn read_call<C: Call + serde::de::DeserializeOwned>(
+    stream: &mut Stream,
+) -> Result<C, String> {
+    read_request(stream)
         .await
         .map_err(|e| e.to_string())
-        .and_then(|b| parse::<T>(&b))
-    {
+        .and_then(|b| parse::<C>(&b))
+}
+
+/// Reads a [`Call`] answered with [`Done`] and answers what `handle` makes
+/// of it (or why the request was not understood).
+async fn answer_with<C: Call<Answer = Done> + serde::de::DeserializeOwned>(
+    incoming: Incoming,
+    handle: impl FnOnce(C) -> Done,
+) {
+    let mut stream = incoming.accept();
+    let done = match read_call::<C>(&mut stream).await {
         Ok(request) => handle(request),
         Err(e) => Done::failed(e),
     };
-    answer_json(stream, &done).await;
+    answer::<C>(stream, &done).await;
 }
 
 /// Test aids for the services' tests.

@@ -1,8 +1,9 @@
 //! `processes`: the background commands, running or ended.
 
-use super::{Boxd, answer_json};
+use super::{Boxd, answer};
+use psbx_wire::boxd::ProcessesRequest;
 use psbx_wire::mux::Incoming;
 
 pub async fn serve(incoming: Incoming, state: &Boxd) {
-    answer_json(incoming.accept(), &state.processes.list()).await;
+    answer::<ProcessesRequest>(incoming.accept(), &state.processes.list()).await;
 }

@@ -2,17 +2,13 @@
 //! its links) after the claim; a name declared here keeps its address and
 //! the connections the connector carried for it are closed (`privnet`).
 
-use super::{Boxd, answer_json, parse, read_request};
+use super::{Boxd, answer, read_call};
 use psbx_wire::boxd::{Done, Wiring};
 use psbx_wire::mux::Incoming;
 
 pub async fn serve(incoming: Incoming, state: &Boxd) {
     let mut stream = incoming.accept();
-    let done = match read_request(&mut stream)
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|b| parse::<Wiring>(&b))
-    {
+    let done = match read_call::<Wiring>(&mut stream).await {
         Ok(wiring) => match state
             .private
             .wire(&wiring, &state.uplink, &state.work)
@@ -23,5 +19,5 @@ pub async fn serve(incoming: Incoming, state: &Boxd) {
         },
         Err(e) => Done::failed(e),
     };
-    answer_json(stream, &done).await;
+    answer::<Wiring>(stream, &done).await;
 }

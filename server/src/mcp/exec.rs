@@ -9,10 +9,12 @@
 //! call is a task reading the followed log.
 
 use super::reply::{box_failed, failed, structured};
-use crate::routes::exec::{OutputView, private_endpoint_hint};
+use crate::routes::exec::{OutputView, failure_texts, private_endpoint_hint};
 use psbx_actors::boxes::Boxes;
+use psbx_actors::error::BoxError;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
+use psbx_actors::exec::spec::ExecSpec;
 use psbx_actors::store::Principal;
 use psbx_wire::boxd::{ExecRequest, Exit};
 use rmcp::RoleServer;
@@ -113,12 +115,9 @@ pub async fn call(
     let pid = match (a.pid, a.cmd) {
         (Some(pid), _) => pid,
         (None, Some(cmd)) if !cmd.trim().is_empty() => {
-            let request = ExecRequest {
-                cmd,
-                cwd: "/work".to_owned(),
-                env: Vec::new(),
-                timeout_s: timeout,
-                background: true,
+            let request = match request(cmd, timeout) {
+                Ok(request) => request,
+                Err(e) => return failed(e.to_string()),
             };
             match start(boxes, &who, &a.id, request).await {
                 Ok(pid) => pid,
@@ -231,7 +230,7 @@ async fn follow(
     {
         summary.push_str(&format!(
             "\nconnections to environment addresses that failed: {}",
-            errors.join("; ")
+            failure_texts(errors).join("; ")
         ));
     }
     let Exit {
@@ -254,7 +253,7 @@ async fn follow(
             signal,
             timed_out,
             private_endpoint_hint: private_endpoint_hint(&private_endpoint_errors),
-            private_endpoint_errors,
+            private_endpoint_errors: failure_texts(&private_endpoint_errors),
             output: OutputView::from(&output),
             log: process.log,
             next,
@@ -292,9 +291,38 @@ fn tail(text: &str, n: usize) -> &str {
     &text[start..]
 }
 
+/// The command boxd is sent: run in the background in `/work`, checked as
+/// the REST route's are (`ExecSpec`).
+fn request(cmd: String, timeout_s: Option<u64>) -> Result<ExecRequest, BoxError> {
+    ExecSpec::request(cmd, None, Vec::new(), timeout_s, true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// MCP refuses what REST refuses, with the same message (the tool
+    /// passed a NUL byte on to boxd before).
+    #[test]
+    fn a_command_is_refused_as_the_rest_route_refuses_it() {
+        for cmd in ["echo a\0b", "\u{1c}\u{1f}"] {
+            let body: crate::routes::exec::ExecBody =
+                serde_json::from_value(serde_json::json!({ "cmd": cmd })).unwrap();
+            let rest = crate::routes::exec::request(body).unwrap_err();
+            let mcp = request(cmd.to_owned(), Some(60)).unwrap_err();
+            assert_eq!(mcp.to_string(), rest.message(), "{cmd:?}");
+            assert_eq!(rest.status(), actix_web::http::StatusCode::BAD_REQUEST);
+        }
+        assert_eq!(
+            request("echo a\0b".into(), None).unwrap_err().to_string(),
+            "cmd contains NUL (\\u0000): send text without it"
+        );
+        let fine = request("make test".into(), Some(60)).unwrap();
+        assert_eq!(
+            (fine.cwd.as_str(), fine.background, fine.timeout_s),
+            ("/work", true, Some(60))
+        );
+    }
 
     #[test]
     fn tail_keeps_whole_characters() {

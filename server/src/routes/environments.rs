@@ -9,11 +9,12 @@ use crate::server_info::ServerInfo;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, delete, get, post, put, web};
 use chrono::{DateTime, Utc};
-use psbx_actors::environments::address::{Endpoint, RawEndpoint};
+use psbx_actors::environments::address::RawEndpoint;
 use psbx_actors::environments::settings::SourceRef;
 use psbx_actors::environments::{Connection, EnvError, Environment, Environments};
 use psbx_actors::ids::ConnectorToken;
 use psbx_actors::store::{EnvironmentChange, ServiceRecord};
+use psbx_wire::Endpoint;
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
@@ -38,7 +39,7 @@ pub struct EndpointView {
 impl From<&Endpoint> for EndpointView {
     fn from(e: &Endpoint) -> Self {
         Self {
-            host: e.host.clone(),
+            host: e.host.to_string(),
             port: e.port,
         }
     }
@@ -464,12 +465,10 @@ pub async fn create_connection(
 #[derive(Debug, ToSchema)]
 #[allow(dead_code)]
 pub struct EndpointInput {
-    /// A host name (labels of letters, digits, '-' and '_') or an IPv4 address.
-    #[schema(
-        min_length = 1,
-        max_length = 253,
-        pattern = "^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}|(?:[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\\.)*[A-Za-z_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)$"
-    )]
+    /// A host name (labels of letters, digits, '-' and '_', not starting or
+    /// ending with '-') or an IPv4 address; its pattern is
+    /// `psbx_wire::HOST_NAME_PATTERN` (`patterns::constraints`).
+    #[schema(min_length = 1, max_length = 253)]
     host: String,
     #[schema(minimum = 1, maximum = 65535)]
     port: u16,

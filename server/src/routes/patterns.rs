@@ -109,6 +109,11 @@ pub fn constraints() -> Vec<(&'static str, &'static str, Value)> {
             json!({"uniqueItems": true}),
         ),
         (
+            "EndpointInput",
+            "/properties/host",
+            json!({"pattern": psbx_wire::HOST_NAME_PATTERN}),
+        ),
+        (
             "PutService",
             "/properties/dotenv",
             json!({"pattern": NO_NUL, "maxLength": 512 * 1024}),

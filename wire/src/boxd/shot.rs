@@ -256,6 +256,10 @@ pub struct ShotRefusal {
     pub reason: String,
 }
 
+impl super::Streamed for ShotRequest {
+    const SERVICE: super::Service = super::Service::Shot;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
