@@ -3,12 +3,12 @@
 //! the host supervisor or the box's actor.
 
 use crate::blocking::blocking;
-use crate::box_actor::link::{LinkError, LinkHandle};
-use crate::box_actor::state::BoxState;
 use crate::box_actor::{
     BoxSnapshot, Channel, Forget, Keep, PING_TIMEOUT, Rewire, Status, Stop, Touch, WOKEN_PATIENCE,
 };
+use crate::box_state::BoxState;
 use crate::box_urls::{Admitted, BoxAddress, BoxUrls, Crowded, Found, Slot, Slots, UrlLimits};
+use crate::boxd_link::{LinkError, LinkHandle};
 use crate::duration;
 use crate::environments::Environments;
 use crate::environments::claim::{EnvironmentClaim, seal_mask};

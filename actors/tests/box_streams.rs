@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use psbx_actors::box_actor::state::BoxState;
 use psbx_actors::box_role::{Asker, BoxRole};
+use psbx_actors::box_state::BoxState;
 use psbx_actors::boxnet::resolver::{self, Relay};
 use psbx_actors::environments::claim::ClaimedAws;
 use psbx_actors::host::links::{LinkBook, Links};

@@ -3,7 +3,7 @@
 //! with a real PostgreSQL store and tokio's clock paused, so idle freezes,
 //! expiry, the pool and adoption after a restart run in milliseconds. The
 //! same paths on real VMs stay in `tests/tests/boxes.rs`. The last test drives
-//! random lifecycles against the state machine (`box_actor::state`).
+//! random lifecycles against the state machine (`box_state`).
 //!
 //! The rows' timestamps are the wall clock's, and an actor arms its timers
 //! from them against the wall clock; the timers then run on tokio's paused
@@ -13,8 +13,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use diesel::{Connection, PgConnection, RunQueryDsl};
-use psbx_actors::box_actor::state::BoxState;
 use psbx_actors::box_actor::{BoxSnapshot, Status, Stop};
+use psbx_actors::box_state::BoxState;
 use psbx_actors::boxes::{Boxes, CreateRequest, EXEC_GRACE};
 use psbx_actors::environments::Environments;
 use psbx_actors::error::BoxError;

@@ -5,10 +5,10 @@
 //! the stored spec), `Forget` (ended outside the actor), and its own timers'
 //! `Freeze` and `Expire`.
 
-use super::link::LinkHandle;
-use super::state::BoxState;
 use super::{BoxActor, BoxSnapshot, PING_TIMEOUT};
 use crate::blocking::blocking;
+use crate::box_state::BoxState;
+use crate::boxd_link::LinkHandle;
 use crate::error::BoxError;
 use crate::exec::mask::Masker;
 use crate::store::Transition;

@@ -19,20 +19,18 @@
 //! it.
 
 mod handlers;
-pub mod link;
-pub mod state;
 
 pub use handlers::{Channel, Forget, Freeze, Keep, Rewire, Status, Stop, Touch};
 
 use crate::blocking::blocking;
+use crate::box_state::BoxState;
+use crate::boxd_link::{BoxdLink, LinkHandle};
 use crate::exec::mask::Masker;
 use crate::host::shared::HostShared;
 use crate::store::BoxRecord;
 use actix::prelude::*;
 use chrono::{DateTime, Utc};
-use link::{BoxdLink, LinkHandle};
 use psbx_wire::boxd::{BoxInfo, Health};
-use state::BoxState;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -3,9 +3,9 @@
 
 use super::{HostSupervisor, POOL_RETRY, PooledBox};
 use crate::blocking::blocking;
-use crate::box_actor::link::BoxdLink;
-use crate::box_actor::state::BoxState;
 use crate::box_actor::{BoxActor, BoxSnapshot};
+use crate::box_state::BoxState;
+use crate::boxd_link::BoxdLink;
 use crate::error::BoxError;
 use crate::exec::mask::Masker;
 use crate::host::shared::HostShared;

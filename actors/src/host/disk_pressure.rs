@@ -108,7 +108,7 @@ pub(super) fn sample(
         .store
         .live_boxes_on_host(shared.host.uri())?
         .into_iter()
-        .filter(|r| r.state == crate::box_actor::state::BoxState::Running)
+        .filter(|r| r.state == crate::box_state::BoxState::Running)
         .map(|r| r.id)
         .collect();
     Ok(Some(DiskPressure {

@@ -20,8 +20,8 @@
 
 use super::shared::Registry;
 use crate::blocking::blocking;
-use crate::box_actor::link::LinkError;
 use crate::box_actor::{BoxActor, Channel, Touch};
+use crate::boxd_link::LinkError;
 use crate::ids::{AccountId, BoxId};
 use crate::meter::{Bucket, RefusalLog};
 use crate::spec::LinkSpec;

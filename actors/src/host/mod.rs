@@ -206,7 +206,7 @@ impl Handler<Shutdown> for HostSupervisor {
         Box::pin(async move {
             let result = crate::blocking::blocking(move || {
                 for row in shared.store.live_boxes_on_host(shared.host.uri())? {
-                    if row.state == crate::box_actor::state::BoxState::Pooled {
+                    if row.state == crate::box_state::BoxState::Pooled {
                         shared.teardown(&row.id)?;
                         shared.store.delete_pooled_box(&row.id)?;
                     }

@@ -69,7 +69,7 @@ pub(super) fn sample(shared: &HostShared) -> Result<Option<Pressure>, BoxError> 
         .store
         .live_boxes_on_host(shared.host.uri())?
         .into_iter()
-        .filter(|r| r.state == crate::box_actor::state::BoxState::Running)
+        .filter(|r| r.state == crate::box_state::BoxState::Running)
         .map(|r| Candidate {
             rss_mib: shared.rss_mib(&r.id).unwrap_or(r.memory_mib),
             id: r.id,

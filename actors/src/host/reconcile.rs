@@ -10,7 +10,7 @@
 //! frozen, its memory kept.
 
 use super::shared::HostShared;
-use crate::box_actor::state::BoxState;
+use crate::box_state::BoxState;
 use crate::error::BoxError;
 use crate::ids::BoxId;
 use crate::store::{BoxRecord, Transition};

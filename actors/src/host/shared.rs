@@ -30,9 +30,9 @@
 
 use crate::blocking::blocking;
 use crate::box_actor::BoxActor;
-use crate::box_actor::link::{BoxdLink, StreamHandler};
-use crate::box_actor::state::BoxState;
 use crate::box_role::{Asker, BoxRole};
+use crate::box_state::BoxState;
+use crate::boxd_link::{BoxdLink, StreamHandler};
 use crate::boxnet::{self, BoxNetwork};
 use crate::connectors::Router;
 use crate::connectors::route::BoxRoute;
