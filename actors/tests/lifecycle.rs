@@ -962,9 +962,9 @@ async fn output_is_masked_with_the_secret_values_a_box_received_also_after_they_
         .unwrap();
     secrets.delete(&w.account, "S").await.unwrap();
     // What a restarted server masks the box's output with (start.rs's adoption).
-    let masker = shared.masker_for(&w.row(&made.record.id)).await;
+    let masker = shared.masker_for(&w.row(&made.snapshot.record.id)).await;
     assert_eq!(masker.mask("S=first-value-of-s"), "S=****");
-    let stored = serde_json::to_string(&w.row(&made.record.id).spec.to_json()).unwrap();
+    let stored = serde_json::to_string(&w.row(&made.snapshot.record.id).spec.to_json()).unwrap();
     assert!(
         !stored.contains("first-value-of-s"),
         "the value is stored in the clear: {stored}"
@@ -1203,7 +1203,7 @@ async fn a_box_still_booting_reads_as_stored_and_calls_on_it_are_refused_as_star
     let id = w.put_row(BoxState::Booting, 3600, 0);
     let boxes = w.boxes(host);
     let read = boxes.get(&w.account, id.as_str(), false).await.unwrap();
-    assert_eq!(read.record.state, BoxState::Booting);
+    assert_eq!(read.snapshot.record.state, BoxState::Booting);
     let e = boxes.keep(&w.account, id.as_str(), "2h").await.unwrap_err();
     assert!(
         matches!(
@@ -1354,7 +1354,10 @@ async fn step(w: &World, host: &HostStart, boxes: &Boxes, tracked: &mut Vec<Trac
             Some(i) => {
                 let read = boxes.get(&w.account, tracked[i].id.as_str(), true).await;
                 // A stopped box reads as stored: that is no use of it.
-                if read.as_ref().is_ok_and(|s| !s.record.state.is_terminal()) {
+                if read
+                    .as_ref()
+                    .is_ok_and(|s| !s.snapshot.record.state.is_terminal())
+                {
                     tracked[i].idle = Duration::ZERO;
                 }
                 read.map(drop)

@@ -34,7 +34,8 @@ use psbx_wire::boxd::{BoxInfo, Health};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A box as a caller sees it: the record plus what boxd says.
+/// A box as its actor knows it: the record plus what boxd says (what the
+/// API adds, its URLs and linked boxes, is `boxes::BoxReading`'s).
 #[derive(Debug, Clone)]
 pub struct BoxSnapshot {
     pub record: BoxRecord,
@@ -42,11 +43,6 @@ pub struct BoxSnapshot {
     pub health: Option<Health>,
     pub freezes_at: Option<DateTime<Utc>>,
     pub expires_at: DateTime<Utc>,
-    /// The box's URLs while it lives (set by [`crate::boxes::Boxes`]).
-    pub urls: Option<crate::box_urls::Urls>,
-    /// The state of each box its links point at, by id (read by
-    /// [`crate::boxes::Boxes`] for a single box's reads; empty in lists).
-    pub linked: std::collections::HashMap<String, String>,
 }
 
 impl BoxSnapshot {
@@ -78,8 +74,6 @@ impl BoxSnapshot {
             health,
             freezes_at,
             expires_at,
-            urls: None,
-            linked: std::collections::HashMap::new(),
         }
     }
 }
