@@ -300,7 +300,7 @@ impl Boxes {
         slot: Slot,
     ) -> Result<(Stream, Awake), BoxError> {
         let gone = || BoxError::NotFound(record.id.to_string());
-        let addr = self.host()?.shared.actor(&record.id).ok_or_else(gone)?;
+        let addr = self.host()?.registry.actor(&record.id).ok_or_else(gone)?;
         let (link, _) = send(
             addr.send(Channel {
                 thaw: true,
@@ -505,7 +505,7 @@ impl Boxes {
                 "storing a box's URL key; it keeps the key derived from its id");
         }
         // Read it back through its actor: the answer carries boxd's health.
-        let snapshot = match host.shared.actor(&made.record.id) {
+        let snapshot = match host.registry.actor(&made.record.id) {
             Some(addr) => send(
                 addr.send(Status {
                     thaw: false,
@@ -546,14 +546,14 @@ impl Boxes {
         if record.state.is_terminal() {
             // Ended behind the actor's back (an operator's stop): let it go.
             if let Ok(host) = &self.host
-                && let Some(addr) = host.shared.actor(&record.id)
+                && let Some(addr) = host.registry.actor(&record.id)
             {
                 addr.do_send(Forget);
             }
             return Ok(Err(record));
         }
         let host = self.host()?;
-        host.shared.actor(&record.id).map(Ok).ok_or_else(|| {
+        host.registry.actor(&record.id).map(Ok).ok_or_else(|| {
             // Its actor starts once boxd has said hello.
             if matches!(record.state, BoxState::Creating | BoxState::Booting) {
                 return BoxError::Starting {
@@ -1039,7 +1039,7 @@ pub fn stop_directly(
         return Ok(record);
     }
     let host = psbx_libvirt::Host::connect(libvirt_uri)?;
-    crate::host::shared::teardown(&host, &settings.boxes_dir, &id)?;
+    crate::machine::teardown(&host, &settings.boxes_dir, &id)?;
     if record.state == BoxState::Pooled {
         store.delete_pooled_box(&id)?;
         return Ok(record);

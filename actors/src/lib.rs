@@ -22,6 +22,7 @@ pub mod hypervisor;
 pub mod ids;
 pub mod image;
 pub mod jail;
+pub mod machine;
 pub mod meter;
 pub mod oidc;
 pub mod quota;
