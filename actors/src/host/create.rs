@@ -238,7 +238,9 @@ impl Handler<CreateBox> for HostSupervisor {
                     None,
                     &act.parts.machine.settings,
                 );
-                act.parts.actor(record, Some((link, hello)), masker).start();
+                act.parts
+                    .new_actor(record, Some((link, hello)), masker)
+                    .start();
                 Ok(snapshot)
             }),
         )

@@ -55,7 +55,7 @@ pub struct HostParts {
 impl HostParts {
     /// An actor for box `record` on this host (`BoxActor::new`), with its
     /// link to boxd and its hello when it runs.
-    fn actor(
+    fn new_actor(
         &self,
         record: BoxRecord,
         link: Option<(BoxdLink, psbx_wire::boxd::BoxInfo)>,

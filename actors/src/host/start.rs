@@ -204,7 +204,7 @@ async fn adopt_box(parts: &HostParts, adopt: Adopt) {
     match adopt {
         Adopt::Frozen(record) => {
             let masker = parts.switch.masker_for(&record).await;
-            parts.actor(record, None, masker).start();
+            parts.new_actor(record, None, masker).start();
         }
         Adopt::Running(record) => {
             let link = parts.switch.link_of(&record);
@@ -218,7 +218,7 @@ async fn adopt_box(parts: &HostParts, adopt: Adopt) {
                 Ok((record, hello)) => {
                     tracing::info!(box_id = %record.id, "adopted a running box");
                     let masker = parts.switch.masker_for(&record).await;
-                    parts.actor(record, Some((link, hello)), masker).start();
+                    parts.new_actor(record, Some((link, hello)), masker).start();
                 }
                 Err(e) => {
                     drop(link);
