@@ -24,10 +24,10 @@
 //! [`RefusalLog`].
 
 use crate::blocking::blocking;
-use crate::environments::claim::ClaimedAws;
 use crate::ids::{AccountId, BoxId};
 use crate::meter::{Bucket, RefusalLog};
 use crate::oidc::{Claims, Issuer, TOKEN_TTL};
+use crate::spec::ClaimedAws;
 use crate::store::Store;
 use psbx_wire::boxd::AwsToken;
 use psbx_wire::frame::code;

@@ -3,12 +3,12 @@
 //! the host supervisor or the box's actor.
 
 use crate::blocking::blocking;
-use crate::box_actor::link::{LinkError, LinkHandle};
-use crate::box_actor::state::BoxState;
 use crate::box_actor::{
     BoxSnapshot, Channel, Forget, Keep, PING_TIMEOUT, Rewire, Status, Stop, Touch, WOKEN_PATIENCE,
 };
+use crate::box_state::BoxState;
 use crate::box_urls::{Admitted, BoxAddress, BoxUrls, Crowded, Found, Slot, Slots, UrlLimits};
+use crate::boxd_link::{LinkError, LinkHandle};
 use crate::duration;
 use crate::environments::Environments;
 use crate::environments::claim::{EnvironmentClaim, seal_mask};
@@ -25,6 +25,7 @@ use crate::store::{BoxCursor, BoxRecord, Store};
 use crate::wiring::{self, WireChange};
 use psbx_wire::boxd::{ExecRequest, Logs, Process, ProcessesRequest, Service, Signal, Streamed};
 use psbx_wire::mux::Stream;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -59,6 +60,21 @@ const SERVICE: Duration = Duration::from_secs(30);
 pub const EXEC_GRACE: Duration = Duration::from_secs(30);
 
 const MAX_GOAL: usize = 2000;
+
+/// A box as the API reads it: the actor's snapshot (or one made of the
+/// stored row), its URLs while it lives, and the state of each box its links
+/// point at. Only `Boxes` fills the last two (it holds the box URLs and may
+/// read the account's other boxes), so they are kept out of the actor's
+/// [`BoxSnapshot`], which stays what the actor itself knows.
+#[derive(Debug, Clone)]
+pub struct BoxReading {
+    pub snapshot: BoxSnapshot,
+    /// The box's URLs while it lives (none on a server without box URLs).
+    pub urls: Option<crate::box_urls::Urls>,
+    /// The state of each box its links point at, by id (for a single box's
+    /// reads; empty in lists).
+    pub linked: HashMap<String, String>,
+}
 
 pub struct Boxes {
     store: Store,
@@ -200,7 +216,7 @@ impl Boxes {
         &self,
         account: &AccountId,
         id: &str,
-    ) -> Result<BoxSnapshot, BoxError> {
+    ) -> Result<BoxReading, BoxError> {
         if self.urls.is_none() {
             return Err(BoxError::NoHost(
                 "this server gives boxes no URLs".to_owned(),
@@ -219,13 +235,17 @@ impl Boxes {
     }
 
     /// The snapshot with the box's URLs, while the box lives.
-    fn dressed(&self, mut snapshot: BoxSnapshot) -> BoxSnapshot {
-        if let Some(urls) = &self.urls
-            && !snapshot.record.state.is_terminal()
-        {
-            snapshot.urls = Some(urls.of(&snapshot.record.id, &snapshot.record.spec.services));
+    fn dressed(&self, snapshot: BoxSnapshot) -> BoxReading {
+        let urls = self
+            .urls
+            .as_ref()
+            .filter(|_| !snapshot.record.state.is_terminal())
+            .map(|urls| urls.of(&snapshot.record.id, &snapshot.record.spec.services));
+        BoxReading {
+            snapshot,
+            urls,
+            linked: HashMap::new(),
         }
-        snapshot
     }
 
     /// The live box a box URL names, if its key is right (checked first,
@@ -280,7 +300,7 @@ impl Boxes {
         slot: Slot,
     ) -> Result<(Stream, Awake), BoxError> {
         let gone = || BoxError::NotFound(record.id.to_string());
-        let addr = self.host()?.shared.actor(&record.id).ok_or_else(gone)?;
+        let addr = self.host()?.registry.actor(&record.id).ok_or_else(gone)?;
         let (link, _) = send(
             addr.send(Channel {
                 thaw: true,
@@ -408,7 +428,7 @@ impl Boxes {
         &self,
         account: AccountId,
         req: CreateRequest,
-    ) -> Result<BoxSnapshot, BoxError> {
+    ) -> Result<BoxReading, BoxError> {
         let size = req.size.unwrap_or(1);
         if !SIZES.contains(&size) {
             return Err(BoxError::Invalid(format!(
@@ -485,7 +505,7 @@ impl Boxes {
                 "storing a box's URL key; it keeps the key derived from its id");
         }
         // Read it back through its actor: the answer carries boxd's health.
-        let snapshot = match host.shared.actor(&made.record.id) {
+        let snapshot = match host.registry.actor(&made.record.id) {
             Some(addr) => send(
                 addr.send(Status {
                     thaw: false,
@@ -512,7 +532,7 @@ impl Boxes {
             .ok_or_else(not_found)
     }
 
-    fn snapshot_of_row(&self, record: BoxRecord) -> BoxSnapshot {
+    fn snapshot_of_row(&self, record: BoxRecord) -> BoxReading {
         self.dressed(BoxSnapshot::of(record, None, None, &self.settings))
     }
 
@@ -526,14 +546,14 @@ impl Boxes {
         if record.state.is_terminal() {
             // Ended behind the actor's back (an operator's stop): let it go.
             if let Ok(host) = &self.host
-                && let Some(addr) = host.shared.actor(&record.id)
+                && let Some(addr) = host.registry.actor(&record.id)
             {
                 addr.do_send(Forget);
             }
             return Ok(Err(record));
         }
         let host = self.host()?;
-        host.shared.actor(&record.id).map(Ok).ok_or_else(|| {
+        host.registry.actor(&record.id).map(Ok).ok_or_else(|| {
             // Its actor starts once boxd has said hello.
             if matches!(record.state, BoxState::Creating | BoxState::Booting) {
                 return BoxError::Starting {
@@ -554,7 +574,7 @@ impl Boxes {
         account: &AccountId,
         id: &str,
         thaw: bool,
-    ) -> Result<BoxSnapshot, BoxError> {
+    ) -> Result<BoxReading, BoxError> {
         let snapshot = match self.actor(account, id).await {
             // Still being made: what is stored says so (`creating`, `booting`).
             Err(BoxError::Starting { .. }) => self.snapshot_of_row(self.record(account, id).await?),
@@ -575,14 +595,15 @@ impl Boxes {
         Ok(self.with_linked(snapshot).await)
     }
 
-    /// The snapshot with the state of each box its links point at (`gone`
+    /// The reading with the state of each box its links point at (`gone`
     /// for one that is no longer the account's).
-    async fn with_linked(&self, mut snapshot: BoxSnapshot) -> BoxSnapshot {
-        let Some(account) = snapshot.record.account_id.clone() else {
-            return snapshot;
+    async fn with_linked(&self, mut reading: BoxReading) -> BoxReading {
+        let record = &reading.snapshot.record;
+        let Some(account) = record.account_id.clone() else {
+            return reading;
         };
-        for link in &snapshot.record.spec.links {
-            if snapshot.linked.contains_key(&link.box_id) {
+        for link in &record.spec.links {
+            if reading.linked.contains_key(&link.box_id) {
                 continue;
             }
             let state = match self.record(&account, &link.box_id).await {
@@ -590,9 +611,9 @@ impl Boxes {
                 Err(BoxError::NotFound(_)) => "gone".to_owned(),
                 Err(_) => "unknown".to_owned(),
             };
-            snapshot.linked.insert(link.box_id.clone(), state);
+            reading.linked.insert(link.box_id.clone(), state);
         }
-        snapshot
+        reading
     }
 
     pub async fn keep(
@@ -600,7 +621,7 @@ impl Boxes {
         account: &AccountId,
         id: &str,
         keep: &str,
-    ) -> Result<BoxSnapshot, BoxError> {
+    ) -> Result<BoxReading, BoxError> {
         let keep_secs = self.keep_secs(keep)?;
         match self.actor(account, id).await? {
             Err(record) => Err(over(&record)),
@@ -618,7 +639,7 @@ impl Boxes {
         account: &AccountId,
         id: &str,
         change: WireChange,
-    ) -> Result<BoxSnapshot, BoxError> {
+    ) -> Result<BoxReading, BoxError> {
         crate::wiring::check_change(&change).map_err(BoxError::Invalid)?;
         for link in &change.links {
             if link.box_id == id {
@@ -641,7 +662,7 @@ impl Boxes {
     }
 
     /// Stops a box for good. Stopping a box that is over answers its record.
-    pub async fn stop(&self, account: &AccountId, id: &str) -> Result<BoxSnapshot, BoxError> {
+    pub async fn stop(&self, account: &AccountId, id: &str) -> Result<BoxReading, BoxError> {
         match self.actor(account, id).await? {
             Err(record) => Ok(self.snapshot_of_row(record)),
             Ok(addr) => match addr
@@ -650,7 +671,8 @@ impl Boxes {
                 })
                 .await
             {
-                Ok(answer) => answer,
+                // Over: no URLs.
+                Ok(answer) => answer.map(|s| self.dressed(s)),
                 // Stopped by something else meanwhile: as stopping a box
                 // that is over, its record.
                 Err(e) => Ok(self.snapshot_of_row(self.after_gone(account, id, e).await?)),
@@ -664,7 +686,7 @@ impl Boxes {
         account: &AccountId,
         before: Option<BoxCursor>,
         limit: u32,
-    ) -> Result<(Vec<BoxSnapshot>, Option<BoxCursor>), BoxError> {
+    ) -> Result<(Vec<BoxReading>, Option<BoxCursor>), BoxError> {
         let (store, account) = (self.store.clone(), account.clone());
         let (rows, next) =
             blocking(move || store.list_boxes(Some(&account), before.as_ref(), limit)).await?;
@@ -1015,7 +1037,7 @@ pub fn stop_directly(
         return Ok(record);
     }
     let host = psbx_libvirt::Host::connect(libvirt_uri)?;
-    crate::host::shared::teardown(&host, &settings.boxes_dir, &id)?;
+    crate::machine::teardown(&host, &settings.boxes_dir, &id)?;
     if record.state == BoxState::Pooled {
         store.delete_pooled_box(&id)?;
         return Ok(record);

@@ -1,8 +1,8 @@
 //! What can go wrong with a box, in terms the HTTP layer maps to statuses.
 
 use crate::blocking::TaskFailed;
-use crate::box_actor::link::LinkError;
-use crate::box_actor::state::{BoxState, InvalidTransition};
+use crate::box_state::{BoxState, InvalidTransition};
+use crate::boxd_link::LinkError;
 use crate::environments::EnvError;
 use crate::secrets::SecretError;
 use crate::store::StoreError;
@@ -153,7 +153,7 @@ pub fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BoxEr
             .and_then(|e| e.downcast_ref::<psbx_wire::mux::StreamError>())
             .is_some_and(|e| matches!(e, psbx_wire::mux::StreamError::SessionEnded(_)));
         if ended {
-            BoxError::Boxd(crate::box_actor::link::LinkError::Closed)
+            BoxError::Boxd(crate::boxd_link::LinkError::Closed)
         } else {
             BoxError::Io { what, source }
         }

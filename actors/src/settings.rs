@@ -42,7 +42,7 @@ pub struct BoxSettings {
     /// of the host's (MemTotal).
     pub memory_overcommit: f64,
     /// MiB a new box must leave available once it has its full unit, after
-    /// what booting boxes may still take (`host::capacity`).
+    /// what booting boxes may still take (`machine::capacity`).
     pub memory_margin_mib: u64,
     /// Under this MemAvailable (MiB) the idlest running boxes are frozen;
     /// 0: never (`host::pressure`).
@@ -59,7 +59,7 @@ pub struct BoxSettings {
     /// How long a box may take from start to boxd's hello.
     pub boot_timeout: Duration,
     /// Encrypt each box's disk (LUKS in qcow2) under a key of its own,
-    /// destroyed when the box ends (`host::disk_key`).
+    /// destroyed when the box ends (`machine::disk_key`).
     pub encrypt_disks: bool,
     /// Give boxes a network card (user-mode networking, filtered on the
     /// host: `boxnet`).

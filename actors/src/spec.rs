@@ -3,8 +3,14 @@
 //! received, the environment it was plugged into and what that environment
 //! gave it. Stored with the box as jsonb (`boxes.spec`);
 //! the store converts at its boundary, everything else reads these fields.
+//!
+//! What an environment gave a box (`Claimed` and its parts, the `Notable`
+//! settings) is defined here, not beside the claim that makes it
+//! (`environments/claim.rs`): it is part of the stored spec, so the store
+//! and whatever reads a box needs it without the environments façade above
+//! them.
 
-use crate::environments::claim::Claimed;
+use psbx_wire::Endpoint;
 use serde::{Deserialize, Serialize};
 
 /// A box's spec. Every field has a default, so a pooled box's `{}` and the
@@ -82,6 +88,73 @@ pub struct LinkSpec {
     pub port: u16,
     pub box_id: String,
     pub target_port: u16,
+}
+
+/// The summary of a claim, as stored in the box's spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Claimed {
+    pub name: String,
+    pub external_base_url: Option<String>,
+    pub connections: Vec<ClaimedConnection>,
+    pub services: Vec<ClaimedService>,
+    /// The environment's AWS role at the claim (`box_role`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws: Option<ClaimedAws>,
+}
+
+/// The AWS role a box took from its environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedAws {
+    pub role_arn: String,
+    pub region: Option<String>,
+    /// The id of the environment it came from (`box_role` compares it: an
+    /// environment deleted and made again under the same name is another
+    /// one); none in boxes started before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedConnection {
+    pub name: String,
+    /// The addresses that go through it (an address on two connections goes
+    /// through the one whose name sorts first).
+    pub addresses: Vec<Endpoint>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedService {
+    pub name: String,
+    pub keys_count: usize,
+    pub files: ServiceFiles,
+    pub notable: Notable,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceFiles {
+    pub env: String,
+    pub sh: String,
+}
+
+/// The three lists, as `sandbox_start` and `sandbox_status` show them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Notable {
+    pub connection: Vec<String>,
+    pub mode: Vec<NotableValue>,
+    pub permission: Vec<String>,
+}
+
+/// A mode setting with dev's value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotableValue {
+    pub name: String,
+    pub value: String,
 }
 
 /// Values sealed by the vault for one account (hex-encoded nonce and ciphertext).

@@ -14,15 +14,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use psbx_actors::box_actor::state::BoxState;
 use psbx_actors::box_role::{Asker, BoxRole};
+use psbx_actors::box_state::BoxState;
 use psbx_actors::boxnet::resolver::{self, Relay};
-use psbx_actors::environments::claim::ClaimedAws;
 use psbx_actors::host::links::{LinkBook, Links};
 use psbx_actors::ids::{AccountId, BoxId, EnvironmentId};
 use psbx_actors::meter::REFUSALS_LOGGED;
 use psbx_actors::oidc::Issuer;
 use psbx_actors::secrets::vault::Vault;
+use psbx_actors::spec::ClaimedAws;
 use psbx_actors::spec::LinkSpec;
 use psbx_actors::store::{EnvironmentChange, NewBox, PoolOptions, Store};
 use psbx_tests::TestDatabase;

@@ -3,7 +3,7 @@
 //! with a real PostgreSQL store and tokio's clock paused, so idle freezes,
 //! expiry, the pool and adoption after a restart run in milliseconds. The
 //! same paths on real VMs stay in `tests/tests/boxes.rs`. The last test drives
-//! random lifecycles against the state machine (`box_actor::state`).
+//! random lifecycles against the state machine (`box_state`).
 //!
 //! The rows' timestamps are the wall clock's, and an actor arms its timers
 //! from them against the wall clock; the timers then run on tokio's paused
@@ -13,17 +13,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use diesel::{Connection, PgConnection, RunQueryDsl};
-use psbx_actors::box_actor::state::BoxState;
 use psbx_actors::box_actor::{BoxSnapshot, Status, Stop};
+use psbx_actors::box_state::BoxState;
 use psbx_actors::boxes::{Boxes, CreateRequest, EXEC_GRACE};
 use psbx_actors::environments::Environments;
 use psbx_actors::error::BoxError;
 use psbx_actors::exec::run::ExecEvent;
-use psbx_actors::host::shared::HostShared;
 use psbx_actors::host::{BoxServices, Connected, CreateBox, HostStart, PoolLevels, supervise};
 use psbx_actors::hypervisor::Hypervisor;
 use psbx_actors::hypervisor::fake::{Call, FakeHypervisor};
 use psbx_actors::ids::{AccountId, BoxId};
+use psbx_actors::machine::Machine;
 use psbx_actors::quota::Quotas;
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
@@ -209,7 +209,7 @@ impl World {
 }
 
 fn name(id: &BoxId) -> String {
-    HostShared::domain_name(id)
+    Machine::domain_name(id)
 }
 
 /// Makes a box of size `size` for the world's account through the supervisor.
@@ -276,7 +276,7 @@ fn assert_calls(w: &World, domain: &str, expected: &[fn(String) -> Call]) {
 async fn assert_gone(w: &World, host: &HostStart, id: &BoxId) {
     assert_eq!(w.fake.status(&name(id)), None);
     eventually("the actor's end", || async {
-        host.shared.actor(id).is_none()
+        host.registry.actor(id).is_none()
     })
     .await;
 }
@@ -322,7 +322,7 @@ async fn a_box_freezes_after_its_idle_time_and_thaws_when_read() {
 
     let infos = count(&w.fake.served_on(&domain), "info");
     let addr = host
-        .shared
+        .registry
         .actor(&id)
         .expect("a frozen box keeps its actor");
     let thawed = thaw(&addr).await.unwrap();
@@ -362,7 +362,7 @@ async fn a_box_freezes_after_its_idle_time_and_thaws_when_read() {
 /// `encrypt_disks` off a disk is made in clear and names no key.
 #[actix_rt::test]
 async fn a_box_disk_key_lives_as_long_as_the_box_and_is_given_again_after_libvirtd_restarts() {
-    use psbx_actors::host::disk_key::secret_uuid;
+    use psbx_actors::machine::disk_key::secret_uuid;
     tokio::time::pause();
     let w = world(0);
     let host = w.start().await;
@@ -388,7 +388,7 @@ async fn a_box_disk_key_lives_as_long_as_the_box_and_is_given_again_after_libvir
     w.fake.restart_libvirtd();
     assert!(w.fake.disk_secrets().is_empty());
     let addr = host
-        .shared
+        .registry
         .actor(&id)
         .expect("a frozen box keeps its actor");
     let thawed = thaw(&addr).await.unwrap();
@@ -429,7 +429,7 @@ async fn a_thaw_waits_for_boxd_and_fails_the_box_when_it_never_answers() {
     assert_eq!(w.row(&id).state, BoxState::Frozen);
 
     w.fake.set_boxd_answers(&domain, false);
-    let addr = host.shared.actor(&id).unwrap();
+    let addr = host.registry.actor(&id).unwrap();
     let error = thaw(&addr).await.unwrap_err();
     assert!(
         matches!(&error, BoxError::Boot(m) if m.contains("after thawing")),
@@ -477,7 +477,7 @@ async fn a_refused_thaw_keeps_the_box_frozen_and_a_refused_freeze_keeps_it_runni
     sleep(IDLE + MINUTE).await;
     assert_eq!(w.row(&id).state, BoxState::Frozen);
 
-    let addr = host.shared.actor(&id).unwrap();
+    let addr = host.registry.actor(&id).unwrap();
     let read = || Status {
         thaw: true,
         touch: true,
@@ -639,7 +639,7 @@ async fn the_pool_fills_to_its_level_and_refills_after_a_claim() {
     assert_eq!(row.state, BoxState::Running);
     assert_eq!(row.account_id.as_ref(), Some(&w.account));
     assert_eq!(row.boot_id, w.fake.boot_id(&claimed));
-    assert!(host.shared.actor(&made.record.id).is_some());
+    assert!(host.registry.actor(&made.record.id).is_some());
 
     eventually("the pool refilled", || async { levels().await == [(1, 2)] }).await;
     let paused = w.domains_in(DomainStatus::Paused);
@@ -676,7 +676,7 @@ async fn a_pool_box_that_will_not_take_its_claim_is_replaced_by_a_cold_start() {
         "the refusing pool box is left"
     );
     assert_eq!(w.row(&pooled_row.id).state, BoxState::Failed);
-    assert!(!host.shared.held_boxes().contains(&pooled_row.id));
+    assert!(!host.machine.held_boxes().contains(&pooled_row.id));
 
     // Every box refuses now: the start is refused and keeps nothing.
     eventually("the pool refilled", || async { levels().await == [(1, 1)] }).await;
@@ -695,7 +695,7 @@ async fn a_pool_box_that_will_not_take_its_claim_is_replaced_by_a_cold_start() {
         .into_iter()
         .map(|r| r.id)
         .collect();
-    let mut held = host.shared.held_boxes();
+    let mut held = host.machine.held_boxes();
     held.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     let mut live_sorted = live.clone();
     live_sorted.sort_by(|a, b| a.as_str().cmp(b.as_str()));
@@ -734,7 +734,7 @@ async fn a_restarted_supervisor_adopts_live_boxes_and_reconciles_the_rest() {
 
     let adopted = [&running, &paused, &frozen, &thawing];
     eventually("the adopted boxes' actors", || async {
-        adopted.iter().all(|id| host.shared.actor(id).is_some())
+        adopted.iter().all(|id| host.registry.actor(id).is_some())
     })
     .await;
     assert_eq!(w.fake.calls_on(&name(&running)), Vec::<Call>::new());
@@ -760,7 +760,7 @@ async fn a_restarted_supervisor_adopts_live_boxes_and_reconciles_the_rest() {
         gone_row.failure.as_deref(),
         Some("its VM was gone when the server restarted (the box was running)")
     );
-    assert!(host.shared.actor(&gone).is_none());
+    assert!(host.registry.actor(&gone).is_none());
     assert_eq!(w.store.box_by_id(&pooled).unwrap(), None);
     assert_eq!(w.fake.status(&name(&pooled)), None);
     let orphan_calls = w.fake.calls_on(&name(&orphan));
@@ -798,7 +798,7 @@ async fn lifecycle_calls_a_box_cannot_take_change_nothing() {
     let host = w.start().await;
     let id = create(&host, &w, 1, 3600).await.unwrap().record.id;
     let domain = name(&id);
-    let addr = host.shared.actor(&id).unwrap();
+    let addr = host.registry.actor(&id).unwrap();
 
     // A box the host cannot fit is not made: no row, no libvirt call.
     let before = w.fake.calls();
@@ -938,7 +938,7 @@ async fn output_is_masked_with_the_secret_values_a_box_received_also_after_they_
     tokio::time::pause();
     let w = world(0);
     let host = w.start().await;
-    let shared = host.shared.clone();
+    let switch = host.switch.clone();
     let boxes = w.boxes(host);
     let secrets = Secrets::new(w.store.clone(), Vault::from_key(&[7u8; 32])).unwrap();
     secrets
@@ -962,9 +962,9 @@ async fn output_is_masked_with_the_secret_values_a_box_received_also_after_they_
         .unwrap();
     secrets.delete(&w.account, "S").await.unwrap();
     // What a restarted server masks the box's output with (start.rs's adoption).
-    let masker = shared.masker_for(&w.row(&made.record.id)).await;
+    let masker = switch.masker_for(&w.row(&made.snapshot.record.id)).await;
     assert_eq!(masker.mask("S=first-value-of-s"), "S=****");
-    let stored = serde_json::to_string(&w.row(&made.record.id).spec.to_json()).unwrap();
+    let stored = serde_json::to_string(&w.row(&made.snapshot.record.id).spec.to_json()).unwrap();
     assert!(
         !stored.contains("first-value-of-s"),
         "the value is stored in the clear: {stored}"
@@ -1042,7 +1042,7 @@ async fn an_account_at_its_box_quota_is_refused_and_another_account_is_not() {
     let theirs = host.supervisor.send(other).await.unwrap().unwrap();
     assert_eq!(theirs.record.state, BoxState::Running);
 
-    let addr = host.shared.actor(&first.record.id).unwrap();
+    let addr = host.registry.actor(&first.record.id).unwrap();
     addr.send(Stop { reason: "test" }).await.unwrap().unwrap();
     create(&host, &w, 1, 3600).await.unwrap();
 }
@@ -1080,7 +1080,7 @@ async fn a_box_whose_disk_does_not_fit_is_host_full_and_a_frozen_box_keeps_its_d
         Err(BoxError::HostFull(_))
     ));
 
-    let addr = host.shared.actor(&first.record.id).unwrap();
+    let addr = host.registry.actor(&first.record.id).unwrap();
     addr.send(Stop { reason: "test" }).await.unwrap().unwrap();
     create(&host, &w, 1, 3600).await.unwrap();
 
@@ -1203,7 +1203,7 @@ async fn a_box_still_booting_reads_as_stored_and_calls_on_it_are_refused_as_star
     let id = w.put_row(BoxState::Booting, 3600, 0);
     let boxes = w.boxes(host);
     let read = boxes.get(&w.account, id.as_str(), false).await.unwrap();
-    assert_eq!(read.record.state, BoxState::Booting);
+    assert_eq!(read.snapshot.record.state, BoxState::Booting);
     let e = boxes.keep(&w.account, id.as_str(), "2h").await.unwrap_err();
     assert!(
         matches!(
@@ -1308,7 +1308,9 @@ fn run_lifecycle(ops: &[Op]) {
             let host = w.start().await;
             let boxes = w.boxes(HostStart {
                 supervisor: host.supervisor.clone(),
-                shared: host.shared.clone(),
+                machine: host.machine.clone(),
+                registry: host.registry.clone(),
+                switch: host.switch.clone(),
             });
             agree(&w, &host, &tracked, &format!("server {n} started")).await;
             for op in segment {
@@ -1354,7 +1356,10 @@ async fn step(w: &World, host: &HostStart, boxes: &Boxes, tracked: &mut Vec<Trac
             Some(i) => {
                 let read = boxes.get(&w.account, tracked[i].id.as_str(), true).await;
                 // A stopped box reads as stored: that is no use of it.
-                if read.as_ref().is_ok_and(|s| !s.record.state.is_terminal()) {
+                if read
+                    .as_ref()
+                    .is_ok_and(|s| !s.snapshot.record.state.is_terminal())
+                {
                     tracked[i].idle = Duration::ZERO;
                 }
                 read.map(drop)
@@ -1362,7 +1367,7 @@ async fn step(w: &World, host: &HostStart, boxes: &Boxes, tracked: &mut Vec<Trac
             None => Ok(()),
         },
         Op::Freeze(i) => {
-            if let Some(addr) = pick(i).and_then(|i| host.shared.actor(&tracked[i].id)) {
+            if let Some(addr) = pick(i).and_then(|i| host.registry.actor(&tracked[i].id)) {
                 let _ = addr.send(psbx_actors::box_actor::Freeze).await;
             }
             Ok(())
@@ -1474,13 +1479,13 @@ fn disagreement(w: &World, host: &HostStart) -> Option<String> {
         ids
     };
     holding_memory.sort();
-    let held = sorted(host.shared.held_boxes());
+    let held = sorted(host.machine.held_boxes());
     if held != holding_memory {
         return Some(format!(
             "the ledger holds memory for {held:?}, the running boxes are {holding_memory:?}"
         ));
     }
-    let disk = sorted(host.shared.disk_holders());
+    let disk = sorted(host.machine.disk_holders());
     let all = sorted(live.iter().map(|r| r.id.clone()).collect());
     if disk != all {
         return Some(format!(

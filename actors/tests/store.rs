@@ -238,7 +238,7 @@ fn a_wrong_database_url_is_reported_without_its_password() {
 }
 
 fn new_box(store: &Store, account: &psbx_actors::ids::AccountId) -> String {
-    use psbx_actors::box_actor::state::BoxState;
+    use psbx_actors::box_state::BoxState;
     use psbx_actors::ids::BoxId;
     use psbx_actors::store::NewBox;
     let record = store
@@ -392,8 +392,8 @@ fn a_box_spec_reads_back_typed_and_a_malformed_one_is_an_error() {
         let stopped = store
             .transition_box(
                 box_id,
-                psbx_actors::box_actor::state::BoxState::Running,
-                psbx_actors::box_actor::state::BoxState::Stopped,
+                psbx_actors::box_state::BoxState::Running,
+                psbx_actors::box_state::BoxState::Stopped,
                 psbx_actors::store::Transition::default(),
             )
             .unwrap()
@@ -439,7 +439,7 @@ fn a_box_spec_reads_back_typed_and_a_malformed_one_is_an_error() {
 /// moves nothing, and one its state never allows is refused as such.
 #[test]
 fn transitions_move_only_from_the_expected_state_and_refuse_illegal_ones() {
-    use psbx_actors::box_actor::state::BoxState;
+    use psbx_actors::box_state::BoxState;
     use psbx_actors::ids::BoxId;
     use psbx_actors::store::Transition;
 

@@ -175,7 +175,7 @@ async fn box_entry(
     target: String,
 ) -> anyhow::Result<u16> {
     let (boxd_io, server_io) = tokio::net::UnixStream::pair()?;
-    // The box link's own settings (actors/src/box_actor/link.rs) on the server's
+    // The box link's own settings (actors/src/boxd_link.rs) on the server's
     // side, boxd's (Config::default) on the other.
     let link = MuxConfig {
         ping_interval: Duration::from_secs(2),

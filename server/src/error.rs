@@ -203,7 +203,7 @@ impl ApiError {
     }
 
     /// A lifecycle change the box's state does not allow (DESIGN.md §3).
-    pub fn invalid_state(refused: &psbx_actors::box_actor::state::InvalidTransition) -> Self {
+    pub fn invalid_state(refused: &psbx_actors::box_state::InvalidTransition) -> Self {
         Self::new(StatusCode::CONFLICT, "invalid_state", refused.to_string()).hint(format!(
             "`GET /v1/boxes/{}` shows the box's state; the request can be made again once the box is in a state that allows it",
             refused.id
@@ -340,8 +340,8 @@ const CLOSED_HINT: &str = "boxd is restarting, or the box froze or stopped: retr
 
 impl From<psbx_actors::error::BoxError> for ApiError {
     fn from(e: psbx_actors::error::BoxError) -> Self {
-        use psbx_actors::box_actor::link::LinkError;
-        use psbx_actors::box_actor::state::BoxState;
+        use psbx_actors::box_state::BoxState;
+        use psbx_actors::boxd_link::LinkError;
         use psbx_actors::environments::EnvError;
         use psbx_actors::error::BoxError as E;
         match e {
@@ -564,7 +564,7 @@ impl From<psbx_actors::secrets::SecretError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use psbx_actors::box_actor::state::{BoxState, InvalidTransition};
+    use psbx_actors::box_state::{BoxState, InvalidTransition};
     use psbx_actors::error::BoxError;
     use psbx_actors::ids::BoxId;
 
@@ -623,7 +623,7 @@ mod tests {
 
     #[test]
     fn a_slow_boxd_is_a_504_and_a_closed_link_a_503_not_a_500() {
-        use psbx_actors::box_actor::link::LinkError;
+        use psbx_actors::boxd_link::LinkError;
         let slow = ApiError::from(BoxError::from(LinkError::NoAnswer(
             std::time::Duration::from_secs(30),
         )));

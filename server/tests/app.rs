@@ -16,7 +16,7 @@ use actix_web::http::{StatusCode, header};
 use actix_web::test::{self, TestRequest};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use psbx_actors::box_actor::state::BoxState;
+use psbx_actors::box_state::BoxState;
 use psbx_actors::ids::{AccountId, BoxId};
 use psbx_server::app;
 use std::collections::BTreeMap;

@@ -1093,7 +1093,7 @@ async fn document_fetches_name_no_cause_and_are_throttled_per_address() {
 // account is not refused for it (this server has no host: 503).
 #[actix_web::test]
 async fn a_box_past_max_boxes_is_a_429_while_another_account_is_not_refused() {
-    use psbx_actors::box_actor::state::BoxState;
+    use psbx_actors::box_state::BoxState;
     use psbx_actors::store::NewBox;
     let mut f = fixture();
     f.store = f.store.clone().with_quotas(psbx_actors::quota::Quotas {

@@ -10,7 +10,7 @@ use common::{Fixture, a_box, bearer, fixture, other_account, state_with};
 use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
 use base64::Engine;
-use psbx_actors::box_actor::state::BoxState;
+use psbx_actors::box_state::BoxState;
 use psbx_actors::ids::BoxId;
 use psbx_actors::shots::{NewFiles, StoredKind};
 use psbx_server::app;

@@ -10,7 +10,7 @@ use common::{Fixture, URL, a_box, fixture, state_with};
 
 use actix_web::http::{StatusCode, header};
 use actix_web::test::{self, TestRequest};
-use psbx_actors::box_actor::state::BoxState;
+use psbx_actors::box_state::BoxState;
 use psbx_actors::ids::AccountId;
 
 use psbx_server::app::{self};

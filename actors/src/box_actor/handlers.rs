@@ -5,10 +5,10 @@
 //! the stored spec), `Forget` (ended outside the actor), and its own timers'
 //! `Freeze` and `Expire`.
 
-use super::link::LinkHandle;
-use super::state::BoxState;
 use super::{BoxActor, BoxSnapshot, PING_TIMEOUT};
 use crate::blocking::blocking;
+use crate::box_state::BoxState;
+use crate::boxd_link::LinkHandle;
 use crate::error::BoxError;
 use crate::exec::mask::Masker;
 use crate::store::Transition;
@@ -118,14 +118,15 @@ impl BoxActor {
         if let Err(e) = self.check(BoxState::Running) {
             return Box::pin(ready(Err(e)));
         }
-        if let Err(e) = self.shared.reserve(&self.record.id, self.record.unit()) {
+        if let Err(e) = self.machine.reserve(&self.record.id, self.record.unit()) {
             return Box::pin(ready(Err(e)));
         }
-        let (shared, record, name) = (self.shared.clone(), self.record.clone(), self.name());
+        let (machine, hosting) = (self.machine.clone(), self.hosting.clone());
+        let (record, name) = (self.record.clone(), self.name());
         let started = std::time::Instant::now();
         Box::pin(
             async move {
-                let (h, record_id) = (shared.clone(), record.id.clone());
+                let (h, record_id) = (machine.clone(), record.id.clone());
                 // Refused before the domain moved (the network rules, the
                 // hypervisor's start with the saved domain left as it was):
                 // the box stays frozen.
@@ -153,9 +154,9 @@ impl BoxActor {
                 .await
                 .map_err(Kept::Frozen)?;
                 let restored_ms = started.elapsed().as_millis() as u64;
-                let link = shared.link_of(&record);
-                let (record, hello) = shared
-                    .await_hello_and_run(record, &link, shared.settings.boot_timeout, "after thawing: ")
+                let link = hosting.link(&record);
+                let (record, hello) = machine
+                    .await_hello_and_run(record, &link, machine.settings.boot_timeout, "after thawing: ")
                     .await
                     .map_err(Kept::Unknown)?;
                 tracing::debug!(box_id = %record.id, restored_ms, "boxd answered after the restore");
@@ -176,7 +177,7 @@ impl BoxActor {
                 }
                 Err(Kept::Frozen(e)) if e.keeps_the_box() => {
                     tracing::warn!(box_id = %act.record.id, error = %e, "the box could not be thawed; it stays frozen");
-                    act.shared.release(&act.record.id);
+                    act.machine.release(&act.record.id);
                     Err(e)
                 }
                 Err(Kept::Frozen(e) | Kept::Running(e) | Kept::Unknown(e)) => {
@@ -205,7 +206,7 @@ impl BoxActor {
             return Box::pin(ready(Ok(())));
         }
         self.touched_at = Some(now);
-        let (store, id) = (self.shared.store.clone(), self.record.id.clone());
+        let (store, id) = (self.machine.store.clone(), self.record.id.clone());
         Box::pin(
             async move { blocking(move || store.touch_box(&id)).await }
                 .into_actor(self)
@@ -271,11 +272,11 @@ impl BoxActor {
         // No call takes the link while the box freezes; it comes back if
         // the box stays running.
         let link = self.link.take();
-        let (shared, record, name) = (self.shared.clone(), self.record.clone(), self.name());
+        let (machine, record, name) = (self.machine.clone(), self.record.clone(), self.name());
         let started = std::time::Instant::now();
         Box::pin(
             async move {
-                let (h, id) = (shared.clone(), record.id.clone());
+                let (h, id) = (machine.clone(), record.id.clone());
                 blocking(move || match h.host.managed_save(&name) {
                     Ok(()) => Ok(()),
                     // A save libvirt gave up with the domain still running
@@ -289,7 +290,7 @@ impl BoxActor {
                     Err(e) => Err(Kept::Unknown(e.into())),
                 })
                 .await?;
-                shared
+                machine
                     .transition(&record, BoxState::Frozen, Transition::default())
                     .await
                     .map_err(Kept::Unknown)
@@ -299,7 +300,7 @@ impl BoxActor {
                 Ok(record) => {
                     tracing::info!(box_id = %record.id, ms = started.elapsed().as_millis() as u64, "frozen");
                     act.record = record;
-                    act.shared.release(&act.record.id);
+                    act.machine.release(&act.record.id);
                     act.arm_timers(ctx);
                     Ok(())
                 }
@@ -324,12 +325,12 @@ impl BoxActor {
         }
         self.cancel_timers(ctx);
         self.link = None;
-        let (shared, record) = (self.shared.clone(), self.record.clone());
+        let (machine, record) = (self.machine.clone(), self.record.clone());
         Box::pin(
             async move {
-                let (h, id) = (shared.clone(), record.id.clone());
+                let (h, id) = (machine.clone(), record.id.clone());
                 blocking(move || h.teardown(&id)).await?;
-                shared
+                machine
                     .transition(&record, BoxState::Stopped, Transition::default())
                     .await
             }
@@ -339,7 +340,7 @@ impl BoxActor {
                 tracing::info!(box_id = %record.id, reason, "stopped");
                 // Its files are gone: the next box may have its room at once
                 // (the actor's end releases it too, later).
-                act.shared.release_all(&record.id);
+                act.machine.release_all(&record.id);
                 act.record = record;
                 ctx.stop();
                 Ok(act.snapshot(None))
@@ -375,7 +376,7 @@ impl Handler<Keep> for BoxActor {
                 if let Err(e) = result {
                     return Box::pin(ready(Err(e)));
                 }
-                let (store, id) = (act.shared.store.clone(), act.record.id.clone());
+                let (store, id) = (act.machine.store.clone(), act.record.id.clone());
                 Box::pin(
                     async move { blocking(move || store.set_box_keep(&id, msg.keep_secs)).await }
                         .into_actor(act)
@@ -415,7 +416,7 @@ impl Handler<Rewire> for BoxActor {
                     Ok((link, _)) => link,
                     Err(e) => return Box::pin(ready(Err(e))),
                 };
-                let (store, id) = (act.shared.store.clone(), act.record.id.clone());
+                let (store, id) = (act.machine.store.clone(), act.record.id.clone());
                 let wiring = crate::wiring::boxd_wiring(&spec);
                 Box::pin(
                     async move {
@@ -433,7 +434,7 @@ impl Handler<Rewire> for BoxActor {
                     .into_actor(act)
                     .then(move |result, act, _| match result {
                         Ok(spec) => {
-                            act.shared.links.rewired(&act.record.id, &spec.links);
+                            act.hosting.rewired(&act.record.id, &spec.links);
                             act.record.spec = spec;
                             act.refresh(true, PING_TIMEOUT)
                         }

@@ -17,26 +17,35 @@
 //! but no hello from boxd; the domain gone or moved by a failed call; the
 //! record not written after the domain moved) fails the box, which deletes
 //! it.
+//!
+//! The actor names no part of the host. It takes its lifecycle steps and
+//! its share of the capacity ledger from the [`Machine`] below it, and what
+//! only the host has (its link to boxd, whose inbound streams the host
+//! switches; the registry it enters; the host's book of its links) through
+//! [`Hosting`], which the host implements: so the supervisor, which starts
+//! actors and finds them, sits above the actor, and nothing here reaches back
+//! up to it.
 
 mod handlers;
-pub mod link;
-pub mod state;
 
 pub use handlers::{Channel, Forget, Freeze, Keep, Rewire, Status, Stop, Touch};
 
 use crate::blocking::blocking;
+use crate::box_state::BoxState;
+use crate::boxd_link::{BoxdLink, LinkHandle};
 use crate::exec::mask::Masker;
-use crate::host::shared::HostShared;
+use crate::ids::BoxId;
+use crate::machine::Machine;
+use crate::spec::LinkSpec;
 use crate::store::BoxRecord;
 use actix::prelude::*;
 use chrono::{DateTime, Utc};
-use link::{BoxdLink, LinkHandle};
 use psbx_wire::boxd::{BoxInfo, Health};
-use state::BoxState;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A box as a caller sees it: the record plus what boxd says.
+/// A box as its actor knows it: the record plus what boxd says (what the
+/// API adds, its URLs and linked boxes, is `boxes::BoxReading`'s).
 #[derive(Debug, Clone)]
 pub struct BoxSnapshot {
     pub record: BoxRecord,
@@ -44,11 +53,6 @@ pub struct BoxSnapshot {
     pub health: Option<Health>,
     pub freezes_at: Option<DateTime<Utc>>,
     pub expires_at: DateTime<Utc>,
-    /// The box's URLs while it lives (set by [`crate::boxes::Boxes`]).
-    pub urls: Option<crate::box_urls::Urls>,
-    /// The state of each box its links point at, by id (read by
-    /// [`crate::boxes::Boxes`] for a single box's reads; empty in lists).
-    pub linked: std::collections::HashMap<String, String>,
 }
 
 impl BoxSnapshot {
@@ -80,8 +84,6 @@ impl BoxSnapshot {
             health,
             freezes_at,
             expires_at,
-            urls: None,
-            linked: std::collections::HashMap::new(),
         }
     }
 }
@@ -92,9 +94,25 @@ pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
 /// was resumed a moment ago, and a busy host may take seconds to run it.
 pub const WOKEN_PATIENCE: Duration = Duration::from_secs(15);
 
+/// What a box's actor needs from the host it runs on, beyond the machine:
+/// implemented by the host (`host::HostParts`), so that the actor never
+/// names it.
+pub trait Hosting: Send + Sync {
+    /// A link to the box's boxd, the streams boxd opens on it answered by
+    /// the host (`host/switch.rs`).
+    fn link(&self, record: &BoxRecord) -> BoxdLink;
+    /// The box's actor started: the host finds it from now on.
+    fn started(&self, id: &BoxId, actor: Addr<BoxActor>);
+    /// The box's links are now `links` (it stored a new spec).
+    fn rewired(&self, id: &BoxId, links: &[LinkSpec]);
+    /// The box's actor ended: the host forgets it, and the box's links.
+    fn stopped(&self, id: &BoxId);
+}
+
 pub struct BoxActor {
     record: BoxRecord,
-    shared: Arc<HostShared>,
+    machine: Arc<Machine>,
+    hosting: Arc<dyn Hosting>,
     link: Option<BoxdLink>,
     hello: Option<BoxInfo>,
     idle_timer: Option<SpawnHandle>,
@@ -111,7 +129,8 @@ impl BoxActor {
     /// frozen (no link).
     pub fn new(
         record: BoxRecord,
-        shared: Arc<HostShared>,
+        machine: Arc<Machine>,
+        hosting: Arc<dyn Hosting>,
         link: Option<(BoxdLink, BoxInfo)>,
         masker: Arc<Masker>,
     ) -> Self {
@@ -121,7 +140,8 @@ impl BoxActor {
         };
         Self {
             record,
-            shared,
+            machine,
+            hosting,
             link,
             hello,
             idle_timer: None,
@@ -132,7 +152,7 @@ impl BoxActor {
     }
 
     fn name(&self) -> String {
-        HostShared::domain_name(&self.record.id)
+        Machine::domain_name(&self.record.id)
     }
 
     fn snapshot(&self, mut health: Option<Health>) -> BoxSnapshot {
@@ -145,7 +165,7 @@ impl BoxActor {
             self.record.clone(),
             self.hello.clone(),
             health,
-            &self.shared.settings,
+            &self.machine.settings,
         )
     }
 
@@ -177,15 +197,15 @@ impl BoxActor {
     }
 
     /// Fails the box after its VM was found broken or gone
-    /// ([`HostShared::fail_box`]), and ends the actor.
+    /// ([`Machine::fail_box`]), and ends the actor.
     fn fail(&mut self, ctx: &mut Context<Self>, reason: String) {
         self.cancel_timers(ctx);
         self.link = None;
-        let (shared, record) = (self.shared.clone(), self.record.clone());
+        let (machine, record) = (self.machine.clone(), self.record.clone());
         ctx.wait(
             async move {
                 let id = record.id.clone();
-                let result = blocking(move || shared.fail_box(&record, &reason)).await;
+                let result = blocking(move || machine.fail_box(&record, &reason)).await;
                 match result {
                     Ok(failed) => failed,
                     Err(e) => {
@@ -209,26 +229,26 @@ impl Actor for BoxActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.shared.register(self.record.id.clone(), ctx.address());
+        self.hosting.started(&self.record.id, ctx.address());
         if self.record.state == BoxState::Running
-            && let Err(e) = self.shared.reserve(&self.record.id, self.record.unit())
+            && let Err(e) = self.machine.reserve(&self.record.id, self.record.unit())
         {
             // Adopted after a restart onto a host that shrank: keep it running.
             tracing::warn!(box_id = %self.record.id, error = %e, "running box exceeds capacity");
         }
         if self.record.state == BoxState::Running {
             // boxd has said hello: what its QEMU process uses is what counts.
-            self.shared.settle(&self.record.id);
+            self.machine.settle(&self.record.id);
         }
         if matches!(self.record.state, BoxState::Running | BoxState::Frozen) {
             // Its files are on disk already, whatever the ledger said above.
-            self.shared.hold_disk(&self.record.id, self.record.unit());
+            self.machine.hold_disk(&self.record.id, self.record.unit());
         }
         self.arm_timers(ctx);
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        self.shared.unregister(&self.record.id);
-        self.shared.links.forget(&self.record.id);
+        self.hosting.stopped(&self.record.id);
+        self.machine.release_all(&self.record.id);
     }
 }

@@ -103,7 +103,7 @@ async fn take(
     // A stream that ends before any answer is a session that closed under
     // the shot (a thaw, a boxd restart, the box stopping).
     if line.is_empty() {
-        return Err(BoxError::Boxd(crate::box_actor::link::LinkError::Closed));
+        return Err(BoxError::Boxd(crate::boxd_link::LinkError::Closed));
     }
     if line.last() != Some(&b'\n') {
         return Err(BoxError::Internal(format!(

@@ -5,7 +5,7 @@
 //! over the upload as a stream of chunks and get [`Synced`] or a [`BoxError`].
 
 use super::{Boxes, SERVICE};
-use crate::box_actor::link::LinkError;
+use crate::boxd_link::LinkError;
 use crate::error::BoxError;
 use crate::error::io_error;
 use crate::ids::AccountId;

@@ -17,7 +17,7 @@
 use super::terminals::{Closed, Registration, TerminalView, Terminals};
 use super::{Awake, Boxes, SERVICE, over};
 use crate::blocking::blocking;
-use crate::box_actor::link::{LinkError, LinkHandle};
+use crate::boxd_link::{LinkError, LinkHandle};
 use crate::error::BoxError;
 use crate::ids::{AccountId, BoxId, TerminalId};
 use crate::store::{LinkState, TAKEOVER_TOKEN_PREFIX};

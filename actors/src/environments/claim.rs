@@ -4,65 +4,16 @@
 //! stored in the box's spec under `claimed` — names, counts, file paths,
 //! addresses per connection, notable settings; never a secret value. The mask
 //! values are kept sealed beside it, so a server restart masks what the box
-//! actually received.
+//! actually received. The summary's types (`Claimed` and its parts) are the
+//! stored spec's, in `spec.rs`: the store reads them back without this
+//! façade.
 
 use super::BoxEnvironment;
-use super::settings::{Notable, secret_values};
+use super::settings::secret_values;
 use crate::secrets::vault::Vault;
-use crate::spec::SealedMask;
+use crate::spec::{Claimed, ClaimedService, SealedMask, ServiceFiles};
 use psbx_wire::Endpoint;
 use psbx_wire::boxd::{BoxAws, ConfigFile};
-use serde::{Deserialize, Serialize};
-
-/// The summary of a claim, as stored in the box's spec.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Claimed {
-    pub name: String,
-    pub external_base_url: Option<String>,
-    pub connections: Vec<ClaimedConnection>,
-    pub services: Vec<ClaimedService>,
-    /// The environment's AWS role at the claim (`box_role`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aws: Option<ClaimedAws>,
-}
-
-/// The AWS role a box took from its environment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClaimedAws {
-    pub role_arn: String,
-    pub region: Option<String>,
-    /// The id of the environment it came from (`box_role` compares it: an
-    /// environment deleted and made again under the same name is another
-    /// one); none in boxes started before it was kept.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub environment_id: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClaimedConnection {
-    pub name: String,
-    /// The addresses that go through it (an address on two connections goes
-    /// through the one whose name sorts first).
-    pub addresses: Vec<Endpoint>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClaimedService {
-    pub name: String,
-    pub keys_count: usize,
-    pub files: ServiceFiles,
-    pub notable: Notable,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ServiceFiles {
-    pub env: String,
-    pub sh: String,
-}
 
 /// Everything a box start needs from its environment.
 pub struct EnvironmentClaim {
@@ -167,6 +118,7 @@ pub fn open_mask(vault: &Vault, account: &str, sealed: Option<&SealedMask>) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::ClaimedAws;
 
     #[test]
     fn the_mask_survives_a_round_trip_and_only_for_its_account() {

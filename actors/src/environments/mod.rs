@@ -12,12 +12,12 @@ use crate::blocking::blocking;
 use crate::connectors::{ConnectionStatus, Hub};
 use crate::ids::{AccountId, ConnectionId, ConnectorToken, EnvironmentId};
 use crate::secrets::vault::{Vault, VaultError};
+use crate::spec::{ClaimedAws, ClaimedConnection};
 use crate::store::{
     ConnectionRecord, EnvironmentChange, EnvironmentRecord, NewService, ServiceRecord, Store,
     StoreError,
 };
 use address::RawEndpoint;
-use claim::{ClaimedAws, ClaimedConnection};
 use psbx_wire::Endpoint;
 use psbx_wire::boxd::BoxAws;
 use settings::Suggestion;

@@ -4,7 +4,7 @@
 //! events off the stream itself ([`Command::next`]).
 
 use super::mask::{MaskStream, Masker};
-use crate::box_actor::link::LinkHandle;
+use crate::boxd_link::LinkHandle;
 use crate::error::BoxError;
 use psbx_wire::boxd::{ExecRequest, Exit, Record, RecordReader, Streamed};
 use psbx_wire::mux::Stream;
@@ -143,7 +143,7 @@ fn lost(e: std::io::Error) -> BoxError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::box_actor::link::BoxdLink;
+    use crate::boxd_link::BoxdLink;
     use psbx_wire::Hello;
     use psbx_wire::boxd::BoxInfo;
     use psbx_wire::mux::{Config, Role, Session};

@@ -1,15 +1,15 @@
 //! Making boxes: claimed from the pool (a resume, tens of milliseconds) or
 //! booted cold, and the pool's background refill.
 
-use super::{HostSupervisor, POOL_RETRY, PooledBox};
+use super::{HostParts, HostSupervisor, POOL_RETRY, PooledBox};
 use crate::blocking::blocking;
-use crate::box_actor::link::BoxdLink;
-use crate::box_actor::state::BoxState;
-use crate::box_actor::{BoxActor, BoxSnapshot};
+use crate::box_actor::BoxSnapshot;
+use crate::box_state::BoxState;
+use crate::boxd_link::BoxdLink;
 use crate::error::BoxError;
 use crate::exec::mask::Masker;
-use crate::host::shared::HostShared;
 use crate::ids::{AccountId, BoxId};
+use crate::machine::Machine;
 use crate::spec::BoxSpec;
 use crate::store::{BoxRecord, NewBox, PoolClaim, Transition};
 use actix::prelude::*;
@@ -55,26 +55,24 @@ type Booted = (BoxRecord, BoxdLink, BoxInfo);
 
 /// Starts a box's domain; the record moves from `creating` to `booting` on
 /// the way (a pooled record stays `pooled`). The link is to wait on for boxd's hello.
-async fn boot(
-    shared: &Arc<HostShared>,
-    record: BoxRecord,
-) -> Result<(BoxRecord, BoxdLink), BoxError> {
-    let (h, r) = (shared.clone(), record.clone());
+async fn boot(parts: &HostParts, record: BoxRecord) -> Result<(BoxRecord, BoxdLink), BoxError> {
+    let (h, r) = (parts.machine.clone(), record.clone());
     blocking(move || h.boot(&r)).await?;
     let record = if record.state == BoxState::Creating {
-        shared
+        parts
+            .machine
             .transition(&record, BoxState::Booting, Transition::default())
             .await?
     } else {
         record
     };
-    let link = shared.link_of(&record);
+    let link = parts.switch.link_of(&record);
     Ok((record, link))
 }
 
-/// Fails a box whose start went wrong ([`HostShared::fail_box`]).
-async fn clean_up_failed(shared: &Arc<HostShared>, record: &BoxRecord, error: &BoxError) {
-    let (h, r, reason) = (shared.clone(), record.clone(), error.to_string());
+/// Fails a box whose start went wrong ([`Machine::fail_box`]).
+async fn clean_up_failed(machine: &Arc<Machine>, record: &BoxRecord, error: &BoxError) {
+    let (h, r, reason) = (machine.clone(), record.clone(), error.to_string());
     if let Err(e) = blocking(move || h.fail_box(&r, &reason)).await {
         tracing::error!(box_id = %record.id, error = %e, "could not clean up after a failed start");
     }
@@ -82,15 +80,15 @@ async fn clean_up_failed(shared: &Arc<HostShared>, record: &BoxRecord, error: &B
 
 /// A new box of `size` units of the configured image, in `state`, with its
 /// resources promised.
-fn reserve_new(shared: &HostShared, size: u32, state: BoxState) -> Result<NewBox, BoxError> {
+fn reserve_new(machine: &Machine, size: u32, state: BoxState) -> Result<NewBox, BoxError> {
     let id = BoxId::generate()?;
-    let unit = shared.settings.resources(size);
-    shared.image(&shared.settings.image)?;
-    shared.reserve(&id, unit)?;
+    let unit = machine.settings.resources(size);
+    machine.image(&machine.settings.image)?;
+    machine.reserve(&id, unit)?;
     Ok(NewBox::for_size(
         id,
-        shared.host.uri(),
-        &shared.settings.image,
+        machine.host.uri(),
+        &machine.settings.image,
         state,
         size,
         unit,
@@ -98,23 +96,23 @@ fn reserve_new(shared: &HostShared, size: u32, state: BoxState) -> Result<NewBox
 }
 
 /// Writes a new box's row; a box without one holds nothing of the host.
-async fn insert(shared: &Arc<HostShared>, new: NewBox) -> Result<BoxRecord, BoxError> {
-    let (store, id) = (shared.store.clone(), new.id.clone());
+async fn insert(machine: &Machine, new: NewBox) -> Result<BoxRecord, BoxError> {
+    let (store, id) = (machine.store.clone(), new.id.clone());
     let record = blocking(move || store.insert_box(&new)).await;
     if record.is_err() {
-        shared.release_all(&id);
+        machine.release_all(&id);
     }
     Ok(record?)
 }
 
 /// A cold start: row, disk, domain, hello, `running`.
-async fn cold(shared: Arc<HostShared>, new: NewBox) -> Result<Booted, BoxError> {
-    let started = Instant::now();
-    let inserted = insert(&shared, new).await?;
+async fn cold(parts: &HostParts, new: NewBox) -> Result<Booted, BoxError> {
+    let (started, machine) = (Instant::now(), &parts.machine);
+    let inserted = insert(machine, new).await?;
     let result = async {
-        let (record, link) = boot(&shared, inserted.clone()).await?;
-        let (record, hello) = shared
-            .await_hello_and_run(record, &link, shared.settings.boot_timeout, "")
+        let (record, link) = boot(parts, inserted.clone()).await?;
+        let (record, hello) = machine
+            .await_hello_and_run(record, &link, machine.settings.boot_timeout, "")
             .await?;
         Ok((record, link, hello))
     }
@@ -123,34 +121,32 @@ async fn cold(shared: Arc<HostShared>, new: NewBox) -> Result<Booted, BoxError> 
         Ok(_) => {
             tracing::info!(box_id = %inserted.id, ms = started.elapsed().as_millis() as u64, "box started cold")
         }
-        Err(e) => clean_up_failed(&shared, &inserted, e).await,
+        Err(e) => clean_up_failed(machine, &inserted, e).await,
     }
     result
 }
 
 /// A pool box for an account: resume it, check boxd answers, hand it over.
-async fn claim(
-    shared: Arc<HostShared>,
-    pooled: PooledBox,
-    claim: PoolClaim,
-) -> Result<Booted, BoxError> {
+async fn claim(parts: &HostParts, pooled: PooledBox, claim: PoolClaim) -> Result<Booted, BoxError> {
     let PooledBox { record } = pooled;
-    let started = Instant::now();
+    let (started, machine) = (Instant::now(), &parts.machine);
     let result = async {
-        let (h, name) = (shared.clone(), HostShared::domain_name(&record.id));
+        let (h, name) = (machine.clone(), Machine::domain_name(&record.id));
         blocking(move || {
             h.network_ready()?;
             h.host.resume(&name).map_err(BoxError::from)
         })
         .await?;
-        let link = shared.link(&record.id, Some(&claim.account_id), &claim.spec);
+        let link = parts
+            .switch
+            .link(&record.id, Some(&claim.account_id), &claim.spec);
         let hello = link
             .handle()
             .hello(RESUME_HELLO)
             .await
             .map_err(|e| BoxError::Boot(format!("the pooled box did not wake: {e}")))?;
         let (store, id, boot_id) = (
-            shared.store.clone(),
+            machine.store.clone(),
             record.id.clone(),
             hello.boot_id.clone(),
         );
@@ -166,32 +162,33 @@ async fn claim(
             Ok(booted)
         }
         Err(e) => {
-            clean_up_failed(&shared, &record, &e).await;
+            clean_up_failed(machine, &record, &e).await;
             Err(e)
         }
     }
 }
 
 /// Boots one box into the pool and suspends it.
-async fn pool_boot(shared: Arc<HostShared>, size: u32) -> Result<PooledBox, BoxError> {
-    let new = reserve_new(&shared, size, BoxState::Pooled)?;
-    let inserted = insert(&shared, new).await?;
+async fn pool_boot(parts: HostParts, size: u32) -> Result<PooledBox, BoxError> {
+    let machine = &parts.machine;
+    let new = reserve_new(machine, size, BoxState::Pooled)?;
+    let inserted = insert(machine, new).await?;
     let result = async {
-        let (record, link) = boot(&shared, inserted.clone()).await?;
+        let (record, link) = boot(&parts, inserted.clone()).await?;
         link.handle()
-            .hello(shared.settings.boot_timeout)
+            .hello(machine.settings.boot_timeout)
             .await
             .map_err(|e| BoxError::Boot(e.to_string()))?;
-        shared.settle(&record.id);
+        machine.settle(&record.id);
         // The session ends before the pause, not during it.
         drop(link);
-        let (h, name) = (shared.clone(), HostShared::domain_name(&record.id));
+        let (h, name) = (machine.clone(), Machine::domain_name(&record.id));
         blocking(move || h.host.suspend(&name).map_err(BoxError::from)).await?;
         Ok(PooledBox { record })
     }
     .await;
     if let Err(e) = &result {
-        clean_up_failed(&shared, &inserted, e).await;
+        clean_up_failed(machine, &inserted, e).await;
     }
     result
 }
@@ -215,7 +212,7 @@ impl Handler<CreateBox> for HostSupervisor {
             self.waiting.insert(msg.size, tx);
             rx
         });
-        let shared = self.shared.clone();
+        let parts = self.parts.clone();
         let configure_with = Configure {
             env: std::mem::take(&mut msg.env),
             files: std::mem::take(&mut msg.files),
@@ -231,7 +228,7 @@ impl Handler<CreateBox> for HostSupervisor {
                     Some(rx) => rx.await.ok(),
                     None => pooled,
                 };
-                make(shared, pooled, msg, configure_with, mask).await
+                make(&parts, pooled, msg, configure_with, mask).await
             }
             .into_actor(self)
             .map(|result, act, _| {
@@ -240,9 +237,11 @@ impl Handler<CreateBox> for HostSupervisor {
                     record.clone(),
                     Some(hello.clone()),
                     None,
-                    &act.shared.settings,
+                    &act.parts.machine.settings,
                 );
-                BoxActor::new(record, act.shared.clone(), Some((link, hello)), masker).start();
+                act.parts
+                    .new_actor(record, Some((link, hello)), masker)
+                    .start();
                 Ok(snapshot)
             }),
         )
@@ -254,7 +253,7 @@ impl Handler<CreateBox> for HostSupervisor {
 /// configuration is failed and replaced by a cold start: the user's start is
 /// not lost with it.
 async fn make(
-    shared: Arc<HostShared>,
+    parts: &HostParts,
     pooled: Option<PooledBox>,
     msg: CreateBox,
     with: Configure,
@@ -269,8 +268,9 @@ async fn make(
     };
     if let Some(pooled) = pooled {
         let pooled_id = pooled.record.id.clone();
-        match claim(shared.clone(), pooled, claimed).await {
-            Ok(booted) => match configure(&shared, booted, with.clone(), mask.clone()).await {
+        match claim(parts, pooled, claimed).await {
+            Ok(booted) => match configure(&parts.machine, booted, with.clone(), mask.clone()).await
+            {
                 Ok(done) => return Ok(done),
                 Err(e) => {
                     tracing::warn!(box_id = %pooled_id, error = %e, "pooled box did not take its claim; starting one cold")
@@ -290,10 +290,10 @@ async fn make(
         goal: msg.goal,
         keep_secs: msg.keep_secs,
         spec: msg.spec,
-        ..reserve_new(&shared, msg.size, BoxState::Creating)?
+        ..reserve_new(&parts.machine, msg.size, BoxState::Creating)?
     };
-    let booted = cold(shared.clone(), new).await?;
-    configure(&shared, booted, with, mask).await
+    let booted = cold(parts, new).await?;
+    configure(&parts.machine, booted, with, mask).await
 }
 
 /// Pushes the account data (the secrets, the environment's files) to boxd; a
@@ -301,7 +301,7 @@ async fn make(
 /// is kept, and the caller may retry). Returns the mask of the secrets and of
 /// the further `mask` values.
 async fn configure(
-    shared: &Arc<HostShared>,
+    machine: &Arc<Machine>,
     booted: Booted,
     configure: Configure,
     mask: Vec<String>,
@@ -322,7 +322,7 @@ async fn configure(
     let error = BoxError::NotConfigured(failure);
     let record = booted.0.clone();
     drop(booted);
-    clean_up_failed(shared, &record, &error).await;
+    clean_up_failed(machine, &record, &error).await;
     Err(error)
 }
 
@@ -330,14 +330,14 @@ impl Handler<Refill> for HostSupervisor {
     type Result = ();
 
     fn handle(&mut self, _: Refill, ctx: &mut Context<Self>) {
-        let settings = &self.shared.settings;
+        let settings = &self.parts.machine.settings;
         for size in settings.pool_unit_sizes.clone() {
             let have = self.pool.get(&size).map_or(0, |q| q.len());
             if have >= settings.pool_size || self.filling.contains(&size) {
                 continue;
             }
             self.filling.insert(size);
-            let fut = pool_boot(self.shared.clone(), size).into_actor(self).map(
+            let fut = pool_boot(self.parts.clone(), size).into_actor(self).map(
                 move |result, act, ctx| {
                     act.filling.remove(&size);
                     match result {

@@ -3,7 +3,7 @@
 //! system (statvfs) and how much each box holding disk has written (the blocks
 //! its directory's files take). Admission never promises more disk than is
 //! free above `disk_margin_gb` by default (`disk_overcommit = 1.0`,
-//! `shared.rs`), but something else may write on the same file system, and an
+//! `machine/ledger.rs`), but something else may write on the same file system, and an
 //! operator may overcommit: when, at the rate boxes wrote since the last
 //! sample, the free space would fall under the margin within two samples
 //! (one to notice, one for the freeze to land), the boxes that wrote most in
@@ -22,10 +22,12 @@
 //! embedded PostgreSQL first (`server/src/shared_dir.rs` refuses to start
 //! when they share one that is under the margin already).
 
+use super::HostParts;
 use crate::box_actor::Freeze;
 use crate::error::BoxError;
-use crate::host::shared::{HostShared, free_bytes, written_bytes};
 use crate::ids::BoxId;
+use crate::machine::Machine;
+use crate::machine::ledger::{free_bytes, written_bytes};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -80,13 +82,13 @@ pub fn pick_writers(mut writers: Vec<Writer>, above: u64) -> Vec<Writer> {
 /// Reads the free space and what every box holding disk wrote since the last
 /// sample (blocking); says which running boxes to freeze.
 pub(super) fn sample(
-    shared: &HostShared,
+    machine: &Machine,
     last: &mut Written,
 ) -> Result<Option<DiskPressure>, BoxError> {
     let mut now = HashMap::new();
     let mut writers = Vec::new();
-    for id in shared.disk_holders() {
-        let bytes = written_bytes(&shared.box_dir(&id));
+    for id in machine.disk_holders() {
+        let bytes = written_bytes(&machine.box_dir(&id));
         // A box seen for the first time counts from now.
         let before = last.0.get(&id).copied().unwrap_or(bytes);
         writers.push(Writer {
@@ -96,19 +98,19 @@ pub(super) fn sample(
         now.insert(id, bytes);
     }
     last.0 = now;
-    let free = free_bytes(&shared.settings.boxes_dir)?;
-    let margin = shared.settings.disk_margin_gb.saturating_mul(1 << 30);
+    let free = free_bytes(&machine.settings.boxes_dir)?;
+    let margin = machine.settings.disk_margin_gb.saturating_mul(1 << 30);
     let freeze = pick_writers(writers, free.saturating_sub(margin));
     if freeze.is_empty() {
         return Ok(None);
     }
     // Only running boxes can be frozen (a box booting or freezing already
     // is left to its own step; the next sample looks again).
-    let running: Vec<BoxId> = shared
+    let running: Vec<BoxId> = machine
         .store
-        .live_boxes_on_host(shared.host.uri())?
+        .live_boxes_on_host(machine.host.uri())?
         .into_iter()
-        .filter(|r| r.state == crate::box_actor::state::BoxState::Running)
+        .filter(|r| r.state == crate::box_state::BoxState::Running)
         .map(|r| r.id)
         .collect();
     Ok(Some(DiskPressure {
@@ -123,13 +125,13 @@ pub(super) fn sample(
 
 impl DiskPressure {
     /// Sends the freezes, and says what and why.
-    pub(super) fn relieve(self, shared: &HostShared) {
+    pub(super) fn relieve(self, parts: &HostParts) {
         const MIB: u64 = 1 << 20;
         if self.freeze.is_empty() {
             tracing::warn!(
                 free_mib = self.free / MIB,
                 margin_mib = self.margin / MIB,
-                boxes_dir = %shared.settings.boxes_dir.display(),
+                boxes_dir = %parts.machine.settings.boxes_dir.display(),
                 "the host's disk is filling and no running box writing to it is left to freeze"
             );
             return;
@@ -143,7 +145,7 @@ impl DiskPressure {
                 margin_mib = self.margin / MIB,
                 "the host's disk is filling (boxes.disk_margin_gb): freezing the box that wrote most"
             );
-            if let Some(actor) = shared.actor(&w.id) {
+            if let Some(actor) = parts.registry.actor(&w.id) {
                 actor.do_send(Freeze);
             }
         }

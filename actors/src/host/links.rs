@@ -18,10 +18,10 @@
 //! [`RefusalLog`]. boxd's target parsing (`Outbound::parse`) refuses a host
 //! that is not a host name, so what is logged here is one.
 
-use super::shared::Registry;
+use super::registry::Registry;
 use crate::blocking::blocking;
-use crate::box_actor::link::LinkError;
 use crate::box_actor::{BoxActor, Channel, Touch};
+use crate::boxd_link::LinkError;
 use crate::ids::{AccountId, BoxId};
 use crate::meter::{Bucket, RefusalLog};
 use crate::spec::LinkSpec;
@@ -263,13 +263,7 @@ impl Links {
             })?;
         let not_here = || stopped(&link.box_id, endpoint, "not in this account");
         let other = BoxId::parse(&link.box_id).map_err(|_| not_here())?;
-        let actor = || {
-            self.0
-                .registry
-                .lock()
-                .ok()
-                .and_then(|r| r.get(&other).cloned())
-        };
+        let actor = || self.0.registry.actor(&other);
         let mut linked = self.0.book.linked(&other);
         // Its account never changes, and an ended box stays ended.
         let fresh = |l: &Linked| {

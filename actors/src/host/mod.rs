@@ -6,29 +6,84 @@
 //! and keeps the box network's rules in place (`boxnet`): while the network
 //! is on, and, after it was turned off, while QEMU processes of boxes started
 //! with a card still run (the rules filter them by their uid).
+//!
+//! What the host shares with its box actors is split by who uses it: the
+//! machine and each box's lifecycle steps are `crate::machine` (below the
+//! actors), the live actors `registry.rs`, the switch of the streams boxd
+//! opens `switch.rs` (with a box's links to other boxes, `links.rs`).
+//! [`HostParts`] holds the three and is what a BoxActor knows of its host
+//! (`box_actor::Hosting`).
 
 pub mod at_rest;
-pub mod capacity;
 mod create;
-pub mod disk_key;
 pub mod disk_pressure;
 pub mod links;
-pub mod meminfo;
 mod pressure;
 mod reconcile;
-pub mod shared;
+pub mod registry;
 mod start;
+pub mod switch;
 
 pub use create::CreateBox;
 pub use start::{BoxServices, Connected, HostStart, start_host, supervise};
 
+use crate::box_actor::{BoxActor, Hosting};
+use crate::boxd_link::BoxdLink;
 use crate::boxnet::BoxNetwork;
+use crate::error::BoxError;
+use crate::ids::BoxId;
+use crate::machine::Machine;
+use crate::spec::LinkSpec;
 use crate::store::BoxRecord;
 use actix::prelude::*;
-use shared::HostShared;
+use registry::Registry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switch::Switch;
+
+/// A host's parts, as its supervisor, its box actors and the façades reach
+/// them: the machine (lifecycle steps, capacity), the live actors, and the
+/// switch of the streams their boxd open.
+#[derive(Clone)]
+pub struct HostParts {
+    pub machine: Arc<Machine>,
+    pub registry: Arc<Registry>,
+    pub switch: Arc<Switch>,
+}
+
+impl HostParts {
+    /// An actor for box `record` on this host (`BoxActor::new`), with its
+    /// link to boxd and its hello when it runs.
+    fn new_actor(
+        &self,
+        record: BoxRecord,
+        link: Option<(BoxdLink, psbx_wire::boxd::BoxInfo)>,
+        masker: Arc<crate::exec::mask::Masker>,
+    ) -> BoxActor {
+        let hosting: Arc<dyn Hosting> = Arc::new(self.clone());
+        BoxActor::new(record, self.machine.clone(), hosting, link, masker)
+    }
+}
+
+impl Hosting for HostParts {
+    fn link(&self, record: &BoxRecord) -> BoxdLink {
+        self.switch.link_of(record)
+    }
+
+    fn started(&self, id: &BoxId, actor: Addr<BoxActor>) {
+        self.registry.register(id.clone(), actor);
+    }
+
+    fn rewired(&self, id: &BoxId, links: &[LinkSpec]) {
+        self.switch.links.rewired(id, links);
+    }
+
+    fn stopped(&self, id: &BoxId) {
+        self.registry.unregister(id);
+        self.switch.links.forget(id);
+    }
+}
 
 /// A pooled box: booted, said hello, suspended, owned by nobody. It keeps no
 /// link while suspended: a session cannot stay alive across the pause, and
@@ -38,7 +93,7 @@ struct PooledBox {
 }
 
 pub struct HostSupervisor {
-    shared: Arc<HostShared>,
+    parts: HostParts,
     /// Pooled boxes of the configured image, by size.
     pool: HashMap<u32, VecDeque<PooledBox>>,
     /// Sizes whose pool is being refilled right now.
@@ -61,9 +116,9 @@ pub struct HostSupervisor {
 const POOL_RETRY: Duration = Duration::from_secs(30);
 
 impl HostSupervisor {
-    fn new(shared: Arc<HostShared>) -> Self {
+    fn new(parts: HostParts) -> Self {
         Self {
-            shared,
+            parts,
             pool: HashMap::new(),
             filling: HashSet::new(),
             waiting: HashMap::new(),
@@ -85,14 +140,14 @@ impl Actor for HostSupervisor {
                 return;
             }
             act.sampling = true;
-            let shared = act.shared.clone();
+            let machine = act.parts.machine.clone();
             let fut =
-                async move { crate::blocking::blocking(move || pressure::sample(&shared)).await }
+                async move { crate::blocking::blocking(move || pressure::sample(&machine)).await }
                     .into_actor(act)
                     .map(|result, act, _| {
                         act.sampling = false;
                         match result {
-                            Ok(Some(pressure)) => pressure.relieve(&act.shared),
+                            Ok(Some(pressure)) => pressure.relieve(&act.parts),
                             Ok(None) => {}
                             Err(e) => {
                                 tracing::warn!(error = %e, "could not measure the boxes' memory")
@@ -106,13 +161,13 @@ impl Actor for HostSupervisor {
                 return;
             }
             act.disk_sampling = true;
-            let (shared, written) = (act.shared.clone(), act.written.clone());
+            let (machine, written) = (act.parts.machine.clone(), act.written.clone());
             let fut = async move {
                 crate::blocking::blocking(move || {
-                    let mut written = written.lock().map_err(|_| {
-                        crate::error::BoxError::Internal("disk readings poisoned".into())
-                    })?;
-                    disk_pressure::sample(&shared, &mut written)
+                    let mut written = written
+                        .lock()
+                        .map_err(|_| BoxError::Internal("disk readings poisoned".into()))?;
+                    disk_pressure::sample(&machine, &mut written)
                 })
                 .await
             }
@@ -120,7 +175,7 @@ impl Actor for HostSupervisor {
             .map(|result, act, _| {
                 act.disk_sampling = false;
                 match result {
-                    Ok(Some(pressure)) => pressure.relieve(&act.shared),
+                    Ok(Some(pressure)) => pressure.relieve(&act.parts),
                     Ok(None) => {}
                     Err(e) => tracing::warn!(error = %e, "could not read the host's disk"),
                 }
@@ -132,11 +187,11 @@ impl Actor for HostSupervisor {
         // reaches them; with the network off, as long as boxes with a card
         // still run. Each box's bytes are stored from the same listing.
         ctx.run_interval(crate::boxnet::CHECK_EVERY, |act, _| {
-            let (shared, leftover) = (act.shared.clone(), act.leftover_network.clone());
+            let (machine, leftover) = (act.parts.machine.clone(), act.leftover_network.clone());
             actix::spawn(async move {
-                let checked = crate::blocking::blocking(move || match &shared.network {
-                    Some(network) => shared.check_network(network),
-                    None => keep_leftover_rules(&shared, &leftover),
+                let checked = crate::blocking::blocking(move || match &machine.network {
+                    Some(network) => check_network(&machine, network),
+                    None => keep_leftover_rules(&machine, &leftover),
                 })
                 .await;
                 if let Err(e) = checked {
@@ -153,13 +208,13 @@ impl Actor for HostSupervisor {
 /// the last box of the installation stops), its rules are kept in place;
 /// when none is left, they go.
 fn keep_leftover_rules(
-    shared: &shared::HostShared,
+    machine: &Machine,
     leftover: &Mutex<Option<Arc<BoxNetwork>>>,
-) -> Result<(), crate::error::BoxError> {
-    let uids = crate::jail::UidRange::of(&shared.installation);
+) -> Result<(), BoxError> {
+    let uids = crate::jail::UidRange::of(&machine.installation);
     let mut kept = leftover
         .lock()
-        .map_err(|_| crate::error::BoxError::Internal("leftover network poisoned".into()))?;
+        .map_err(|_| BoxError::Internal("leftover network poisoned".into()))?;
     if !uids.runs() {
         if let Some(network) = kept.take() {
             network.remove()?;
@@ -169,11 +224,11 @@ fn keep_leftover_rules(
     }
     if kept.is_none() {
         let network = BoxNetwork::new(
-            &shared.installation,
-            shared.host.uri(),
+            &machine.installation,
+            machine.host.uri(),
             uids,
-            shared.settings.egress.clone(),
-            shared.settings.resolvers.clone(),
+            machine.settings.egress.clone(),
+            machine.settings.resolvers.clone(),
         )?;
         tracing::warn!(
             table = %network.table(),
@@ -183,9 +238,31 @@ fn keep_leftover_rules(
         *kept = Some(Arc::new(network));
     }
     match kept.as_ref() {
-        Some(network) => shared.check_network(network),
+        Some(network) => check_network(machine, network),
         None => Ok(()),
     }
+}
+
+/// The periodic check of `network`'s rules (this host's, or those kept
+/// for boxes started before `boxes.network` was turned off): put back if
+/// they are not in place, and each box's bytes stored, those whose
+/// figure changed, for the boxes holding those uids.
+fn check_network(machine: &Machine, network: &BoxNetwork) -> Result<(), BoxError> {
+    let counts = network.ensure()?;
+    let Some(jails) = &machine.jails else {
+        return Ok(());
+    };
+    let owners = jails.owners()?;
+    let changed = network.meter.changed(&counts, &owners);
+    if !changed.is_empty() {
+        let rows: Vec<(String, u64)> = changed
+            .iter()
+            .map(|(_, id, bytes)| (id.as_str().to_owned(), *bytes))
+            .collect();
+        machine.store.add_internet_egress(&rows)?;
+    }
+    network.meter.stored(changed, &owners);
+    Ok(())
 }
 
 /// Tear down the pool (the server is shutting down; running boxes stay,
@@ -202,21 +279,21 @@ impl Handler<Shutdown> for HostSupervisor {
         // still booting into it.
         self.pool.clear();
         ctx.stop();
-        let shared = self.shared.clone();
+        let machine = self.parts.machine.clone();
         Box::pin(async move {
             let result = crate::blocking::blocking(move || {
-                for row in shared.store.live_boxes_on_host(shared.host.uri())? {
-                    if row.state == crate::box_actor::state::BoxState::Pooled {
-                        shared.teardown(&row.id)?;
-                        shared.store.delete_pooled_box(&row.id)?;
+                for row in machine.store.live_boxes_on_host(machine.host.uri())? {
+                    if row.state == crate::box_state::BoxState::Pooled {
+                        machine.teardown(&row.id)?;
+                        machine.store.delete_pooled_box(&row.id)?;
                     }
                 }
-                if let Some(network) = &shared.network {
-                    let running = shared
+                if let Some(network) = &machine.network {
+                    let running = machine
                         .host
                         .list()?
                         .into_iter()
-                        .filter(|d| d.owner.as_deref() == Some(shared.installation.as_str()))
+                        .filter(|d| d.owner.as_deref() == Some(machine.installation.as_str()))
                         .filter(|d| matches!(d.status, psbx_libvirt::DomainStatus::Running | psbx_libvirt::DomainStatus::Paused))
                         .count();
                     if running == 0 {
@@ -226,7 +303,7 @@ impl Handler<Shutdown> for HostSupervisor {
                         tracing::info!(table = %network.table(), running, "boxes keep running: the box network rules stay");
                     }
                 }
-                Ok::<_, crate::error::BoxError>(())
+                Ok::<_, BoxError>(())
             })
             .await;
             if let Err(e) = result {

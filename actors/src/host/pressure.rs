@@ -1,15 +1,16 @@
 //! The host's memory, watched: every few seconds the supervisor measures the
 //! QEMU process of each box holding host memory (the ledger admits by these
-//! figures, `capacity.rs`) and reads the kernel's MemAvailable. Under
+//! figures, `machine/ledger.rs`) and reads the kernel's MemAvailable. Under
 //! `pressure_available_mib` it freezes the idlest running boxes (oldest last
 //! activity first; the freeze is the managed save to disk) until what they
 //! use covers the shortfall; the next sample looks again.
 
+use super::HostParts;
 use crate::box_actor::Freeze;
 use crate::error::BoxError;
-use crate::host::meminfo::HostMemory;
-use crate::host::shared::HostShared;
 use crate::ids::BoxId;
+use crate::machine::Machine;
+use crate::machine::meminfo::HostMemory;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
@@ -52,26 +53,26 @@ pub fn pick_idlest(mut candidates: Vec<Candidate>, shortfall_mib: u64) -> Vec<Ca
 /// Measures the boxes holding host memory and reads the host's memory
 /// (blocking); says which boxes to freeze when MemAvailable is under the
 /// threshold.
-pub(super) fn sample(shared: &HostShared) -> Result<Option<Pressure>, BoxError> {
-    for id in shared.held_boxes() {
-        match shared.host.memory_rss_mib(&HostShared::domain_name(&id)) {
-            Ok(Some(rss)) => shared.measured(&id, rss),
+pub(super) fn sample(machine: &Machine) -> Result<Option<Pressure>, BoxError> {
+    for id in machine.held_boxes() {
+        match machine.host.memory_rss_mib(&Machine::domain_name(&id)) {
+            Ok(Some(rss)) => machine.measured(&id, rss),
             Ok(None) => {}
             Err(e) => tracing::debug!(box_id = %id, error = %e, "could not measure a box"),
         }
     }
     let memory = HostMemory::read().map_err(|e| BoxError::NoHost(e.to_string()))?;
-    let threshold = shared.settings.pressure_available_mib;
+    let threshold = machine.settings.pressure_available_mib;
     if threshold == 0 || memory.available_mib >= threshold {
         return Ok(None);
     }
-    let candidates = shared
+    let candidates = machine
         .store
-        .live_boxes_on_host(shared.host.uri())?
+        .live_boxes_on_host(machine.host.uri())?
         .into_iter()
-        .filter(|r| r.state == crate::box_actor::state::BoxState::Running)
+        .filter(|r| r.state == crate::box_state::BoxState::Running)
         .map(|r| Candidate {
-            rss_mib: shared.rss_mib(&r.id).unwrap_or(r.memory_mib),
+            rss_mib: machine.rss_mib(&r.id).unwrap_or(r.memory_mib),
             id: r.id,
             last_activity_at: r.last_activity_at,
         })
@@ -85,7 +86,7 @@ pub(super) fn sample(shared: &HostShared) -> Result<Option<Pressure>, BoxError> 
 
 impl Pressure {
     /// Sends the freezes, and says what and why.
-    pub(super) fn relieve(self, shared: &HostShared) {
+    pub(super) fn relieve(self, parts: &HostParts) {
         if self.freeze.is_empty() {
             tracing::warn!(
                 available_mib = self.available_mib,
@@ -103,7 +104,7 @@ impl Pressure {
                 last_activity_at = %c.last_activity_at,
                 "host memory is low (boxes.pressure_available_mib): freezing the idlest running box"
             );
-            if let Some(actor) = shared.actor(&c.id) {
+            if let Some(actor) = parts.registry.actor(&c.id) {
                 actor.do_send(Freeze);
             }
         }

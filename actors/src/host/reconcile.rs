@@ -9,10 +9,10 @@
 //! the row says running: the save is waited for, and a saved box is recorded
 //! frozen, its memory kept.
 
-use super::shared::HostShared;
-use crate::box_actor::state::BoxState;
+use crate::box_state::BoxState;
 use crate::error::BoxError;
 use crate::ids::BoxId;
+use crate::machine::Machine;
 use crate::store::{BoxRecord, Transition};
 use psbx_libvirt::{DOMAIN_PREFIX, DomainStatus};
 use std::collections::HashMap;
@@ -27,44 +27,44 @@ pub(super) enum Adopt {
     Frozen(BoxRecord),
 }
 
-pub(super) fn reconcile(ctx: &HostShared) -> Result<Vec<Adopt>, BoxError> {
-    let mut domains: HashMap<String, DomainStatus> = ctx
+pub(super) fn reconcile(machine: &Machine) -> Result<Vec<Adopt>, BoxError> {
+    let mut domains: HashMap<String, DomainStatus> = machine
         .host
         .list()?
         .into_iter()
-        .filter(|d| d.owner.as_deref() == Some(ctx.installation.as_str()))
+        .filter(|d| d.owner.as_deref() == Some(machine.installation.as_str()))
         .map(|d| (d.name, d.status))
         .collect();
     let mut adopt = Vec::new();
-    for row in ctx.store.live_boxes_on_host(ctx.host.uri())? {
-        let status = domains.remove(&HostShared::domain_name(&row.id));
+    for row in machine.store.live_boxes_on_host(machine.host.uri())? {
+        let status = domains.remove(&Machine::domain_name(&row.id));
         match (row.state, status) {
             (BoxState::Pooled, _) => {
-                ctx.teardown(&row.id)?;
-                ctx.store.delete_pooled_box(&row.id)?;
+                machine.teardown(&row.id)?;
+                machine.store.delete_pooled_box(&row.id)?;
             }
             (BoxState::Creating | BoxState::Booting, _) => {
-                ctx.fail_box(&row, "the server stopped while this box was starting")?;
+                machine.fail_box(&row, "the server stopped while this box was starting")?;
             }
             (BoxState::Running, Some(DomainStatus::Running)) => adopt.push(Adopt::Running(row)),
             (BoxState::Running, Some(DomainStatus::Paused)) => {
-                let name = HostShared::domain_name(&row.id);
-                match ctx.host.resume(&name) {
+                let name = Machine::domain_name(&row.id);
+                match machine.host.resume(&name) {
                     Ok(()) => adopt.push(Adopt::Running(row)),
                     // Paused by a save still under way: wait for its end.
-                    Err(e) => match after_save(ctx, &name) {
+                    Err(e) => match after_save(machine, &name) {
                         Some(DomainStatus::ShutOff { saved: true }) => {
-                            adopt.extend(saved(ctx, row)?)
+                            adopt.extend(saved(machine, row)?)
                         }
                         Some(DomainStatus::Running) => adopt.push(Adopt::Running(row)),
                         _ => {
-                            ctx.fail_box(&row, &format!("its VM could not be resumed: {e}"))?;
+                            machine.fail_box(&row, &format!("its VM could not be resumed: {e}"))?;
                         }
                     },
                 }
             }
             (BoxState::Running, Some(DomainStatus::ShutOff { saved: true })) => {
-                adopt.extend(saved(ctx, row)?);
+                adopt.extend(saved(machine, row)?);
             }
             (BoxState::Frozen, Some(DomainStatus::ShutOff { saved: true })) => {
                 adopt.push(Adopt::Frozen(row));
@@ -75,7 +75,7 @@ pub(super) fn reconcile(ctx: &HostShared) -> Result<Vec<Adopt>, BoxError> {
                     None => "gone".to_owned(),
                     Some(s) => format!("{s:?}"),
                 };
-                ctx.fail_box(
+                machine.fail_box(
                     &row,
                     &format!("its VM was {found} when the server restarted (the box was {state})"),
                 )?;
@@ -84,12 +84,12 @@ pub(super) fn reconcile(ctx: &HostShared) -> Result<Vec<Adopt>, BoxError> {
     }
     for (name, _) in domains {
         tracing::warn!(domain = %name, "removing a psbx domain that has no box");
-        ctx.host.remove(&name)?;
+        machine.host.remove(&name)?;
         if let Some(id) = name
             .strip_prefix(DOMAIN_PREFIX)
             .and_then(|id| BoxId::parse(id).ok())
         {
-            ctx.teardown(&id)?;
+            machine.teardown(&id)?;
         }
     }
     Ok(adopt)
@@ -100,10 +100,10 @@ const SAVE_WAIT: Duration = Duration::from_secs(120);
 
 /// The domain's status once it is no longer paused (a save under way ends
 /// shut off, saved), or `None` if it still is after [`SAVE_WAIT`].
-fn after_save(ctx: &HostShared, name: &str) -> Option<DomainStatus> {
+fn after_save(machine: &Machine, name: &str) -> Option<DomainStatus> {
     let deadline = Instant::now() + SAVE_WAIT;
     while Instant::now() < deadline {
-        let status = ctx
+        let status = machine
             .host
             .list()
             .ok()?
@@ -119,9 +119,9 @@ fn after_save(ctx: &HostShared, name: &str) -> Option<DomainStatus> {
 }
 
 /// A box the server froze as it died: its save is done, so it is frozen.
-fn saved(ctx: &HostShared, row: BoxRecord) -> Result<Option<Adopt>, BoxError> {
+fn saved(machine: &Machine, row: BoxRecord) -> Result<Option<Adopt>, BoxError> {
     tracing::info!(box_id = %row.id, "the box was saved as the server stopped: it is frozen");
-    let frozen = ctx.store.transition_box(
+    let frozen = machine.store.transition_box(
         &row.id,
         BoxState::Running,
         BoxState::Frozen,

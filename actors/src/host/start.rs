@@ -1,18 +1,19 @@
 //! Bringing a host under supervision: connect, settle KVM or TCG, record the
 //! host, reconcile, adopt the live boxes, start the supervisor (and its pool).
 
-use super::HostSupervisor;
-use super::meminfo::HostMemory;
 use super::reconcile::{self, Adopt};
-use super::shared::{HostFacts, HostShared};
+use super::registry::Registry;
+use super::switch::Switch;
+use super::{HostParts, HostSupervisor};
 use crate::blocking::blocking;
-use crate::box_actor::BoxActor;
 use crate::box_role::BoxRole;
 use crate::boxnet::BoxNetwork;
 use crate::connectors::Router;
 use crate::error::{BoxError, io_error};
 use crate::hypervisor::Hypervisor;
 use crate::jail::{Jails, UidRange};
+use crate::machine::meminfo::HostMemory;
+use crate::machine::{HostFacts, Machine};
 use crate::secrets::Secrets;
 use crate::settings::BoxSettings;
 use crate::store::Store;
@@ -26,10 +27,13 @@ const KVM_PROBE: Duration = Duration::from_secs(20);
 /// How long an adopted running box has to say hello again.
 const ADOPT_HELLO: Duration = Duration::from_secs(30);
 
-/// A supervised host.
+/// A supervised host: its supervisor, and its parts (the façades find a
+/// box's actor in `registry`).
 pub struct HostStart {
     pub supervisor: Addr<HostSupervisor>,
-    pub shared: Arc<HostShared>,
+    pub machine: Arc<Machine>,
+    pub registry: Arc<Registry>,
+    pub switch: Arc<Switch>,
 }
 
 /// A hypervisor connected to, with what start-up learned of it.
@@ -156,45 +160,69 @@ pub async fn supervise(
         router,
         box_role,
     } = services;
-    let shared = HostShared::new(host, store, settings, facts, secrets, router, box_role);
-    let reconciling = shared.clone();
+    let machine = Machine::new(host, store, settings, facts, secrets);
+    let registry = Arc::new(Registry::default());
+    let switch = Arc::new(Switch {
+        machine: machine.clone(),
+        router,
+        box_role,
+        links: Arc::default(),
+        registry: registry.clone(),
+    });
+    let parts = HostParts {
+        machine,
+        registry,
+        switch,
+    };
+    let reconciling = parts.machine.clone();
     let adopt = blocking(move || reconcile::reconcile(&reconciling)).await?;
     for box_ in adopt {
-        adopt_box(&shared, box_).await;
+        adopt_box(&parts, box_).await;
     }
     tracing::info!(
-        uri = %shared.host.uri(),
+        uri = %parts.machine.host.uri(),
         accel = accel_name,
         cpus = resources.cpus,
         memory_mib = resources.memory_mib,
         "supervising libvirt host"
     );
-    let supervisor = HostSupervisor::new(shared.clone()).start();
-    Ok(HostStart { supervisor, shared })
+    let supervisor = HostSupervisor::new(parts.clone()).start();
+    let HostParts {
+        machine,
+        registry,
+        switch,
+    } = parts;
+    Ok(HostStart {
+        supervisor,
+        machine,
+        registry,
+        switch,
+    })
 }
 
-async fn adopt_box(shared: &Arc<HostShared>, adopt: Adopt) {
+async fn adopt_box(parts: &HostParts, adopt: Adopt) {
     match adopt {
         Adopt::Frozen(record) => {
-            let masker = shared.masker_for(&record).await;
-            BoxActor::new(record, shared.clone(), None, masker).start();
+            let masker = parts.switch.masker_for(&record).await;
+            parts.new_actor(record, None, masker).start();
         }
         Adopt::Running(record) => {
-            let link = shared.link_of(&record);
+            let link = parts.switch.link_of(&record);
             // A row that still says frozen (the server died during a thaw)
             // is recorded running once boxd says hello.
-            let result = shared
+            let result = parts
+                .machine
                 .await_hello_and_run(record.clone(), &link, ADOPT_HELLO, "")
                 .await;
             match result {
                 Ok((record, hello)) => {
                     tracing::info!(box_id = %record.id, "adopted a running box");
-                    let masker = shared.masker_for(&record).await;
-                    BoxActor::new(record, shared.clone(), Some((link, hello)), masker).start();
+                    let masker = parts.switch.masker_for(&record).await;
+                    parts.new_actor(record, Some((link, hello)), masker).start();
                 }
                 Err(e) => {
                     drop(link);
-                    let (c, r) = (shared.clone(), record.clone());
+                    let (c, r) = (parts.machine.clone(), record.clone());
                     let reason = format!("boxd did not answer after the server restarted: {e}");
                     if let Err(e) = blocking(move || c.fail_box(&r, &reason)).await {
                         tracing::error!(box_id = %record.id, error = %e, "could not fail a box");
@@ -341,7 +369,7 @@ fn probe(host: &Host, settings: &BoxSettings) -> Result<bool, BoxError> {
         .boxes_dir
         .join(format!("kvm-probe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(io_error(format!("making {}", dir.display())))?;
-    super::shared::allow_qemu(&dir)?;
+    crate::machine::allow_qemu(&dir)?;
     let spec = DomainSpec {
         name: format!("psbx-kvm-probe-{}", std::process::id()),
         accel: Accel::Kvm,

@@ -5,7 +5,7 @@
 
 use super::schema::boxes;
 use super::{Store, StoreError};
-use crate::box_actor::state::BoxState;
+use crate::box_state::BoxState;
 use crate::ids::{AccountId, BoxId};
 use crate::settings::Unit;
 use crate::spec::BoxSpec;

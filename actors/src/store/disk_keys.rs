@@ -1,4 +1,4 @@
-//! Box disk keys (`host::disk_key`): one row per box whose disk is
+//! Box disk keys (`machine::disk_key`): one row per box whose disk is
 //! encrypted, the LUKS passphrase sealed by the master key. The row is
 //! deleted with the box's end (`transition_box` to stopped or failed) and
 //! with a pooled box (`ON DELETE CASCADE`): without it, the disk's file is

@@ -79,7 +79,7 @@ pub enum StoreError {
     Unreadable { what: String, why: String },
     /// A transition the box's state does not allow (the store checks too).
     #[error(transparent)]
-    InvalidTransition(#[from] crate::box_actor::state::InvalidTransition),
+    InvalidTransition(#[from] crate::box_state::InvalidTransition),
     /// The request would take the account past one of its quotas.
     #[error(transparent)]
     QuotaExceeded(#[from] crate::quota::QuotaExceeded),

@@ -5,7 +5,7 @@
 
 use super::schema::{accounts, boxes, connections, environments};
 use super::{Conn, Store, StoreError};
-use crate::box_actor::state::BoxState;
+use crate::box_state::BoxState;
 use crate::ids::AccountId;
 use crate::quota::{QuotaExceeded, Quotas};
 use diesel::PgConnection;

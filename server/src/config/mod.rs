@@ -410,7 +410,7 @@ mod tests {
 
     #[test]
     fn by_default_no_box_is_promised_more_disk_than_is_free() {
-        use psbx_actors::host::shared::{DiskRoom, check_disk};
+        use psbx_actors::machine::ledger::{DiskRoom, check_disk};
         let settings = BoxesConfig::default()
             .settings(Path::new("/nonexistent/shared"))
             .unwrap();

@@ -5,7 +5,7 @@
 //! (`exec.rs`, `review.rs`, `sync.rs`) import them from below instead of from the
 //! dispatcher that imports them.
 
-use psbx_actors::box_actor::link::LinkError;
+use psbx_actors::boxd_link::LinkError;
 use psbx_actors::environments::EnvError;
 use psbx_actors::error::BoxError;
 use psbx_actors::store::Principal;

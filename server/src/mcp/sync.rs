@@ -134,10 +134,10 @@ impl PsbxMcp {
         }
         let sync = &self.sync;
         match sync.boxes.get(&who.account_id, &a.id, false).await {
-            Ok(snapshot) if snapshot.record.state.is_terminal() => {
+            Ok(read) if read.snapshot.record.state.is_terminal() => {
                 return Ok(failed(format!(
                     "box {} is {}: start a new one with sandbox_start",
-                    a.id, snapshot.record.state
+                    a.id, read.snapshot.record.state
                 )));
             }
             Ok(_) => {}

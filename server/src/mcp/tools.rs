@@ -10,10 +10,9 @@ use crate::routes::environments::{EnvironmentList, EnvironmentView};
 use crate::routes::exec::ProcessView;
 use crate::routes::wire::{LinkBody, ModeBody, WireBody};
 use crate::server_info::ServerInfo;
-use psbx_actors::box_actor::BoxSnapshot;
-use psbx_actors::box_actor::link::LinkError;
-use psbx_actors::box_actor::state::BoxState;
-use psbx_actors::boxes::{Boxes, CreateRequest};
+use psbx_actors::box_state::BoxState;
+use psbx_actors::boxd_link::LinkError;
+use psbx_actors::boxes::{BoxReading, Boxes, CreateRequest};
 use psbx_actors::environments::Environments;
 use psbx_actors::error::BoxError;
 use psbx_actors::reviews::Reviews;
@@ -141,10 +140,10 @@ struct BoxListView {
 }
 
 /// A box read, started or stopped, as a tool result.
-async fn box_result(result: Result<BoxSnapshot, BoxError>, envs: &Environments) -> CallToolResult {
+async fn box_result(result: Result<BoxReading, BoxError>, envs: &Environments) -> CallToolResult {
     match result {
-        Ok(snapshot) => {
-            let view = BoxView::live(snapshot, envs).await;
+        Ok(reading) => {
+            let view = BoxView::live(reading, envs).await;
             let url = view
                 .url
                 .as_ref()
@@ -292,12 +291,12 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
-        let snapshot = match self.boxes.get(&who.account_id, &a.id, true).await {
-            Ok(snapshot) => snapshot,
+        let reading = match self.boxes.get(&who.account_id, &a.id, true).await {
+            Ok(reading) => reading,
             Err(e) => return Ok(box_failed(e)),
         };
-        let running = snapshot.record.state == BoxState::Running;
-        let view = BoxView::live(snapshot, &self.environments).await;
+        let running = reading.snapshot.record.state == BoxState::Running;
+        let view = BoxView::live(reading, &self.environments).await;
         // A box stopping or freezing under the call still has a status: its
         // commands are then said to be unlisted, not the call failed.
         let (processes, processes_unavailable) = if running {

@@ -7,15 +7,12 @@ use crate::auth::Auth;
 use crate::error::ApiError;
 use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::{DateTime, Utc};
-use psbx_actors::box_actor::BoxSnapshot;
-use psbx_actors::boxes::{Boxes, CreateRequest};
+use psbx_actors::boxes::{BoxReading, Boxes, CreateRequest};
 use psbx_actors::connectors::ConnectionStatus;
 use psbx_actors::duration;
 use psbx_actors::environments::Environments;
-use psbx_actors::environments::claim::{Claimed, ServiceFiles};
-use psbx_actors::environments::settings::Notable;
 use psbx_actors::ids::BoxId;
-use psbx_actors::spec::{self, BoxSpec};
+use psbx_actors::spec::{self, BoxSpec, Claimed, Notable, ServiceFiles};
 use psbx_actors::wiring;
 use psbx_wire::Endpoint;
 use serde::{Deserialize, Serialize};
@@ -424,11 +421,12 @@ impl BoxEnvironmentView {
 
 impl BoxView {
     /// The box, its environment's connections read again now.
-    pub async fn live(snapshot: BoxSnapshot, envs: &Environments) -> Self {
-        let claimed = snapshot.record.spec.claimed.clone();
-        let spec = snapshot.record.spec.clone();
-        let account = snapshot.record.account_id.clone();
-        let mut view = Self::from(snapshot);
+    pub async fn live(reading: BoxReading, envs: &Environments) -> Self {
+        let record = &reading.snapshot.record;
+        let claimed = record.spec.claimed.clone();
+        let spec = record.spec.clone();
+        let account = record.account_id.clone();
+        let mut view = Self::from(reading);
         let egress = envs.egress_bytes(&view.id).await.ok();
         view.internet_egress_bytes = egress.map(|(_, internet)| internet);
         if let (Some(claimed), Some(account)) = (claimed, account) {
@@ -450,13 +448,16 @@ impl BoxView {
     }
 }
 
-impl From<BoxSnapshot> for BoxView {
-    fn from(s: BoxSnapshot) -> Self {
+impl From<BoxReading> for BoxView {
+    fn from(reading: BoxReading) -> Self {
+        let BoxReading {
+            snapshot: s,
+            urls,
+            linked,
+        } = reading;
         let r = s.record;
         let over = r.state.is_terminal();
-        let (url, service_urls) = s
-            .urls
-            .map_or((None, Vec::new()), |u| (Some(u.url), u.services));
+        let (url, service_urls) = urls.map_or((None, Vec::new()), |u| (Some(u.url), u.services));
         // A URL the box's `urlPorts` do not reach is not shown.
         let reached = |port: u16| {
             r.spec
@@ -505,7 +506,7 @@ impl From<BoxSnapshot> for BoxView {
                 port: l.port,
                 box_id: l.box_id.clone(),
                 target_port: l.target_port,
-                state: s.linked.get(&l.box_id).cloned(),
+                state: linked.get(&l.box_id).cloned(),
                 address: address(&l.name),
             })
             .collect();

@@ -8,15 +8,14 @@ use super::layout::{self, PageError, escape};
 use super::session::{self, CsrfForm, SessionError, Signed};
 use actix_web::http::header::LOCATION;
 use actix_web::{HttpRequest, HttpResponse, web};
-use psbx_actors::box_actor::BoxSnapshot;
-use psbx_actors::boxes::Boxes;
+use psbx_actors::boxes::{BoxReading, Boxes};
 
 /// How many boxes the list shows (newest first).
 const LISTED: u32 = 50;
 
 /// One box as a list item.
-fn item(snapshot: &BoxSnapshot, csrf: &str) -> String {
-    let record = &snapshot.record;
+fn item(reading: &BoxReading, csrf: &str) -> String {
+    let record = &reading.snapshot.record;
     let id = record.id.to_string();
     let title = record.name.as_deref().unwrap_or(&id);
     let goal = record
@@ -26,7 +25,7 @@ fn item(snapshot: &BoxSnapshot, csrf: &str) -> String {
         .unwrap_or_default();
     let state = record.state;
     let mut urls = String::new();
-    if let Some(found) = &snapshot.urls {
+    if let Some(found) = &reading.urls {
         let mut all = vec![found.url.clone()];
         all.extend(found.services.iter().flatten().cloned());
         all.dedup();
@@ -93,7 +92,7 @@ pub async fn stop(
         .stop(&who.account.id, &id)
         .await
         .map_err(PageError::from)?;
-    tracing::info!(account = %who.account.id, box_id = %stopped.record.id,
+    tracing::info!(account = %who.account.id, box_id = %stopped.snapshot.record.id,
         "a box was shut down from the app");
     Ok(HttpResponse::SeeOther()
         .insert_header((LOCATION, "/app#boxes"))

@@ -4,7 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use actix_web::http::header;
-use psbx_actors::box_actor::state::BoxState;
+use psbx_actors::box_state::BoxState;
 use psbx_actors::ids::{AccountId, BoxId};
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;

@@ -29,26 +29,10 @@
 //! Names are matched case-insensitively.
 
 use super::scan;
+pub use crate::spec::{Notable, NotableValue};
 
 /// Longest value listed for a mode setting, in characters.
 pub const MAX_MODE_VALUE: usize = 100;
-
-/// The three lists, as `sandbox_start` and `sandbox_status` show them.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Notable {
-    pub connection: Vec<String>,
-    pub mode: Vec<NotableValue>,
-    pub permission: Vec<String>,
-}
-
-/// A mode setting with dev's value.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NotableValue {
-    pub name: String,
-    pub value: String,
-}
 
 /// Picks the notable settings out of a service's settings.
 pub fn notable(vars: &[(String, String)]) -> Notable {

@@ -5,6 +5,11 @@
 //! every new session. Requests are streams: open a target, write a JSON
 //! request, read the answer.
 //!
+//! It is not part of the BoxActor, which only holds one: the host makes
+//! links (and answers the streams boxd opens on them), and exec, the
+//! façades (`Boxes`: sync, shots, terminals) and the server open streams on
+//! them.
+//!
 //! A boxd restarted inside the box (it crashed, was killed) does not end the
 //! session by itself: the host's end of the port stays connected, and the new
 //! boxd's hellos, arriving as control messages on the old session, keep it

@@ -5,6 +5,10 @@
 //! sequences of starts, commands, freezes, thaws, stops, expiries, host
 //! restarts and refused hypervisor calls against it.
 //!
+//! It sits on a floor of its own, below the store and the actors, because
+//! both go by it: the store writes nothing the table does not allow, and the
+//! BoxActor checks before it acts.
+//!
 //! ```text
 //! pooled -> running                      (claimed from the pool)
 //! creating -> booting -> running <-> frozen

@@ -12,7 +12,7 @@
 //! until boxd has said hello and its QEMU process has been measured, less
 //! what it takes already), less `memory_margin_mib` kept free.
 //!
-//! Disk promises live here too; `HostShared::check_disk` checks them against
+//! Disk promises live here too; `ledger.rs` (`Machine::reserve`) checks them against
 //! the file system, and checks that the managed saves of the boxes holding
 //! memory ([`Ledger::saves_to_come_mib`]: what each uses, its promise while
 //! it boots) fit in the free space now, so that a freeze (for pressure or

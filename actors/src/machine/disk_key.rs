@@ -4,16 +4,16 @@
 //! ephemeral, private secret that the domain's disk names. The spec promises
 //! encrypted disks; a key of the box's own makes "deleted" true at once: the
 //! store's row goes when the box ends (`Store::transition_box`), the secret
-//! with its domain (`shared::teardown`), and what is left of the disk file
+//! with its domain (`machine::teardown`), and what is left of the disk file
 //! until it is deleted is noise.
 //!
 //! libvirt forgets ephemeral secrets when libvirtd restarts, and psbx never
 //! writes a key to libvirt's disk: the secret is given again before every
-//! start and restore (`HostShared::give_disk_key`). A running QEMU keeps
+//! start and restore (`Machine::give_disk_key`). A running QEMU keeps
 //! the key it opened the disk with. Its uuid is derived from the box id, so
 //! nothing but the sealed key is stored.
 
-use super::shared::HostShared;
+use super::Machine;
 use crate::error::BoxError;
 use crate::ids::BoxId;
 use crate::secrets::SecretError;
@@ -37,7 +37,7 @@ fn sealed_for(id: &BoxId) -> String {
     format!("{id}\0disk key")
 }
 
-impl HostShared {
+impl Machine {
     /// A new key for box `id`'s disk: sealed and stored first (a disk is
     /// never made with a key psbx could lose), then given to libvirt.
     pub(super) fn new_disk_key(&self, id: &BoxId) -> Result<DiskKey, BoxError> {
