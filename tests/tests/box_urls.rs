@@ -291,10 +291,16 @@ fn box_urls_reach_the_box_wake_it_and_tell_nothing_to_strangers() {
     assert_eq!(seen["download"]["status"], 200, "{seen}");
     assert_eq!(seen["download"]["total"], 128 << 20, "{seen}");
     assert_eq!(seen["download"]["patternOk"], true, "{seen}");
+    // What the server may hold of it: what the box sent ahead of the browser, at
+    // most the stream's receive window, which grows to `max_window` (16 MiB) while
+    // the browser keeps up and fills when it falls behind (as on a busy machine:
+    // 11 MiB was seen with two VM queues running), plus 4 MiB for the allocator
+    // and the HTTP buffers; far from the 128 MiB a buffered body would take.
+    let window_mib = u64::from(psbx_wire::mux::Config::default().max_window) >> 20;
     let growth_mib = peak.saturating_sub(before) / 1024;
     assert!(
-        growth_mib <= 8,
-        "the server's memory grew by {growth_mib} MiB during a 128 MiB download ({before} KiB before, {peak} KiB at most)"
+        growth_mib <= window_mib + 4,
+        "the server's memory grew by {growth_mib} MiB during a 128 MiB download ({before} KiB before, {peak} KiB at most; one stream's window is {window_mib} MiB)"
     );
 
     // A chunked upload (no length given) through the box URL arrives whole.
