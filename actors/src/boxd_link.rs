@@ -293,15 +293,22 @@ async fn fetch<R: DeserializeOwned>(
     })
 }
 
+/// Opens a stream to `service`. A session that ended or is ending under the
+/// open (the box stopping or freezing, boxd restarting) is [`LinkError::Closed`],
+/// as when the link was down before: callers such as `sandbox_status` treat it
+/// as "not now", not as boxd refusing the service.
 async fn open(session: &Session, service: Service) -> Result<Stream, LinkError> {
     let target = service.target();
-    session.open(&target).await.map_err(|e| LinkError::Refused {
-        target: target.to_string(),
-        code: match &e {
-            psbx_wire::OpenError::Refused { code, .. } => Some(*code),
-            _ => None,
+    session.open(&target).await.map_err(|e| match e {
+        psbx_wire::OpenError::Session(_) | psbx_wire::OpenError::GoingAway => LinkError::Closed,
+        e => LinkError::Refused {
+            target: target.to_string(),
+            code: match &e {
+                psbx_wire::OpenError::Refused { code, .. } => Some(*code),
+                _ => None,
+            },
+            reason: e.to_string(),
         },
-        reason: e.to_string(),
     })
 }
 
