@@ -600,10 +600,10 @@ async fn a_review(
     account: &AccountId,
     title: &str,
 ) -> (String, String) {
-    let box_id = a_box(f, account, BoxState::Running);
+    let box_id = BoxId::parse(&a_box(f, account, BoxState::Running)).unwrap();
     let review = psbx_actors::store::ReviewRow {
-        id: format!("rev_{}", psbx_actors::ids::random_token(20).unwrap()),
-        account_id: account.to_string(),
+        id: psbx_actors::ids::ReviewId::generate().unwrap(),
+        account_id: account.clone(),
         box_id: box_id.clone(),
         title: title.to_owned(),
         summary: "The home page works.\nThe <button> may be cut off on phones.".into(),
@@ -623,7 +623,7 @@ async fn a_review(
         .shots
         .new_row(
             account,
-            &BoxId::parse(&box_id).unwrap(),
+            &box_id,
             psbx_actors::shots::StoredKind::Screenshot,
             "image/png",
             (64, 40),
@@ -637,7 +637,7 @@ async fn a_review(
     };
     s.shots.put_files(&row, files).await.unwrap();
     f.store.insert_shot(&row).unwrap();
-    (review.id, row.id)
+    (review.id.to_string(), row.id.to_string())
 }
 
 /// The app's state keeping shots in a directory of its own (dropped with

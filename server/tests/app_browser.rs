@@ -147,7 +147,7 @@ impl Served {
             .block_on(self.shots.put_files(&row, files))
             .unwrap();
         self.store.insert_shot(&row).unwrap();
-        row.id
+        row.id.to_string()
     }
 }
 
@@ -253,7 +253,7 @@ fn a_person_circles_whats_wrong_sends_it_and_shuts_the_box_down() {
     let image_id = stored[0].shot_id.clone().expect("the item's image");
     let (_, mime, png) = s
         .runtime
-        .block_on(s.shots.file(&s.account, &image_id, Part::Full))
+        .block_on(s.shots.file(&s.account, image_id.as_str(), Part::Full))
         .unwrap();
     assert_eq!(mime, "image/png");
     let drawn = image::load_from_memory(&png).unwrap().to_rgba8();

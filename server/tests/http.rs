@@ -829,7 +829,7 @@ async fn clients_nobody_authorized_within_a_day_are_deleted_at_the_next_registra
     )
     .unwrap();
     assert_eq!(register!(app, PEER).status(), StatusCode::CREATED);
-    assert!(f.store.oauth_client(&old.id).unwrap().is_none());
+    assert!(f.store.oauth_client(old.id.as_str()).unwrap().is_none());
 }
 
 #[actix_rt::test]

@@ -75,7 +75,7 @@ async fn stored_screenshot(
         .unwrap();
     state.shots.put_files(&row, files).await.unwrap();
     f.store.insert_shot(&row).unwrap();
-    row.id
+    row.id.to_string()
 }
 
 #[actix_web::test]
@@ -499,9 +499,13 @@ async fn an_answered_review_s_files_go_after_the_review_retention() {
     // the review with them (its box is over); the 6-day-old one stays whole.
     assert_eq!(state.shots.sweep().await.unwrap(), 2);
     assert_eq!((files(&old.2), files(&old.3)), (0, 0));
-    assert!(state.reviews.get(&account, &old.1).await.is_err());
+    assert!(state.reviews.get(&account, old.1.as_str()).await.is_err());
     assert_eq!((files(&recent.2), files(&recent.3)), (1, 1));
-    let kept = state.reviews.get(&account, &recent.1).await.unwrap();
+    let kept = state
+        .reviews
+        .get(&account, recent.1.as_str())
+        .await
+        .unwrap();
     assert_eq!(kept.shots.len(), 1);
     assert!(kept.items[0].image.is_some());
     assert_eq!(state.shots.sweep().await.unwrap(), 0);

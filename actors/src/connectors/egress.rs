@@ -13,6 +13,7 @@
 //! [`flush`]: Egress::flush
 
 use crate::blocking::blocking;
+use crate::ids::BoxId;
 use crate::store::{Store, StoreError};
 use std::collections::HashMap;
 use std::io;
@@ -25,11 +26,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// The counters of this replica, by box id; cheap to clone.
 #[derive(Clone, Default)]
 pub struct Egress {
-    counters: Arc<Mutex<HashMap<String, Arc<AtomicU64>>>>,
+    counters: Arc<Mutex<HashMap<BoxId, Arc<AtomicU64>>>>,
 }
 
 impl Egress {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<AtomicU64>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<BoxId, Arc<AtomicU64>>> {
         self.counters
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -37,13 +38,13 @@ impl Egress {
 
     /// `stream` with what is read from it (what the box sends) counted for
     /// `box_id`.
-    pub fn count<S>(&self, box_id: &str, stream: S) -> Counted<S> {
-        let counter = self.lock().entry(box_id.to_owned()).or_default().clone();
+    pub fn count<S>(&self, box_id: &BoxId, stream: S) -> Counted<S> {
+        let counter = self.lock().entry(box_id.clone()).or_default().clone();
         Counted { stream, counter }
     }
 
     /// Bytes counted for a box and not stored yet.
-    pub fn pending(&self, box_id: &str) -> u64 {
+    pub fn pending(&self, box_id: &BoxId) -> u64 {
         self.lock()
             .get(box_id)
             .map_or(0, |c| c.load(Ordering::Relaxed))
@@ -53,7 +54,7 @@ impl Egress {
     /// more are forgotten once empty; when the database cannot be written,
     /// the bytes go back to their counters for the next flush.
     pub async fn flush(&self, store: &Store) -> Result<(), StoreError> {
-        let counted: Vec<(String, u64)> = {
+        let counted: Vec<(BoxId, u64)> = {
             let mut counters = self.lock();
             let counted = counters
                 .iter()
@@ -136,19 +137,20 @@ mod tests {
     #[tokio::test]
     async fn reads_are_counted_per_box_and_writes_are_not() {
         let egress = Egress::default();
+        let (a, b) = (BoxId::parse("box_a").unwrap(), BoxId::parse("box_b").unwrap());
         let (near, mut far) = tokio::io::duplex(64);
-        let mut counted = egress.count("box_a", near);
+        let mut counted = egress.count(&a, near);
         far.write_all(b"sent by the box").await.unwrap();
         let mut buf = [0u8; 15];
         counted.read_exact(&mut buf).await.unwrap();
         counted.write_all(b"the answer").await.unwrap();
-        assert_eq!(egress.pending("box_a"), 15);
-        assert_eq!(egress.pending("box_b"), 0);
+        assert_eq!(egress.pending(&a), 15);
+        assert_eq!(egress.pending(&b), 0);
         // A second stream of the same box adds to the same counter.
         let (near, mut far) = tokio::io::duplex(64);
-        let mut second = egress.count("box_a", near);
+        let mut second = egress.count(&a, near);
         far.write_all(b"12345").await.unwrap();
         second.read_exact(&mut [0u8; 5]).await.unwrap();
-        assert_eq!(egress.pending("box_a"), 20);
+        assert_eq!(egress.pending(&a), 20);
     }
 }

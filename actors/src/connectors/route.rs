@@ -142,7 +142,7 @@ impl Router {
         let mut downstream = self
             .hub
             .egress()
-            .count(route.box_id.as_str(), incoming.accept());
+            .count(&route.box_id, incoming.accept());
         let mut upstream = upstream;
         let (id, closed) = self.hub.track(&env_id, &address);
         tokio::select! {

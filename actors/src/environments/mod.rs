@@ -10,7 +10,7 @@ pub mod settings;
 
 use crate::blocking::blocking;
 use crate::connectors::{ConnectionStatus, Hub};
-use crate::ids::{AccountId, ConnectionId, ConnectorToken, EnvironmentId};
+use crate::ids::{AccountId, BoxId, ConnectionId, ConnectorToken, EnvironmentId};
 use crate::secrets::vault::{Vault, VaultError};
 use crate::spec::{ClaimedAws, ClaimedConnection};
 use crate::store::{
@@ -187,8 +187,8 @@ impl Environments {
     /// Bytes a box sent, both kinds `box_egress` holds: through connections
     /// (what is stored and what this replica counted since its last flush),
     /// and to the internet from its own card (as last stored).
-    pub async fn egress_bytes(&self, box_id: &str) -> Result<(u64, u64), EnvError> {
-        let (store, id) = (self.store.clone(), box_id.to_owned());
+    pub async fn egress_bytes(&self, box_id: &BoxId) -> Result<(u64, u64), EnvError> {
+        let (store, id) = (self.store.clone(), box_id.clone());
         let (connections, internet) = blocking(move || {
             Ok::<_, StoreError>((store.box_egress(&id)?, store.box_internet_egress(&id)?))
         })

@@ -75,7 +75,11 @@ impl TryFrom<BoxRow> for BoxRecord {
             account_id: r.account_id,
             host_uri: r.host_uri,
             // The CHECK constraint admits only the names BoxState parses.
-            state: BoxState::parse(&r.state).unwrap_or(BoxState::Failed),
+            state: super::read_enum(
+                || format!("the state of box {}", r.id),
+                &r.state,
+                BoxState::parse,
+            )?,
             failure: r.failure,
             name: r.name,
             goal: r.goal,

@@ -94,6 +94,21 @@ pub enum StoreError {
     Task(#[from] crate::blocking::TaskFailed),
 }
 
+/// A stored name read back as the enum it names (with the enum's own
+/// `parse`): any other value is [`StoreError::Unreadable`], never a default,
+/// so a row written by another version fails loudly instead of reading as
+/// something it is not. `what` names the value (`the state of review rev_…`).
+pub fn read_enum<T>(
+    what: impl FnOnce() -> String,
+    stored: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<T, StoreError> {
+    parse(stored).ok_or_else(|| StoreError::Unreadable {
+        what: what(),
+        why: format!("{stored:?} is not one of its values"),
+    })
+}
+
 impl StoreError {
     /// Whether the database could not be reached or went away under the
     /// call (it restarts, fails over or shuts down): worth a retry, not a bug.

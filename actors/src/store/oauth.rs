@@ -12,7 +12,7 @@ use super::api_keys::{Credential, Principal};
 use super::schema::{oauth_clients, oauth_codes, oauth_grants, oauth_tokens};
 use super::sign_in::digest;
 use super::{Store, StoreError};
-use crate::ids::{AccountId, random_token};
+use crate::ids::{AccountId, OAuthClientId, random_token};
 use chrono::{DateTime, Duration, Utc};
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
@@ -21,7 +21,7 @@ use std::fmt;
 #[derive(Debug, Queryable, Selectable)]
 #[diesel(table_name = oauth_clients, check_for_backend(diesel::pg::Pg))]
 struct OAuthClientRow {
-    id: String,
+    id: OAuthClientId,
     name: Option<String>,
     redirect_uris: Vec<String>,
     created_at: DateTime<Utc>,
@@ -75,7 +75,7 @@ const CODE_PREFIX: &str = "psbx_ac_";
 /// A client registered with `POST /oauth/register`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OAuthClient {
-    pub id: String,
+    pub id: OAuthClientId,
     pub name: Option<String>,
     pub redirect_uris: Vec<String>,
     pub created_at: DateTime<Utc>,

@@ -4,7 +4,7 @@
 
 use super::schema::uploads;
 use super::{Store, StoreError};
-use crate::ids::{AccountId, random_token};
+use crate::ids::{AccountId, BoxId, random_token};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use sha2::{Digest, Sha256};
@@ -32,7 +32,7 @@ impl fmt::Debug for UploadToken {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadTarget {
     pub account_id: AccountId,
-    pub box_id: String,
+    pub box_id: BoxId,
     pub dest: String,
 }
 
@@ -57,7 +57,7 @@ impl Store {
     pub fn create_upload(
         &self,
         account: &AccountId,
-        box_id: &str,
+        box_id: &BoxId,
         dest: &str,
         ttl: chrono::Duration,
     ) -> Result<(UploadToken, DateTime<Utc>), StoreError> {
@@ -88,7 +88,7 @@ impl Store {
         }
         let hash = digest(presented);
         let mut conn = self.conn()?;
-        let claimed: Option<(AccountId, String, String)> = diesel::update(
+        let claimed: Option<(AccountId, BoxId, String)> = diesel::update(
             uploads::table
                 .filter(uploads::token_sha256.eq(&hash[..]))
                 .filter(uploads::used_at.is_null())

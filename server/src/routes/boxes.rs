@@ -425,9 +425,9 @@ impl BoxView {
         let record = &reading.snapshot.record;
         let claimed = record.spec.claimed.clone();
         let spec = record.spec.clone();
-        let account = record.account_id.clone();
+        let (id, account) = (record.id.clone(), record.account_id.clone());
         let mut view = Self::from(reading);
-        let egress = envs.egress_bytes(&view.id).await.ok();
+        let egress = envs.egress_bytes(&id).await.ok();
         view.internet_egress_bytes = egress.map(|(_, internet)| internet);
         if let (Some(claimed), Some(account)) = (claimed, account) {
             // A deleted environment leaves its connections offline.

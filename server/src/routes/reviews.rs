@@ -80,8 +80,8 @@ pub struct ReviewView {
 impl ReviewView {
     pub fn new(review: &Review, info: &ServerInfo) -> Self {
         Self {
-            id: review.id.clone(),
-            box_id: review.box_id.clone(),
+            id: review.id.to_string(),
+            box_id: review.box_id.to_string(),
             title: review.title.clone(),
             summary: review.summary.clone(),
             urls: review.urls.clone(),
@@ -93,7 +93,7 @@ impl ReviewView {
                 .items
                 .iter()
                 .map(|i| FeedbackView {
-                    id: i.id.clone(),
+                    id: i.id.to_string(),
                     text: i.text.clone(),
                     image: i.image.as_ref().map(|s| ShotView::new(s, info)),
                     created_at: i.created_at,

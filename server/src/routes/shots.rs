@@ -105,8 +105,8 @@ impl ShotView {
             info.public_url, shot.box_id, shot.id
         );
         Self {
-            id: shot.id.clone(),
-            box_id: shot.box_id.clone(),
+            id: shot.id.to_string(),
+            box_id: shot.box_id.to_string(),
             kind: shot.kind.as_str().to_owned(),
             mime: shot.mime.clone(),
             width: shot.width,
@@ -118,7 +118,7 @@ impl ShotView {
             poster_url: shot.has_poster.then(|| format!("{whole}?part=poster")),
             url: whole,
             source: shot.source.clone(),
-            review_id: shot.review_id.clone(),
+            review_id: shot.review_id.as_ref().map(ToString::to_string),
             created_at: shot.created_at,
         }
     }
@@ -263,7 +263,7 @@ async fn of_box(
     shot: &str,
 ) -> Result<Shot, ApiError> {
     let found = shots.get(&who.account_id, shot).await?;
-    if found.box_id != id {
+    if found.box_id.as_str() != id {
         return Err(psbx_actors::shots::ShotError::NotFound(shot.to_owned()).into());
     }
     Ok(found)
