@@ -499,7 +499,10 @@ fn store_fields_that_hold_ids_are_typed() {
         .filter(|path| path.extension().is_some_and(|e| e == "rs"))
         .collect();
     files.sort();
-    assert!(files.len() > 10, "the store's files were not found in {dir:?}");
+    assert!(
+        files.len() > 10,
+        "the store's files were not found in {dir:?}"
+    );
     let mut found = Vec::new();
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
@@ -541,7 +544,11 @@ fn an_unknown_stored_name_is_unreadable() {
         read_enum(|| "a state".into(), "frozen", BoxState::parse).unwrap(),
         BoxState::Frozen
     );
-    match read_enum(|| "the state of box box_x".into(), "thawing", BoxState::parse) {
+    match read_enum(
+        || "the state of box box_x".into(),
+        "thawing",
+        BoxState::parse,
+    ) {
         Err(StoreError::Unreadable { what, why }) => {
             assert_eq!(what, "the state of box box_x");
             assert!(why.contains("\"thawing\""), "{why}");

@@ -137,7 +137,10 @@ mod tests {
     #[tokio::test]
     async fn reads_are_counted_per_box_and_writes_are_not() {
         let egress = Egress::default();
-        let (a, b) = (BoxId::parse("box_a").unwrap(), BoxId::parse("box_b").unwrap());
+        let (a, b) = (
+            BoxId::parse("box_a").unwrap(),
+            BoxId::parse("box_b").unwrap(),
+        );
         let (near, mut far) = tokio::io::duplex(64);
         let mut counted = egress.count(&a, near);
         far.write_all(b"sent by the box").await.unwrap();

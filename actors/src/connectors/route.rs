@@ -139,10 +139,7 @@ impl Router {
                 return incoming.refuse(refusal.code, &refusal.reason);
             }
         };
-        let mut downstream = self
-            .hub
-            .egress()
-            .count(&route.box_id, incoming.accept());
+        let mut downstream = self.hub.egress().count(&route.box_id, incoming.accept());
         let mut upstream = upstream;
         let (id, closed) = self.hub.track(&env_id, &address);
         tokio::select! {

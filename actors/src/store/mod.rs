@@ -28,10 +28,11 @@ mod uploads;
 mod url_keys;
 
 pub use accounts::{Account, Bootstrap};
-pub use api_keys::{ApiKey, Credential, KeyPage, NewApiKey, Principal};
+pub use api_keys::{ApiKey, KeyPage, NewApiKey};
 pub use aws::AwsRow;
 pub use box_access::BoxAccessRow;
 pub use boxes::{BoxCursor, BoxRecord, NewBox, PoolClaim, Transition};
+pub use credentials::{Credential, OAUTH_TOKEN_PREFIX, Principal};
 pub use environments::{
     ConnectionRecord, EnvironmentChange, EnvironmentRecord, NewService, SealedService,
     ServiceRecord, token_digest,
@@ -39,7 +40,6 @@ pub use environments::{
 pub use hosts::HostRecord;
 pub use oauth::{
     ACCESS_TOKEN_TTL, CODE_TTL, CodeExchange, IssuedTokens, NewCode, OAuthClient, Refused,
-    TOKEN_PREFIX as OAUTH_TOKEN_PREFIX,
 };
 pub use oidc_keys::{NewOidcKey, OidcKeyRow};
 pub use reviews::{ItemRow, ReviewRow};

@@ -2,12 +2,12 @@
 //! an account, a box and a destination, stored as their SHA-256 only, claimed
 //! at most once and only before they expire.
 
+use super::credentials::digest;
 use super::schema::uploads;
 use super::{Store, StoreError};
 use crate::ids::{AccountId, BoxId, random_token};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use sha2::{Digest, Sha256};
 use std::fmt;
 
 /// A token as handed out: the only credential of its upload URL.
@@ -45,10 +45,6 @@ pub enum UploadClaim {
     Used,
     Expired,
     Unknown,
-}
-
-fn digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
 }
 
 impl Store {
