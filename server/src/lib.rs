@@ -26,4 +26,5 @@ pub mod shared_dir;
 pub mod shell;
 pub mod skill;
 pub mod tls;
+pub mod views;
 pub mod web;

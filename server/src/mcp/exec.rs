@@ -9,7 +9,7 @@
 //! call is a task reading the followed log.
 
 use super::reply::{box_failed, failed, structured};
-use crate::routes::exec::{OutputView, failure_texts, private_endpoint_hint};
+use crate::views::exec::{OutputView, failure_texts, private_endpoint_hint};
 use psbx_actors::boxes::Boxes;
 use psbx_actors::error::BoxError;
 use psbx_actors::exec::bounded::Bounded;
@@ -306,9 +306,9 @@ mod tests {
     #[test]
     fn a_command_is_refused_as_the_rest_route_refuses_it() {
         for cmd in ["echo a\0b", "\u{1c}\u{1f}"] {
-            let body: crate::routes::exec::ExecBody =
+            let body: crate::views::exec::ExecBody =
                 serde_json::from_value(serde_json::json!({ "cmd": cmd })).unwrap();
-            let rest = crate::routes::exec::request(body).unwrap_err();
+            let rest = crate::views::exec::request(body).unwrap_err();
             let mcp = request(cmd.to_owned(), Some(60)).unwrap_err();
             assert_eq!(mcp.to_string(), rest.message(), "{cmd:?}");
             assert_eq!(rest.status(), actix_web::http::StatusCode::BAD_REQUEST);

@@ -9,8 +9,8 @@
 
 use super::reply::{account, failed, structured, unauthenticated};
 use super::tools::PsbxMcp;
-use crate::routes::reviews::{MAX_WAIT_S, ReviewView};
-use crate::routes::shots::{ShotView, TakeShot};
+use crate::views::reviews::{MAX_WAIT_S, ReviewView};
+use crate::views::shots::{ShotView, TakeShot};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use psbx_actors::ids::AccountId;

@@ -6,7 +6,7 @@
 //! `psbx mcp`, the local stdio server, implements this tool itself instead.
 
 use super::tools::PsbxMcp;
-use crate::routes::exec::sync_dest;
+use crate::views::exec::sync_dest;
 use psbx_actors::boxes::Boxes;
 use psbx_actors::store::{Principal, Store};
 use rmcp::handler::server::wrapper::Parameters;

@@ -5,9 +5,9 @@
 //! routes sit outside the API key middleware. The token never reaches the log
 //! (see `request_span`).
 
-use super::exec::Synced;
 use crate::error::{ApiError, blocking};
 use crate::limits::body;
+use crate::views::exec::Synced;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, post, put, web};
 use psbx_actors::boxes::Boxes;
