@@ -24,6 +24,7 @@ pub mod routes;
 pub mod server_info;
 pub mod shared_dir;
 pub mod shell;
+pub mod signin;
 pub mod skill;
 pub mod tls;
 pub mod views;
