@@ -135,23 +135,20 @@ impl World {
             self.store.clone(),
             self.settings.clone(),
             self.server_id.clone(),
-            BoxServices {
-                secrets: Secrets::new(self.store.clone(), Vault::from_key(&[7u8; 32])).unwrap(),
-                router: psbx_actors::connectors::Router::new(
-                    Default::default(),
-                    self.store.clone(),
-                ),
-                box_role: None,
-            },
+            BoxServices::new(self.secrets(), Default::default(), self.store.clone()),
         )
         .await
         .unwrap()
     }
 
+    /// The account secrets, under the world's test vault.
+    fn secrets(&self) -> Secrets {
+        Secrets::new(self.store.clone(), Vault::from_key(&[7u8; 32])).unwrap()
+    }
+
     /// The account-facing API over a started host.
     fn boxes(&self, host: HostStart) -> Boxes {
-        let vault = Vault::from_key(&[7u8; 32]);
-        let secrets = Secrets::new(self.store.clone(), vault).unwrap();
+        let secrets = self.secrets();
         let environments = Environments::new(
             self.store.clone(),
             secrets.vault(),

@@ -13,6 +13,7 @@ pub mod config;
 pub mod database;
 pub mod embedded_pg;
 pub mod error;
+pub mod host;
 pub mod limits;
 pub mod logging;
 pub mod mcp;

@@ -575,15 +575,15 @@ fn url_ports_limit_what_a_shared_link_opens() {
 }
 
 /// A box domain that is not a public suffix is warned about at start.
-#[test]
-fn a_box_domain_off_the_public_suffix_list_is_warned_about() {
+#[actix_rt::test]
+async fn a_box_domain_off_the_public_suffix_list_is_warned_about() {
     let logs = common::logs();
     let f = common::fixture();
     let config = Config {
         box_domain: "boxes.example".into(),
         ..Config::default()
     };
-    let _state = common::state_with(&f, &config);
+    let _state = common::state_with(&f, &config).await;
     let logged = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
     assert!(
         logged.contains("box_domain is not on the Public Suffix List")

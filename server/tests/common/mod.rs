@@ -11,6 +11,7 @@ use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::{Bootstrap, NewBox, PoolOptions, Store};
 use psbx_server::app::{self, AppState};
 use psbx_server::config::Config;
+use psbx_server::host::HostChoice;
 use psbx_tests::TestDatabase;
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -51,20 +52,16 @@ pub fn other_account(f: &Fixture) -> String {
 }
 
 /// The app's state on the fixture's database, with the default configuration.
-pub fn state(f: &Fixture) -> AppState {
-    state_with(f, &Config::default())
+pub async fn state(f: &Fixture) -> AppState {
+    state_with(f, &Config::default()).await
 }
 
-pub fn state_with(f: &Fixture, config: &Config) -> AppState {
+pub async fn state_with(f: &Fixture, config: &Config) -> AppState {
     let secrets = Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
     let id = psbx_actors::ids::ServerId::parse("srv_test").unwrap();
-    let parts = app::Parts::new(f.store.clone(), secrets, Default::default(), URL, id);
-    AppState::assemble(
-        config,
-        parts,
-        Err("no libvirt host in the HTTP tests".into()),
-    )
-    .unwrap()
+    let parts = app::Parts::new(f.store.clone(), secrets, Default::default(), URL, id)
+        .with_host(HostChoice::Off("no libvirt host in the HTTP tests".into()));
+    AppState::assemble(config, parts).await.unwrap()
 }
 
 pub fn bearer(key: &str) -> (header::HeaderName, String) {
@@ -153,8 +150,7 @@ pub fn serve_on_fake_host(
     listener: std::net::TcpListener,
     workers: usize,
 ) -> OnFakeHost {
-    use psbx_actors::connectors::{Hub, Router};
-    use psbx_actors::host::{BoxServices, Connected, supervise};
+    use psbx_actors::host::Connected;
     let url = config.public_url.clone().expect("the config's public URL");
     let server_id = psbx_actors::ids::ServerId::parse(server_id).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -162,29 +158,17 @@ pub fn serve_on_fake_host(
     let thread = std::thread::spawn(move || {
         actix_rt::System::new().block_on(async move {
             let secrets = Secrets::new(store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
-            let hub = Hub::default();
-            let host = supervise(
-                Connected {
-                    host: Arc::new(fake),
-                    resources: psbx_libvirt::HostResources {
-                        cpus: 8,
-                        memory_mib: 8192,
-                    },
-                    accel: psbx_libvirt::Accel::Tcg,
+            let fake = Connected {
+                host: Arc::new(fake),
+                resources: psbx_libvirt::HostResources {
+                    cpus: 8,
+                    memory_mib: 8192,
                 },
-                store.clone(),
-                config.boxes.settings(&config.data_dir).unwrap(),
-                server_id.to_string(),
-                BoxServices {
-                    secrets: secrets.clone(),
-                    router: Router::new(hub.clone(), store.clone()),
-                    box_role: None,
-                },
-            )
-            .await
-            .unwrap();
-            let parts = app::Parts::new(store, secrets, hub, &url, server_id);
-            let state = AppState::assemble(&config, parts, Ok(host)).unwrap();
+                accel: psbx_libvirt::Accel::Tcg,
+            };
+            let parts = app::Parts::new(store, secrets, Default::default(), &url, server_id)
+                .with_host(HostChoice::Hypervisor(fake));
+            let state = AppState::assemble(&config, parts).await.unwrap();
             let shots = state.shots.clone();
             let running = actix_web::HttpServer::new(move || app::build(state.clone()))
                 .workers(workers)
