@@ -3,8 +3,10 @@
 //! the host supervisor or the box's actor.
 
 use crate::blocking::blocking;
+pub use crate::box_actor::Traffic;
 use crate::box_actor::{
-    BoxSnapshot, Channel, Forget, Keep, PING_TIMEOUT, Rewire, Status, Stop, Touch, WOKEN_PATIENCE,
+    BoxActor, BoxSnapshot, Channel, ForAccount, Forget, Keep, Lease, PING_TIMEOUT, Rewire, Status,
+    Stop, WOKEN_PATIENCE,
 };
 use crate::box_state::BoxState;
 use crate::box_urls::{Admitted, BoxAddress, BoxUrls, Crowded, Found, Slot, Slots, UrlLimits};
@@ -23,13 +25,14 @@ use crate::settings::{BoxSettings, SIZES};
 use crate::spec::BoxSpec;
 use crate::store::{BoxCursor, BoxRecord, Store};
 use crate::wiring::{self, WireChange};
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
 use psbx_wire::boxd::{ExecRequest, Logs, Process, ProcessesRequest, Service, Signal, Streamed};
 use psbx_wire::mux::Stream;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
 
 pub mod shots;
 mod sync;
@@ -94,31 +97,20 @@ pub struct Boxes {
     url_slots: Arc<Slots>,
 }
 
+/// What a command's or a followed log's reading yields, as it comes; it ends
+/// when the command has ended, or at the first error.
+pub type Events<T> = BoxStream<'static, Result<T, BoxError>>;
+
 /// While held, the box counts as active (a terminal, a command waited on):
-/// the box does not freeze under it. A box URL's guard
-/// ([`Boxes::open_port`]) counts only while its connection has traffic.
+/// the box does not freeze under it. It is a lease on the box's actor
+/// (`box_actor/lease.rs`): no task, one message when taken and one when
+/// dropped. A box URL's guard ([`Boxes::open_port`]) counts only while its
+/// connection has traffic.
 pub struct Awake {
-    _stop: tokio::sync::oneshot::Sender<()>,
+    _lease: Lease,
     traffic: Option<Traffic>,
     /// The box-URL request's place among the box's ([`Slots`]).
     _slot: Option<Slot>,
-}
-
-/// Marks a box URL's connection as having had traffic: its [`Awake`]
-/// touches the box at its next keepalive tick only if it did.
-#[derive(Clone)]
-pub struct Traffic(Arc<std::sync::atomic::AtomicBool>);
-
-impl Traffic {
-    /// Bytes went one way or the other.
-    pub fn saw(&self) {
-        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether bytes went since the last call.
-    fn take(&self) -> bool {
-        self.0.swap(false, std::sync::atomic::Ordering::Relaxed)
-    }
 }
 
 impl Awake {
@@ -309,43 +301,22 @@ impl Boxes {
             .await,
         )??;
         let stream = link.open(Service::Port(port), SERVICE).await?;
-        let traffic = Traffic(Arc::default());
-        let mut awake = self.awake_while(addr, Some(traffic));
-        awake._slot = Some(slot);
-        Ok((stream, awake))
+        let traffic = Traffic::default();
+        Ok((
+            stream,
+            Awake {
+                _lease: Lease::take(addr, Some(traffic.clone())),
+                traffic: Some(traffic),
+                _slot: Some(slot),
+            },
+        ))
     }
 
-    /// Touches the box every keepalive period until the guard is dropped.
-    pub fn awake(&self, addr: actix::Addr<crate::box_actor::BoxActor>) -> Awake {
-        self.awake_while(addr, None)
-    }
-
-    /// Touches the box every keepalive period until the guard is dropped;
-    /// with `traffic`, only at the ticks after which the connection had some
-    /// (a connection without traffic stops counting within one period).
-    fn awake_while(
-        &self,
-        addr: actix::Addr<crate::box_actor::BoxActor>,
-        traffic: Option<Traffic>,
-    ) -> Awake {
-        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut keepalive = self.keepalive();
-        let marker = traffic.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = keepalive.tick() => {
-                        if marker.as_ref().is_none_or(Traffic::take) {
-                            addr.do_send(Touch);
-                        }
-                    }
-                    _ = &mut stopped => return,
-                }
-            }
-        });
+    /// Keeps the box awake until the guard is dropped.
+    pub fn awake(&self, addr: actix::Addr<BoxActor>) -> Awake {
         Awake {
-            _stop: stop,
-            traffic,
+            _lease: Lease::take(addr, None),
+            traffic: None,
             _slot: None,
         }
     }
@@ -537,19 +508,27 @@ impl Boxes {
     }
 
     /// The actor of a live box, or the stored record when the box is over.
+    ///
+    /// A box with an actor on this host is found in the registry without
+    /// reading its row: its actor answers for the account itself (every
+    /// message is sent [`ForAccount`], and another account's box is not
+    /// found). Only a box without one here (stopped, still being made, or not
+    /// supervised now) is read from the store. A box stopped outside its actor
+    /// (an operator's `psbx boxes stop` removes its VM) is noticed when its
+    /// link reports closed ([`Boxes::settled`]).
     async fn actor(
         &self,
         account: &AccountId,
         id: &str,
-    ) -> Result<Result<actix::Addr<crate::box_actor::BoxActor>, BoxRecord>, BoxError> {
+    ) -> Result<Result<actix::Addr<BoxActor>, BoxRecord>, BoxError> {
+        let box_id = BoxId::parse(id).map_err(|_| BoxError::NotFound(id.to_owned()))?;
+        if let Ok(host) = &self.host
+            && let Some(addr) = host.registry.actor(&box_id)
+        {
+            return Ok(Ok(addr));
+        }
         let record = self.record(account, id).await?;
         if record.state.is_terminal() {
-            // Ended behind the actor's back (an operator's stop): let it go.
-            if let Ok(host) = &self.host
-                && let Some(addr) = host.registry.actor(&record.id)
-            {
-                addr.do_send(Forget);
-            }
             return Ok(Err(record));
         }
         let host = self.host()?;
@@ -580,19 +559,61 @@ impl Boxes {
             Err(BoxError::Starting { .. }) => self.snapshot_of_row(self.record(account, id).await?),
             Err(e) => return Err(e),
             Ok(Err(record)) => self.snapshot_of_row(record),
-            Ok(Ok(addr)) => match addr
-                .send(Status {
+            Ok(Ok(addr)) => {
+                let status = Status {
                     thaw,
                     touch: true,
                     patience: PING_TIMEOUT,
-                })
-                .await
-            {
-                Ok(answer) => answer.map(|s| self.dressed(s))?,
-                Err(e) => self.snapshot_of_row(self.after_gone(account, id, e).await?),
-            },
+                };
+                match addr.send(for_account(account, status)).await {
+                    // boxd did not answer: the box may have been stopped
+                    // outside its actor.
+                    Ok(Ok(s)) if s.record.state == BoxState::Running && s.health.is_none() => {
+                        match self.settled(account, id).await? {
+                            Some(record) => self.snapshot_of_row(record),
+                            None => self.dressed(s),
+                        }
+                    }
+                    Ok(Ok(s)) => self.dressed(s),
+                    // Ended as it was asked (its actor was on its way out).
+                    Ok(Err(BoxError::Over { .. })) => {
+                        self.snapshot_of_row(self.record(account, id).await?)
+                    }
+                    Ok(Err(e)) => return Err(e),
+                    Err(e) => self.snapshot_of_row(self.after_gone(account, id, e).await?),
+                }
+            }
         };
         Ok(self.with_linked(snapshot).await)
+    }
+
+    /// The box's row when it has ended outside its actor (an operator's
+    /// `psbx boxes stop`): its actor is let go, and the caller answers as for
+    /// any box that is over. `None` while the row says it lives.
+    async fn settled(&self, account: &AccountId, id: &str) -> Result<Option<BoxRecord>, BoxError> {
+        let record = self.record(account, id).await?;
+        if !record.state.is_terminal() {
+            return Ok(None);
+        }
+        if let Ok(host) = &self.host
+            && let Some(addr) = host.registry.actor(&record.id)
+        {
+            addr.do_send(Forget);
+        }
+        Ok(Some(record))
+    }
+
+    /// A call's error, once a closed link is looked into: the link of a box
+    /// stopped outside its actor is closed, and the call answers as for any
+    /// box that is over ([`Boxes::settled`]).
+    async fn noticed(&self, account: &AccountId, id: &str, e: BoxError) -> BoxError {
+        if !matches!(e, BoxError::Boxd(LinkError::Closed)) {
+            return e;
+        }
+        match self.settled(account, id).await {
+            Ok(Some(record)) => over(&record),
+            _ => e,
+        }
     }
 
     /// The reading with the state of each box its links point at (`gone`
@@ -625,7 +646,7 @@ impl Boxes {
         let keep_secs = self.keep_secs(keep)?;
         match self.actor(account, id).await? {
             Err(record) => Err(over(&record)),
-            Ok(addr) => match addr.send(Keep { keep_secs }).await {
+            Ok(addr) => match addr.send(for_account(account, Keep { keep_secs })).await {
                 Ok(answer) => answer.map(|s| self.dressed(s)),
                 Err(e) => Err(over(&self.after_gone(account, id, e).await?)),
             },
@@ -652,7 +673,7 @@ impl Boxes {
         match self.actor(account, id).await? {
             Err(record) => Err(over(&record)),
             Ok(addr) => {
-                let snapshot = match addr.send(Rewire { change }).await {
+                let snapshot = match addr.send(for_account(account, Rewire { change })).await {
                     Ok(answer) => answer?,
                     Err(e) => return Err(over(&self.after_gone(account, id, e).await?)),
                 };
@@ -666,13 +687,21 @@ impl Boxes {
         match self.actor(account, id).await? {
             Err(record) => Ok(self.snapshot_of_row(record)),
             Ok(addr) => match addr
-                .send(Stop {
-                    reason: "stopped by request",
-                })
+                .send(for_account(
+                    account,
+                    Stop {
+                        reason: "stopped by request",
+                    },
+                ))
                 .await
             {
                 // Over: no URLs.
-                Ok(answer) => answer.map(|s| self.dressed(s)),
+                Ok(Ok(s)) => Ok(self.dressed(s)),
+                // Ended meanwhile, by its actor or outside it: its record.
+                Ok(Err(e)) => match self.settled(account, id).await? {
+                    Some(record) => Ok(self.snapshot_of_row(record)),
+                    None => Err(e),
+                },
                 // Stopped by something else meanwhile: as stopping a box
                 // that is over, its record.
                 Err(e) => Ok(self.snapshot_of_row(self.after_gone(account, id, e).await?)),
@@ -713,12 +742,11 @@ impl Boxes {
             Err(record) => return Err(over(&record)),
             Ok(addr) => addr,
         };
-        let asked = addr
-            .send(Channel {
-                thaw: true,
-                touch: true,
-            })
-            .await;
+        let channel = Channel {
+            thaw: true,
+            touch: true,
+        };
+        let asked = addr.send(for_account(account, channel)).await;
         let (link, masker) = match asked {
             Ok(answer) => answer?,
             Err(e) => return Err(over(&self.after_gone(account, id, e).await?)),
@@ -746,83 +774,72 @@ impl Boxes {
         }
     }
 
-    /// The ticks at which a caller waiting on the box counts as activity
-    /// again; the first comes one period on, since taking the channel counted.
-    fn keepalive(&self) -> tokio::time::Interval {
-        let every =
-            (self.settings.idle_freeze / 2).clamp(Duration::from_secs(1), Duration::from_secs(60));
-        tokio::time::interval_at(tokio::time::Instant::now() + every, every)
-    }
-
-    /// Runs a command: its events (output masked) arrive on the receiver. A
-    /// command that cannot start is an error here; a foreground command keeps
-    /// the box awake while it runs and its caller holds the receiver. Dropping
-    /// the receiver ends the reading (the command runs on in the box, and no
-    /// longer counts as activity). The server does not take boxd's word for
-    /// the command's time limit: past `timeout_s` and [`EXEC_GRACE`] without
-    /// an exit, the receiver gets [`BoxError::Overran`] and ends.
+    /// Runs a command: its events (output masked), as they come. A command
+    /// that cannot start is an error here; a foreground command keeps the box
+    /// awake while it runs and its caller holds the stream. Dropping the
+    /// stream ends the reading (the command runs on in the box, and no longer
+    /// counts as activity). The server does not take boxd's word for the
+    /// command's time limit: past `timeout_s` and [`EXEC_GRACE`] without an
+    /// exit, the stream yields [`BoxError::Overran`] and ends. No task and no
+    /// channel: the caller's polling reads boxd's stream.
     pub async fn exec(
         &self,
         account: &AccountId,
         id: &str,
         request: ExecRequest,
-    ) -> Result<mpsc::Receiver<Result<ExecEvent, BoxError>>, BoxError> {
+    ) -> Result<Events<ExecEvent>, BoxError> {
         let (addr, link, masker) = self.channel(account, id).await?;
-        let mut command = Command::start(&link, &request, masker).await?;
+        let mut command = match Command::start(&link, &request, masker).await {
+            Ok(command) => command,
+            Err(e) => return Err(self.noticed(account, id, e).await),
+        };
         let limit = request
             .timeout_s
             .filter(|_| !request.background)
             .map(Duration::from_secs);
-        // Armed only for a command with a limit; without one it never fires.
-        let overran = {
-            let at = limit.map(|l| tokio::time::Instant::now() + l + EXEC_GRACE);
-            async move {
-                match at {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            }
-        };
         // The first event says whether the command started at all.
         let first = command
             .next()
             .await?
             .ok_or_else(|| BoxError::Internal("the command's stream ended at once".into()))?;
-        let (tx, rx) = mpsc::channel(32);
-        let awake = self.awake(addr);
-        // One task reads the command's stream; the box is kept awake while it runs.
-        tokio::spawn(async move {
-            let (_link, _awake) = (link, awake);
-            tokio::pin!(overran);
-            if tx.send(Ok(first)).await.is_err() {
-                return;
-            }
-            loop {
-                tokio::select! {
-                    event = command.next() => match event {
-                        Ok(Some(event)) => if tx.send(Ok(event)).await.is_err() { return },
-                        Ok(None) => return,
-                        Err(e) => {
-                            let _ = tx.send(Err(e)).await;
-                            return;
-                        }
-                    },
-                    () = tx.closed() => return,
-                    () = &mut overran => {
-                        let limit = limit.unwrap_or_default();
-                        let _ = tx.send(Err(BoxError::Overran { limit, grace: EXEC_GRACE })).await;
-                        return;
-                    }
+        let reading = Reading {
+            command,
+            _link: link,
+            _awake: self.awake(addr),
+            overran_at: limit.map(|l| (tokio::time::Instant::now() + l + EXEC_GRACE, l)),
+        };
+        let rest = futures_util::stream::unfold(Some(reading), |reading| async move {
+            let mut reading = reading?;
+            let overran = async {
+                match reading.overran_at {
+                    Some((at, _)) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                event = reading.command.next() => match event {
+                    Ok(Some(event)) => Some((Ok(event), Some(reading))),
+                    Ok(None) => None,
+                    Err(e) => Some((Err(e), None)),
+                },
+                () = overran => {
+                    let limit = reading.overran_at.map(|(_, l)| l).unwrap_or_default();
+                    Some((Err(BoxError::Overran { limit, grace: EXEC_GRACE }), None))
                 }
             }
         });
-        Ok(rx)
+        Ok(futures_util::stream::once(std::future::ready(Ok(first)))
+            .chain(rest)
+            .boxed())
     }
 
     /// The box's background commands.
     pub async fn processes(&self, account: &AccountId, id: &str) -> Result<Vec<Process>, BoxError> {
         let (_, link, masker) = self.channel(account, id).await?;
-        let mut processes = link.call(&ProcessesRequest, SERVICE).await?;
+        let mut processes = match link.call(&ProcessesRequest, SERVICE).await {
+            Ok(processes) => processes,
+            Err(e) => return Err(self.noticed(account, id, e.into()).await),
+        };
         for p in &mut processes {
             p.cmd = masker.mask(&p.cmd);
             if let Some(exit) = &mut p.exit {
@@ -841,7 +858,10 @@ impl Boxes {
         signal: i32,
     ) -> Result<(), BoxError> {
         let (_, link, _) = self.channel(account, id).await?;
-        let done = link.call(&Signal { pid, signal }, SERVICE).await?;
+        let done = match link.call(&Signal { pid, signal }, SERVICE).await {
+            Ok(done) => done,
+            Err(e) => return Err(self.noticed(account, id, e.into()).await),
+        };
         if done.ok {
             Ok(())
         } else {
@@ -861,7 +881,10 @@ impl Boxes {
         keep: usize,
     ) -> Result<Bounded, BoxError> {
         let (_, link, masker) = self.channel(account, id).await?;
-        let mut stream = open_log(&link, id, pid, 0, false).await?;
+        let mut stream = match open_log(&link, id, pid, 0, false).await {
+            Ok(stream) => stream,
+            Err(e) => return Err(self.noticed(account, id, e).await),
+        };
         let mut kept = Bounded::new(keep, keep);
         let mut mask = MaskStream::new(masker);
         let mut chunk = vec![0u8; 64 * 1024];
@@ -880,9 +903,9 @@ impl Boxes {
     }
 
     /// Follows a background command's output (masked) from `offset` while it
-    /// runs; the receiver ends once the command has exited and all its output
+    /// runs; the stream ends once the command has exited and all its output
     /// arrived. Following keeps the box awake while the caller holds the
-    /// receiver; once it is dropped, following ends (the command runs on and
+    /// stream; once it is dropped, following ends (the command runs on and
     /// its output stays in its log, but it no longer counts as activity: a
     /// box nobody waits on freezes and expires on time).
     pub async fn follow(
@@ -891,36 +914,34 @@ impl Boxes {
         id: &str,
         pid: u32,
         offset: u64,
-    ) -> Result<mpsc::Receiver<Result<Vec<u8>, BoxError>>, BoxError> {
+    ) -> Result<Events<Vec<u8>>, BoxError> {
         let (addr, link, masker) = self.channel(account, id).await?;
-        let mut stream = open_log(&link, id, pid, offset, true).await?;
-        let awake = self.awake(addr);
-        let (tx, rx) = mpsc::channel(16);
-        let id = id.to_owned();
-        tokio::spawn(async move {
-            let _awake = awake;
-            let mut mask = MaskStream::new(masker);
-            let mut chunk = vec![0u8; 64 * 1024];
-            loop {
-                tokio::select! {
-                    read = stream.read(&mut chunk) => match read {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            if tx.send(Ok(mask.push(&chunk[..n]))).await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(no_process(&id, pid, e))).await;
-                            return;
-                        }
-                    },
-                    () = tx.closed() => return,
+        let stream = match open_log(&link, id, pid, offset, true).await {
+            Ok(stream) => stream,
+            Err(e) => return Err(self.noticed(account, id, e).await),
+        };
+        let following = Following {
+            stream,
+            mask: MaskStream::new(masker),
+            chunk: vec![0u8; 64 * 1024],
+            id: id.to_owned(),
+            pid,
+            _awake: self.awake(addr),
+        };
+        Ok(
+            futures_util::stream::unfold(Some(following), |following| async move {
+                let mut f = following?;
+                match f.stream.read(&mut f.chunk).await {
+                    Ok(0) => Some((Ok(f.mask.finish()), None)),
+                    Ok(n) => {
+                        let masked = f.mask.push(&f.chunk[..n]);
+                        Some((Ok(masked), Some(f)))
+                    }
+                    Err(e) => Some((Err(no_process(&f.id, f.pid, e)), None)),
                 }
-            }
-            let _ = tx.send(Ok(mask.finish())).await;
-        });
-        Ok(rx)
+            })
+            .boxed(),
+        )
     }
 
     /// One background command of the box.
@@ -945,6 +966,33 @@ impl Boxes {
         if let Ok(host) = &self.host {
             let _ = host.supervisor.send(Shutdown).await;
         }
+    }
+}
+
+/// A command being read ([`Boxes::exec`]): its stream from boxd, the link
+/// it runs on, the box's lease, and when it has overrun (with its limit).
+struct Reading {
+    command: Command,
+    _link: LinkHandle,
+    _awake: Awake,
+    overran_at: Option<(tokio::time::Instant, Duration)>,
+}
+
+/// A background command's log being followed ([`Boxes::follow`]).
+struct Following {
+    stream: Stream,
+    mask: MaskStream,
+    chunk: Vec<u8>,
+    id: String,
+    pid: u32,
+    _awake: Awake,
+}
+
+/// `message` to a box's actor on behalf of `account` ([`ForAccount`]).
+fn for_account<M>(account: &AccountId, message: M) -> ForAccount<M> {
+    ForAccount {
+        account: account.clone(),
+        message,
     }
 }
 
