@@ -10,7 +10,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, delete, get, post, put, web};
 use chrono::{DateTime, Utc};
 use psbx_actors::environments::address::RawEndpoint;
-use psbx_actors::environments::settings::SourceRef;
+use psbx_actors::environments::service_settings::SourceRef;
 use psbx_actors::environments::{Connection, EnvError, Environment, Environments};
 use psbx_actors::ids::ConnectorToken;
 use psbx_actors::store::{EnvironmentChange, ServiceRecord};
