@@ -849,6 +849,17 @@ async fn lifecycle_calls_a_box_cannot_take_change_nothing() {
     assert_eq!(w.row(&id), row);
 }
 
+/// A command for boxd, in /work with no environment of its own.
+fn exec_request(cmd: &str, timeout_s: Option<u64>, background: bool) -> ExecRequest {
+    ExecRequest {
+        cmd: cmd.into(),
+        cwd: "/work".into(),
+        env: vec![],
+        timeout_s,
+        background,
+    }
+}
+
 /// A box of the world's account, and the API over its host.
 async fn started_box(w: &World) -> (Boxes, BoxId) {
     let host = w.start().await;
@@ -881,13 +892,7 @@ async fn an_exec_whose_caller_left_does_not_keep_a_box_awake() {
     tokio::time::pause();
     let w = world(0);
     let (boxes, id) = started_box(&w).await;
-    let request = ExecRequest {
-        cmd: "sleep infinity".into(),
-        cwd: "/work".into(),
-        env: vec![],
-        timeout_s: None,
-        background: false,
-    };
+    let request = exec_request("sleep infinity", None, false);
     let mut events = boxes.exec(&w.account, id.as_str(), request).await.unwrap();
     assert_eq!(events.next().await.unwrap().unwrap(), ExecEvent::Started(7));
     drop(events);
@@ -908,13 +913,7 @@ async fn a_command_waited_on_holds_its_box_past_its_idle_time_and_its_keep() {
     let keep = 10 * MINUTE;
     let made = create(&host, &w, 1, keep.as_secs() as i64).await.unwrap();
     let (boxes, id) = (w.boxes(host), made.record.id);
-    let request = ExecRequest {
-        cmd: "sleep infinity".into(),
-        cwd: "/work".into(),
-        env: vec![],
-        timeout_s: None,
-        background: false,
-    };
+    let request = exec_request("sleep infinity", None, false);
     let mut events = boxes.exec(&w.account, id.as_str(), request).await.unwrap();
     assert_eq!(events.next().await.unwrap().unwrap(), ExecEvent::Started(7));
     let held_from = w.row(&id).last_activity_at;
@@ -955,13 +954,7 @@ async fn a_call_on_a_live_box_asks_its_actor_and_not_its_row() {
     ))
     .execute(&mut conn)
     .unwrap();
-    let request = ExecRequest {
-        cmd: "true".into(),
-        cwd: "/work".into(),
-        env: vec![],
-        timeout_s: None,
-        background: true,
-    };
+    let request = exec_request("true", None, true);
     let mut events = boxes
         .exec(&w.account, id.as_str(), request.clone())
         .await
@@ -998,13 +991,7 @@ async fn the_server_ends_an_exec_boxd_never_ends_at_its_limit_and_grace() {
     tokio::time::pause();
     let w = world(0);
     let (boxes, id) = started_box(&w).await;
-    let request = ExecRequest {
-        cmd: "sleep 60".into(),
-        cwd: "/work".into(),
-        env: vec![],
-        timeout_s: Some(60),
-        background: false,
-    };
+    let request = exec_request("sleep 60", Some(60), false);
     let started = tokio::time::Instant::now();
     let mut events = boxes.exec(&w.account, id.as_str(), request).await.unwrap();
     assert_eq!(events.next().await.unwrap().unwrap(), ExecEvent::Started(7));
@@ -1430,13 +1417,7 @@ async fn step(w: &World, host: &HostStart, boxes: &Boxes, tracked: &mut Vec<Trac
         }
         Op::Exec(i) => match pick(i) {
             Some(i) => {
-                let request = ExecRequest {
-                    cmd: "sleep 1".into(),
-                    cwd: "/work".into(),
-                    env: vec![],
-                    timeout_s: None,
-                    background: true,
-                };
+                let request = exec_request("sleep 1", None, true);
                 let done = boxes
                     .exec(&w.account, tracked[i].id.as_str(), request)
                     .await;
