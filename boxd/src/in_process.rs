@@ -76,10 +76,9 @@ impl Drop for InProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::services::testing::{fetch, session_of};
     use psbx_wire::boxd::{self as proto, Clock, Configure, Done, Process, Record};
-    use psbx_wire::{Config, Session};
     use std::time::Duration;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn info() -> BoxInfo {
         BoxInfo {
@@ -88,28 +87,6 @@ mod tests {
             boot_id: "boot-1".into(),
             features: vec![],
         }
-    }
-
-    async fn session(boxd: Arc<InProcess>) -> Session {
-        let (client, server) =
-            psbx_wire::testing::session_pair(Config::default(), Config::default(), 1 << 16)
-                .await
-                .unwrap();
-        tokio::spawn(async move {
-            while let Some(incoming) = server.accept().await {
-                tokio::spawn(boxd.serve(incoming));
-            }
-        });
-        client
-    }
-
-    async fn fetch(session: &Session, target: &str, body: &[u8]) -> Vec<u8> {
-        let mut stream = session.open(target).await.unwrap();
-        stream.write_all(body).await.unwrap();
-        stream.shutdown().await.unwrap();
-        let mut out = Vec::new();
-        stream.read_to_end(&mut out).await.unwrap();
-        out
     }
 
     fn exec(cmd: &str, background: bool) -> Vec<u8> {
@@ -142,9 +119,9 @@ mod tests {
     async fn a_box_of_its_own_directories_that_leaves_the_machine_alone() {
         let dir = tempfile::tempdir().unwrap();
         let work = dir.path().join("work");
-        let boxd =
-            Arc::new(InProcess::start(work.clone(), dir.path().join("run"), info()).unwrap());
-        let session = session(boxd.clone()).await;
+        let boxd = InProcess::start(work.clone(), dir.path().join("run"), info()).unwrap();
+        // The services it serves with (`InProcess::serve` is `handle` on them).
+        let session = session_of(boxd.state.clone()).await;
 
         // The claim's environment is kept under its own run directory.
         let claim = Configure {

@@ -145,9 +145,8 @@ async fn serve_session(session: &Session, state: &Arc<Boxd>) -> Option<Hello> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::services::testing::state;
+    use crate::services::testing::{fetch, state};
     use psbx_wire::boxd::{self as proto, Record, SyncDone};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn pair() -> Session {
         let (client, boxd) =
@@ -156,15 +155,6 @@ mod tests {
                 .unwrap();
         tokio::spawn(async move { serve_session(&boxd, &state()).await });
         client
-    }
-
-    async fn fetch(session: &Session, target: &str, body: &[u8]) -> Vec<u8> {
-        let mut stream = session.open(target).await.unwrap();
-        stream.write_all(body).await.unwrap();
-        stream.shutdown().await.unwrap();
-        let mut out = Vec::new();
-        stream.read_to_end(&mut out).await.unwrap();
-        out
     }
 
     /// A virtio-serial port in a test: one byte pipe kept across sessions,

@@ -66,6 +66,7 @@ pub(crate) mod testing {
     use psbx_wire::boxd::BoxInfo;
     use psbx_wire::{Config, Session};
     use std::sync::{Arc, RwLock};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A boxd state with one secret in its commands' environment.
     pub fn state() -> Arc<Boxd> {
@@ -96,6 +97,16 @@ pub(crate) mod testing {
     /// The server's end of a session whose streams boxd's services serve.
     pub async fn session() -> Session {
         session_of(state()).await
+    }
+
+    /// Opens `target`, sends `body` and half-closes; everything answered.
+    pub async fn fetch(session: &Session, target: &str, body: &[u8]) -> Vec<u8> {
+        let mut stream = session.open(target).await.unwrap();
+        stream.write_all(body).await.unwrap();
+        stream.shutdown().await.unwrap();
+        let mut out = Vec::new();
+        stream.read_to_end(&mut out).await.unwrap();
+        out
     }
 
     /// The server's end of a session whose streams boxd serves with `state`.

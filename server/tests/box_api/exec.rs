@@ -6,19 +6,9 @@
 //! The same path on a real box: `tests/tests/boxes.rs`'s
 //! `a_box_runs_freezes_thaws_and_stops`.
 
-use crate::world::World;
+use crate::world::{World, stdout};
 use serde_json::{Value, json};
 use std::time::Duration;
-
-fn exec(w: &World, id: &str, body: Value) -> Value {
-    let (status, result) = w.call("POST", &format!("/v1/boxes/{id}/exec"), Some(body));
-    assert_eq!(status, 200, "{result}");
-    result
-}
-
-fn stdout(result: &Value) -> &str {
-    result["stdout"]["text"].as_str().unwrap()
-}
 
 /// Peak resident memory of this process (the server, and boxd's services
 /// too), in KiB.
@@ -70,7 +60,7 @@ fn exec_masks_secrets_kills_on_timeout_keeps_background_work_and_bounds_output()
 
     // Secrets are environment variables; values of 8+ characters come back
     // masked. Commands run in the box's /work (here, its directory).
-    let r = exec(&w, &id, json!({"cmd": "echo $MYSECRET; echo $SHORT7; pwd"}));
+    let r = w.exec(&id, json!({"cmd": "echo $MYSECRET; echo $SHORT7; pwd"}));
     assert_eq!(
         stdout(&r),
         format!("****\n1234567\n{}\n", work.display()),
@@ -78,8 +68,7 @@ fn exec_masks_secrets_kills_on_timeout_keeps_background_work_and_bounds_output()
     );
     assert_eq!(r["exitCode"], 0);
     // ...also when printed one character at a time with pauses between.
-    let r = exec(
-        &w,
+    let r = w.exec(
         &id,
         json!({"cmd": "echo \"$MYSECRET\" | fold -w1 | while read c; do printf %s \"$c\"; sleep 0.1; done; echo"}),
     );
@@ -102,7 +91,7 @@ fn exec_masks_secrets_kills_on_timeout_keeps_background_work_and_bounds_output()
     assert!(events.iter().any(|e| e["stderr"] == "two\n"), "{streamed}");
     assert_eq!(events.last().unwrap()["exit"]["code"], 3, "{streamed}");
     // Files in the box are not touched.
-    let r = exec(&w, &id, json!({"cmd": "echo $MYSECRET > f; wc -c < f"}));
+    let r = w.exec(&id, json!({"cmd": "echo $MYSECRET > f; wc -c < f"}));
     assert_eq!(stdout(&r).trim(), "13");
     assert_eq!(
         std::fs::read_to_string(work.join("f")).unwrap(),
@@ -111,14 +100,12 @@ fn exec_masks_secrets_kills_on_timeout_keeps_background_work_and_bounds_output()
 
     // A time limit kills the command and its children. (The subshell is
     // named by the box's id: this machine runs other tests' commands too.)
-    let r = exec(
-        &w,
+    let r = w.exec(
         &id,
         json!({"cmd": format!("(sleep 40; echo late {id}) & sleep 60"), "timeout": "2s"}),
     );
     assert_eq!(r["timedOut"], true, "{r}");
-    let r = exec(
-        &w,
+    let r = w.exec(
         &id,
         json!({"cmd": format!("ps -eo args | grep -c '[s]leep 40; echo late {id}' || true")}),
     );
@@ -129,8 +116,7 @@ fn exec_masks_secrets_kills_on_timeout_keeps_background_work_and_bounds_output()
     );
 
     // A background command survives the call; its logs are readable.
-    let r = exec(
-        &w,
+    let r = w.exec(
         &id,
         json!({"cmd": "echo started $MYSECRET; sleep 1000", "background": true}),
     );
@@ -168,8 +154,7 @@ fn exec_masks_secrets_kills_on_timeout_keeps_background_work_and_bounds_output()
     // 200 MB of output: a bounded result that says what was cut; the server's
     // memory stays bounded.
     let before = peak_rss_kib();
-    let r = exec(
-        &w,
+    let r = w.exec(
         &id,
         json!({"cmd": "head -c 200000000 /dev/zero | tr '\\\\0' x; echo; echo end"}),
     );

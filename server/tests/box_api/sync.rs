@@ -5,19 +5,9 @@
 //! The same path on a real box: `tests/tests/stdio.rs` (a repository synced
 //! through `psbx mcp` and through an upload URL, then listed in the box).
 
-use crate::world::World;
+use crate::world::{World, stdout};
 use serde_json::{Value, json};
 use std::process::Command;
-
-fn exec(w: &World, id: &str, body: Value) -> Value {
-    let (status, result) = w.call("POST", &format!("/v1/boxes/{id}/exec"), Some(body));
-    assert_eq!(status, 200, "{result}");
-    result
-}
-
-fn stdout(result: &Value) -> &str {
-    result["stdout"]["text"].as_str().unwrap()
-}
 
 fn git(dir: &std::path::Path, script: &str) {
     psbx_tests::git::sh(dir, script);
@@ -57,7 +47,7 @@ fn sync_sends_what_git_would_and_refuses_escapes() {
     };
     // (Commands run in the box's /work: its directory here.)
     sync(&["--dest", "repo"]);
-    let r = exec(&w, &id, json!({"cmd": "ls -A repo; cat repo/tracked.txt"}));
+    let r = w.exec(&id, json!({"cmd": "ls -A repo; cat repo/tracked.txt"}));
     assert_eq!(
         stdout(&r),
         ".gitignore\nlater.txt\ntracked.txt\nuntracked.txt\nv2\n",
@@ -65,11 +55,7 @@ fn sync_sends_what_git_would_and_refuses_escapes() {
     );
 
     sync(&["--dest", "first", "--commit", "HEAD~1"]);
-    let r = exec(
-        &w,
-        &id,
-        json!({"cmd": "ls -A first; cat first/tracked.txt"}),
-    );
+    let r = w.exec(&id, json!({"cmd": "ls -A first; cat first/tracked.txt"}));
     assert_eq!(stdout(&r), ".gitignore\ntracked.txt\ntracked\n", "{r}");
 
     // A hostile archive is refused with the entry named.

@@ -14,13 +14,12 @@ use actix_web::dev::ServerHandle;
 use boxd::in_process::InProcess;
 use psbx_actors::hypervisor::fake::{FakeHypervisor, Guest, GuestBoxd, Serving};
 use psbx_actors::store::{PoolOptions, Store};
-use psbx_server::config::{BoxesConfig, Config};
+use psbx_server::config::Config;
 use psbx_tests::TestDatabase;
 use psbx_wire::boxd::BoxInfo;
 use psbx_wire::mux::Incoming;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -86,31 +85,16 @@ impl World {
     /// for boxes of 1 vCPU / 256 MiB without network, no pool and no idle
     /// freeze within an hour (the VM harness's defaults).
     pub fn start() -> Self {
-        let db = TestDatabase::new();
-        let store = Store::open(db.url(), PoolOptions::short_lived(8)).unwrap();
-        let first = store.bootstrap().unwrap().unwrap();
+        let common::Fixture { db, store, first } =
+            common::fixture_with(PoolOptions::short_lived(8));
         let server = store.register_server("box-api", "0").unwrap();
         let dir = tempfile::tempdir().unwrap();
         let images = common::fake_image(dir.path());
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let (listener, url) = common::loopback();
         let config = Config {
             data_dir: dir.path().join("data"),
             public_url: Some(url.clone()),
-            boxes: BoxesConfig {
-                images_dir: Some(images),
-                image: "test".into(),
-                unit_vcpus: 1,
-                unit_memory_mib: 256,
-                unit_disk_gb: 1,
-                pool_size: 0,
-                idle_freeze: "1h".into(),
-                network: false,
-                // The fake's disks take no space.
-                disk_margin_gb: 0,
-                disk_overcommit: 100.0,
-                ..BoxesConfig::default()
-            },
+            boxes: common::fake_host_boxes(images, "1h"),
             ..Config::default()
         };
         std::fs::create_dir_all(&config.data_dir).unwrap();
@@ -141,6 +125,13 @@ impl World {
 
     pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         psbx_tests::api::call(&self.url, &self.key, method, path, body)
+    }
+
+    /// `POST /v1/boxes/{id}/exec` with `body`, which must answer 200.
+    pub fn exec(&self, id: &str, body: Value) -> Value {
+        let (status, result) = self.call("POST", &format!("/v1/boxes/{id}/exec"), Some(body));
+        assert_eq!(status, 200, "{result}");
+        result
     }
 
     /// [`World::call`], failing the test unless the answer is a 2xx.
@@ -196,4 +187,9 @@ impl Drop for World {
             boxd.halt();
         }
     }
+}
+
+/// An exec result's stdout text.
+pub fn stdout(result: &Value) -> &str {
+    result["stdout"]["text"].as_str().unwrap()
 }
