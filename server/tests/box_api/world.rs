@@ -5,6 +5,10 @@
 //! `FakeHypervisor::serve_guests_with`), each box with a `/work` and a
 //! `/run/psbx` of its own under the world's temporary directory.
 //!
+//! A command runs in its box's `/work` (that directory), but one that names
+//! `/work/...` in its text names this machine's `/work` (where checkouts may
+//! live): the stories use paths relative to the working directory.
+//!
 //! Dropped, it stops the app, kills every background command its boxes
 //! still run and removes its directories; its database goes with
 //! `TestDatabase`.
