@@ -10,6 +10,7 @@
 
 use super::reply::{box_failed, failed, structured};
 use crate::views::exec::{OutputView, failure_texts, private_endpoint_hint};
+use futures_util::StreamExt;
 use psbx_actors::boxes::Boxes;
 use psbx_actors::error::BoxError;
 use psbx_actors::exec::bounded::Bounded;
@@ -155,7 +156,7 @@ async fn start(
         .exec(&who.account_id, id, request)
         .await
         .map_err(box_failed)?;
-    match events.recv().await {
+    match events.next().await {
         Some(Ok(ExecEvent::Started(pid))) => Ok(pid),
         Some(Err(e)) => Err(box_failed(e)),
         _ => Err(failed(
@@ -186,7 +187,7 @@ async fn follow(
     let started = tokio::time::Instant::now();
     let ended = loop {
         tokio::select! {
-            chunk = chunks.recv() => match chunk {
+            chunk = chunks.next() => match chunk {
                 Some(Ok(bytes)) => output.push(&bytes),
                 Some(Err(e)) => return box_failed(e),
                 None => break true,

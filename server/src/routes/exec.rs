@@ -49,7 +49,7 @@ pub async fn exec(
     let background = request.background;
     let mut events = boxes.exec(&who.account_id, &id, request).await?;
     if background {
-        return match events.recv().await {
+        return match events.next().await {
             Some(Ok(ExecEvent::Started(pid))) => Ok(HttpResponse::Ok().json(ExecResult {
                 pid: Some(pid),
                 background: true,
@@ -66,7 +66,7 @@ pub async fn exec(
         };
     }
     if query.stream.unwrap_or(false) {
-        let lines = tokio_stream_of(events).map(|event| {
+        let lines = events.map(|event| {
             let line = match event {
                 Ok(ExecEvent::Stdout(b)) => {
                     serde_json::json!({ "stdout": String::from_utf8_lossy(&b) })
@@ -88,7 +88,7 @@ pub async fn exec(
             .streaming(lines));
     }
     let (mut out, mut err) = (Bounded::new(KEEP, KEEP), Bounded::new(KEEP, KEEP));
-    while let Some(event) = events.recv().await {
+    while let Some(event) = events.next().await {
         match event? {
             ExecEvent::Stdout(b) => out.push(&b),
             ExecEvent::Stderr(b) => err.push(&b),
@@ -111,13 +111,6 @@ pub async fn exec(
     Err(ApiError::internal(
         "the command's stream ended without an exit status",
     ))
-}
-
-/// A receiver as a `Stream`, for a streaming body.
-fn tokio_stream_of<T: 'static>(
-    mut rx: tokio::sync::mpsc::Receiver<T>,
-) -> impl futures_util::Stream<Item = T> {
-    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 #[utoipa::path(

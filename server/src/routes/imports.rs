@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::views::environments::ServiceView;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, post, web};
-use psbx_actors::environments::settings::SourceRef;
+use psbx_actors::environments::service_settings::SourceRef;
 use psbx_actors::environments::{Environments, check_name};
 use psbx_actors::ids::AccountId;
 use psbx_actors::secrets::Secrets;

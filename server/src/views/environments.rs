@@ -9,7 +9,7 @@ use crate::error::ApiError;
 use crate::server_info::ServerInfo;
 use chrono::{DateTime, Utc};
 use psbx_actors::environments::address::RawEndpoint;
-use psbx_actors::environments::settings::SourceRef;
+use psbx_actors::environments::service_settings::SourceRef;
 use psbx_actors::environments::{Connection, Environment};
 use psbx_actors::ids::ConnectorToken;
 use psbx_actors::store::{EnvironmentChange, ServiceRecord};

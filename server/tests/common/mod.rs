@@ -10,7 +10,7 @@ use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::{Bootstrap, NewBox, PoolOptions, Store};
 use psbx_server::app::{self, AppState};
-use psbx_server::config::Config;
+use psbx_server::config::{BoxesConfig, Config};
 use psbx_server::host::HostChoice;
 use psbx_tests::TestDatabase;
 use std::io::Write;
@@ -26,8 +26,14 @@ pub struct Fixture {
 }
 
 pub fn fixture() -> Fixture {
+    fixture_with(PoolOptions::short_lived(4))
+}
+
+/// [`fixture`] with a store of its own pool options (an app serving on a
+/// fake host wants more connections).
+pub fn fixture_with(pool: PoolOptions) -> Fixture {
     let db = TestDatabase::new();
-    let store = Store::open(db.url(), PoolOptions::short_lived(4)).unwrap();
+    let store = Store::open(db.url(), pool).unwrap();
     let first = store.bootstrap().unwrap().unwrap();
     Fixture { db, store, first }
 }
@@ -130,6 +136,33 @@ pub fn fake_image(dir: &std::path::Path) -> std::path::PathBuf {
         std::fs::write(image.join(file), b"").unwrap();
     }
     images
+}
+
+/// `[boxes]` of an app on the fake host: boxes of 1 vCPU, 256 MiB and 1 GB
+/// from the fake image in `images` (`fake_image`), no pool and no network,
+/// frozen after `idle_freeze` without activity.
+pub fn fake_host_boxes(images: std::path::PathBuf, idle_freeze: &str) -> BoxesConfig {
+    BoxesConfig {
+        images_dir: Some(images),
+        image: "test".into(),
+        unit_vcpus: 1,
+        unit_memory_mib: 256,
+        unit_disk_gb: 1,
+        pool_size: 0,
+        network: false,
+        idle_freeze: idle_freeze.into(),
+        // The fake's disks take no space: the machine's free space does not matter.
+        disk_margin_gb: 0,
+        disk_overcommit: 100.0,
+        ..BoxesConfig::default()
+    }
+}
+
+/// A listener on a free loopback port, and its URL.
+pub fn loopback() -> (std::net::TcpListener, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    (listener, url)
 }
 
 /// The real app served on `listener` as `psbx serve` assembles it, with the
