@@ -846,6 +846,12 @@ async fn lifecycle_calls_a_box_cannot_take_change_nothing() {
     assert_eq!(w.row(&id), row);
 }
 
+/// The box's stored state `wait` from now.
+async fn state_after(w: &World, id: &BoxId, wait: Duration) -> BoxState {
+    sleep(wait).await;
+    w.row(id).state
+}
+
 /// A command for boxd, in /work with no environment of its own.
 fn exec_request(cmd: &str, timeout_s: Option<u64>, background: bool) -> ExecRequest {
     ExecRequest {
@@ -872,16 +878,12 @@ async fn following_keeps_a_box_awake_only_while_someone_reads() {
     // Read: the box stays up past its idle time (boxd never ends the log).
     let mut chunks = boxes.follow(&w.account, id.as_str(), 7, 0).await.unwrap();
     assert_eq!(chunks.next().await.unwrap().unwrap(), b"working\n");
-    sleep(IDLE + 2 * MINUTE).await;
-    assert_eq!(w.row(&id).state, BoxState::Running, "frozen under a reader");
+    let state = state_after(&w, &id, IDLE + 2 * MINUTE).await;
+    assert_eq!(state, BoxState::Running, "frozen under a reader");
     // Nobody reads any more: the follow ends and the box freezes on time.
     drop(chunks);
-    sleep(IDLE + 2 * MINUTE).await;
-    assert_eq!(
-        w.row(&id).state,
-        BoxState::Frozen,
-        "an orphaned follow kept it awake"
-    );
+    let state = state_after(&w, &id, IDLE + 2 * MINUTE).await;
+    assert_eq!(state, BoxState::Frozen, "an orphaned follow kept it awake");
 }
 
 #[actix_rt::test]
@@ -893,12 +895,8 @@ async fn an_exec_whose_caller_left_does_not_keep_a_box_awake() {
     let mut events = boxes.exec(&w.account, id.as_str(), request).await.unwrap();
     assert_eq!(events.next().await.unwrap().unwrap(), ExecEvent::Started(7));
     drop(events);
-    sleep(IDLE + 2 * MINUTE).await;
-    assert_eq!(
-        w.row(&id).state,
-        BoxState::Frozen,
-        "an orphaned exec kept it awake"
-    );
+    let state = state_after(&w, &id, IDLE + 2 * MINUTE).await;
+    assert_eq!(state, BoxState::Frozen, "an orphaned exec kept it awake");
 }
 
 #[actix_rt::test]
@@ -930,9 +928,9 @@ async fn a_command_waited_on_holds_its_box_past_its_idle_time_and_its_keep() {
     );
     // Nobody waits any more: it expires on time.
     drop(events);
-    sleep(keep + 2 * MINUTE).await;
+    let state = state_after(&w, &id, keep + 2 * MINUTE).await;
     assert_eq!(
-        w.row(&id).state,
+        state,
         BoxState::Stopped,
         "a box nobody waits on outlived its keep"
     );
