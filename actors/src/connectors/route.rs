@@ -1,7 +1,8 @@
 //! A box's stream to an environment address: `env:<host>:<port>` from boxd,
 //! routed through the connection listing that exact address now, to one of
-//! its connectors, and spliced; the bytes the box sends are counted as its
-//! egress as they pass (`egress`).
+//! its connectors, and joined to the stream opened there
+//! (`psbx_wire::splice::join_counted`: FIN and RST pass both ways); the
+//! bytes the box sends are counted as its egress as they pass (`egress`).
 //!
 //! A box may open streams as fast as it likes, so a refused one costs
 //! little: the environment's address table (or the fact that it is gone)
@@ -18,6 +19,7 @@ use crate::store::{ConnectionRecord, Store};
 use psbx_wire::Endpoint;
 use psbx_wire::frame::{Refusal, code};
 use psbx_wire::mux::Incoming;
+use psbx_wire::splice::join_counted;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -139,21 +141,14 @@ impl Router {
                 return incoming.refuse(refusal.code, &refusal.reason);
             }
         };
-        let mut downstream = self
-            .hub
-            .egress()
-            .count(route.box_id.as_str(), incoming.accept());
-        let mut upstream = upstream;
+        let sent = self.hub.egress().counter(route.box_id.as_str());
         let (id, closed) = self.hub.track(&env_id, &address);
-        tokio::select! {
-            _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream) => {}
-            reason = closed => {
-                let reason = reason.unwrap_or("closed");
-                tracing::info!(box_id = %route.box_id, %address, reason, "private endpoint stream closed");
-                downstream.get_ref().reset(reason);
-                upstream.reset(reason);
-            }
+        let unlisted = async {
+            let reason = closed.await.unwrap_or("closed");
+            tracing::info!(box_id = %route.box_id, %address, reason, "private endpoint stream closed");
+            reason
         };
+        let _ = join_counted(incoming.accept(), upstream, "psbx", &sent, unlisted).await;
         self.hub.untrack(&env_id, &address, id);
     }
 
