@@ -12,6 +12,7 @@
 //! same boot, it sets them up again from what it kept in `/run/psbx/`.
 
 mod aws;
+mod command;
 mod exec;
 mod kept;
 mod net;

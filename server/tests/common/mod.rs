@@ -166,11 +166,11 @@ pub fn serve_on_fake_host(
             let host = supervise(
                 Connected {
                     host: Arc::new(fake),
-                    resources: psbx_libvirt::HostResources {
+                    resources: psbx_actors::hypervisor::HostResources {
                         cpus: 8,
                         memory_mib: 8192,
                     },
-                    accel: psbx_libvirt::Accel::Tcg,
+                    accel: psbx_actors::hypervisor::Accel::Tcg,
                 },
                 store.clone(),
                 config.boxes.settings(&config.data_dir).unwrap(),
