@@ -73,13 +73,18 @@ impl Stop {
     }
 }
 
-/// Runs `copy` unless `cancel` resolves first.
-async fn until<T, R: AsRef<str>>(
-    copy: impl Future<Output = io::Result<T>>,
+/// Runs both directions until both are done, unless one fails or `cancel`
+/// resolves first; the caller resets its sides when it stops.
+async fn both_ways<R: AsRef<str>>(
+    to_target: impl Future<Output = io::Result<u64>>,
+    from_target: impl Future<Output = io::Result<u64>>,
     cancel: impl Future<Output = R>,
-) -> Result<T, Stop> {
+) -> Result<Moved, Stop> {
     tokio::select! {
-        copied = copy => copied.map_err(Stop::Failed),
+        copied = async { tokio::try_join!(to_target, from_target) } => {
+            let (to_target, from_target) = copied.map_err(Stop::Failed)?;
+            Ok(Moved { to_target, from_target })
+        }
         reason = cancel => Err(Stop::Cancelled(reason.as_ref().to_owned())),
     }
 }
@@ -101,26 +106,20 @@ pub async fn splice_until<R: AsRef<str>>(
 ) -> io::Result<Moved> {
     let (mut wire_read, mut wire_write) = stream.into_split();
     let (mut tcp_read, mut tcp_write) = tcp.into_split();
-    let copy = async {
-        tokio::try_join!(
-            to_target(&mut wire_read, &mut tcp_write),
-            from_target(&mut tcp_read, &mut wire_write),
-        )
-    };
-    match until(copy, cancel).await {
-        Ok((to_target, from_target)) => Ok(Moved {
-            to_target,
-            from_target,
-        }),
-        Err(stop) => {
-            wire_write.reset(&stop.reason(who));
-            if let Ok(tcp) = tcp_read.reunite(tcp_write) {
-                // Closed with zero linger: the target sees a TCP RST.
-                let _ = tcp.set_zero_linger();
-            }
-            Err(stop.into_error())
+    let moved = both_ways(
+        to_target(&mut wire_read, &mut tcp_write),
+        from_target(&mut tcp_read, &mut wire_write),
+        cancel,
+    )
+    .await;
+    moved.map_err(|stop| {
+        wire_write.reset(&stop.reason(who));
+        if let Ok(tcp) = tcp_read.reunite(tcp_write) {
+            // Closed with zero linger: the target sees a TCP RST.
+            let _ = tcp.set_zero_linger();
         }
-    }
+        stop.into_error()
+    })
 }
 
 /// Copies between two wire streams, `a` (the one that asked) and `b` (the
@@ -159,24 +158,18 @@ async fn join_inner<R: AsRef<str>>(
 ) -> io::Result<Moved> {
     let (mut a_read, mut a_write) = a.into_split();
     let (mut b_read, mut b_write) = b.into_split();
-    let copy = async {
-        tokio::try_join!(
-            forward(&mut a_read, &mut b_write, sent),
-            forward(&mut b_read, &mut a_write, None),
-        )
-    };
-    match until(copy, cancel).await {
-        Ok((to_target, from_target)) => Ok(Moved {
-            to_target,
-            from_target,
-        }),
-        Err(stop) => {
-            let reason = stop.reason(who);
-            a_write.reset(&reason);
-            b_write.reset(&reason);
-            Err(stop.into_error())
-        }
-    }
+    let moved = both_ways(
+        forward(&mut a_read, &mut b_write, sent),
+        forward(&mut b_read, &mut a_write, None),
+        cancel,
+    )
+    .await;
+    moved.map_err(|stop| {
+        let reason = stop.reason(who);
+        a_write.reset(&reason);
+        b_write.reset(&reason);
+        stop.into_error()
+    })
 }
 
 /// One direction of a join; at `from`'s EOF (its peer's `FIN`) `to` is shut

@@ -4,7 +4,7 @@
 //! the counted direction is counted while the bytes pass. And `splice_until`
 //! cancelled under a live TCP connection.
 
-use std::io::ErrorKind;
+use std::io::{self, ErrorKind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -21,6 +21,12 @@ use crate::{Config, Session, Stream};
 
 const LONG: Duration = Duration::from_secs(10);
 
+async fn pair() -> (Session, Session) {
+    session_pair(Config::default(), Config::default(), 1 << 16)
+        .await
+        .unwrap()
+}
+
 /// Opens a stream from `from` and accepts it on `to`.
 async fn connected(from: &Session, to: &Session) -> (Stream, Stream) {
     let accept = async { to.accept().await.expect("incoming").accept() };
@@ -28,39 +34,88 @@ async fn connected(from: &Session, to: &Session) -> (Stream, Stream) {
     (opened.expect("open"), accepted)
 }
 
-/// The two outer ends, as the box and the connector hold them, and the
-/// join between them on the "server" (both sessions kept alive).
-struct Joined {
+/// A box's stream to the "server" (`near` → `a`) and the server's stream to
+/// a connector (`b` → `far`), the four sessions kept alive.
+struct Ends {
     near: Stream,
+    a: Stream,
+    b: Stream,
     far: Stream,
-    joined: JoinHandle<std::io::Result<Moved>>,
-    _sessions: [Session; 4],
+    sessions: [Session; 4],
 }
 
-/// `near` → server → `far`, the server's two streams joined; the join ends
-/// early when `cancel` sends its reason; what `near` sends is added to `sent`.
-async fn joined(cancel: oneshot::Receiver<&'static str>, sent: Arc<AtomicU64>) -> Joined {
-    let (box_end, server_box) = session_pair(Config::default(), Config::default(), 1 << 16)
-        .await
-        .unwrap();
-    let (server_conn, conn_end) = session_pair(Config::default(), Config::default(), 1 << 16)
-        .await
-        .unwrap();
+async fn ends() -> Ends {
+    let (box_end, server_box) = pair().await;
+    let (server_conn, conn_end) = pair().await;
     let (near, a) = connected(&box_end, &server_box).await;
     let (b, far) = connected(&server_conn, &conn_end).await;
-    let joined = tokio::spawn(async move {
-        let cancel = async { cancel.await.unwrap_or("the canceller went away") };
-        join_counted(a, b, "server", &sent, cancel).await
-    });
-    Joined {
+    Ends {
         near,
+        a,
+        b,
         far,
-        joined,
-        _sessions: [box_end, server_box, server_conn, conn_end],
+        sessions: [box_end, server_box, server_conn, conn_end],
     }
 }
 
-async fn reset_by_peer(stream: &mut Stream) -> std::io::Error {
+/// The two outer ends and the server's join between them, which ends early
+/// when `cancel` sends its reason and adds what `near` sends to `sent`.
+struct Joined {
+    near: Stream,
+    far: Stream,
+    joined: JoinHandle<io::Result<Moved>>,
+    cancel: oneshot::Sender<&'static str>,
+    sent: Arc<AtomicU64>,
+    _sessions: [Session; 4],
+}
+
+impl Joined {
+    async fn new() -> Self {
+        let Ends {
+            near,
+            a,
+            b,
+            far,
+            sessions,
+        } = ends().await;
+        let (cancel, cancelled) = oneshot::channel();
+        let sent = Arc::new(AtomicU64::new(0));
+        let counter = sent.clone();
+        let joined = tokio::spawn(async move {
+            let cancel = async { cancelled.await.unwrap_or("the canceller went away") };
+            join_counted(a, b, "server", &counter, cancel).await
+        });
+        Self {
+            near,
+            far,
+            joined,
+            cancel,
+            sent,
+            _sessions: sessions,
+        }
+    }
+
+    /// How the join ended, when it failed.
+    async fn failed(self) -> io::Error {
+        timeout(LONG, self.joined)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap_err()
+    }
+}
+
+async fn read_all(stream: &mut Stream) -> Vec<u8> {
+    let mut got = Vec::new();
+    timeout(LONG, stream.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    got
+}
+
+/// Reads the peer's reset off `stream` and checks it carries `reason`.
+async fn reset_by_peer(stream: &mut Stream, reason: &str) {
     let mut buf = [0u8; 16];
     let err = timeout(LONG, stream.read(&mut buf))
         .await
@@ -72,39 +127,21 @@ async fn reset_by_peer(stream: &mut Stream) -> std::io::Error {
         matches!(inner, Some(StreamError::ResetByPeer(_))),
         "{inner:?}"
     );
-    err
+    assert!(err.to_string().contains(reason), "{err}");
 }
 
 #[tokio::test]
 async fn fin_passes_both_ways_and_each_half_closes_on_its_own() {
-    let (_cancel, cancelled) = oneshot::channel();
-    let sent = Arc::new(AtomicU64::new(0));
-    let Joined {
-        mut near,
-        mut far,
-        joined,
-        _sessions,
-    } = joined(cancelled, sent.clone()).await;
-
-    near.write_all(b"select 1").await.unwrap();
-    near.shutdown().await.unwrap();
-    let mut got = Vec::new();
-    timeout(LONG, far.read_to_end(&mut got))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(got, b"select 1");
+    let mut j = Joined::new().await;
+    j.near.write_all(b"select 1").await.unwrap();
+    j.near.shutdown().await.unwrap();
+    assert_eq!(read_all(&mut j.far).await, b"select 1");
     // The box's FIN reached the far end; the other direction still works.
-    far.write_all(b"1 row").await.unwrap();
-    far.shutdown().await.unwrap();
-    let mut back = Vec::new();
-    timeout(LONG, near.read_to_end(&mut back))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(back, b"1 row");
+    j.far.write_all(b"1 row").await.unwrap();
+    j.far.shutdown().await.unwrap();
+    assert_eq!(read_all(&mut j.near).await, b"1 row");
 
-    let moved = timeout(LONG, joined).await.unwrap().unwrap().unwrap();
+    let moved = timeout(LONG, j.joined).await.unwrap().unwrap().unwrap();
     assert_eq!(
         moved,
         Moved {
@@ -112,100 +149,60 @@ async fn fin_passes_both_ways_and_each_half_closes_on_its_own() {
             from_target: 5
         }
     );
-    assert_eq!(sent.load(Ordering::Relaxed), 8);
-    // Finished both ways: dropping the ends resets nothing.
-    drop((near, far));
+    assert_eq!(j.sent.load(Ordering::Relaxed), 8);
 }
 
 #[tokio::test]
 async fn a_reset_at_the_near_end_reaches_the_far_end_with_its_reason() {
-    let (_cancel, cancelled) = oneshot::channel();
-    let Joined {
-        mut near,
-        mut far,
-        joined,
-        _sessions,
-    } = joined(cancelled, Arc::default()).await;
-    near.write_all(b"x").await.unwrap();
-    let mut buf = [0u8; 1];
-    far.read_exact(&mut buf).await.unwrap();
-    near.reset("the program was killed");
+    let mut j = Joined::new().await;
+    j.near.write_all(b"x").await.unwrap();
+    j.far.read_exact(&mut [0u8; 1]).await.unwrap();
+    j.near.reset("the program was killed");
 
-    let err = reset_by_peer(&mut far).await;
-    assert!(err.to_string().contains("the program was killed"), "{err}");
-    let err = timeout(LONG, joined).await.unwrap().unwrap().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
+    reset_by_peer(&mut j.far, "the program was killed").await;
+    assert_eq!(j.failed().await.kind(), ErrorKind::ConnectionReset);
 }
 
 #[tokio::test]
 async fn a_reset_at_the_far_end_reaches_the_near_end_also_after_its_fin() {
-    let (_cancel, cancelled) = oneshot::channel();
-    let Joined {
-        mut near,
-        mut far,
-        joined,
-        _sessions,
-    } = joined(cancelled, Arc::default()).await;
+    let mut j = Joined::new().await;
     // The near end has finished its writes; the reset still reaches it.
-    near.write_all(b"request").await.unwrap();
-    near.shutdown().await.unwrap();
-    let mut got = Vec::new();
-    timeout(LONG, far.read_to_end(&mut got))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(got, b"request");
-    far.reset("connector: connection reset by the target");
+    j.near.write_all(b"request").await.unwrap();
+    j.near.shutdown().await.unwrap();
+    assert_eq!(read_all(&mut j.far).await, b"request");
+    j.far.reset("connector: connection reset by the target");
 
-    let err = reset_by_peer(&mut near).await;
-    assert!(
-        err.to_string()
-            .contains("connector: connection reset by the target"),
-        "{err}"
-    );
-    let err = timeout(LONG, joined).await.unwrap().unwrap().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
+    reset_by_peer(&mut j.near, "connector: connection reset by the target").await;
+    assert_eq!(j.failed().await.kind(), ErrorKind::ConnectionReset);
 }
 
 #[tokio::test]
 async fn a_cancelled_join_resets_both_ends_with_the_reason_and_counts_as_it_goes() {
-    let (cancel, cancelled) = oneshot::channel();
-    let sent = Arc::new(AtomicU64::new(0));
-    let Joined {
-        mut near,
-        mut far,
-        joined,
-        _sessions,
-    } = joined(cancelled, sent.clone()).await;
-    near.write_all(b"12345").await.unwrap();
-    let mut buf = [0u8; 5];
-    far.read_exact(&mut buf).await.unwrap();
+    let mut j = Joined::new().await;
+    j.near.write_all(b"12345").await.unwrap();
+    j.far.read_exact(&mut [0u8; 5]).await.unwrap();
     // Counted while the streams are open.
-    assert_eq!(sent.load(Ordering::Relaxed), 5);
+    assert_eq!(j.sent.load(Ordering::Relaxed), 5);
 
-    cancel.send("the address is no longer listed").unwrap();
-    for end in [&mut near, &mut far] {
-        let err = reset_by_peer(end).await;
-        assert!(
-            err.to_string().contains("the address is no longer listed"),
-            "{err}"
-        );
-    }
-    let err = timeout(LONG, joined).await.unwrap().unwrap().unwrap_err();
+    let reason = "the address is no longer listed";
+    let cancel = std::mem::replace(&mut j.cancel, oneshot::channel().0);
+    cancel.send(reason).unwrap();
+    reset_by_peer(&mut j.near, reason).await;
+    reset_by_peer(&mut j.far, reason).await;
+    let err = j.failed().await;
     assert_eq!(err.kind(), ErrorKind::ConnectionAborted);
-    assert_eq!(err.to_string(), "the address is no longer listed");
+    assert_eq!(err.to_string(), reason);
 }
 
 #[tokio::test]
 async fn join_without_a_counter_passes_bytes_and_fin() {
-    let (box_end, server_box) = session_pair(Config::default(), Config::default(), 1 << 16)
-        .await
-        .unwrap();
-    let (server_conn, conn_end) = session_pair(Config::default(), Config::default(), 1 << 16)
-        .await
-        .unwrap();
-    let (mut near, a) = connected(&box_end, &server_box).await;
-    let (b, mut far) = connected(&server_conn, &conn_end).await;
+    let Ends {
+        mut near,
+        a,
+        b,
+        mut far,
+        sessions: _sessions,
+    } = ends().await;
     let joined = tokio::spawn(join(a, b, "server", std::future::pending::<&str>()));
     // More than a window's worth, so credit must flow back through the join.
     let sent: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
@@ -214,8 +211,7 @@ async fn join_without_a_counter_passes_bytes_and_fin() {
         near.shutdown().await.unwrap();
     };
     let reader = async {
-        let mut got = Vec::new();
-        far.read_to_end(&mut got).await.unwrap();
+        let got = read_all(&mut far).await;
         far.shutdown().await.unwrap();
         got
     };
@@ -223,18 +219,14 @@ async fn join_without_a_counter_passes_bytes_and_fin() {
         .await
         .unwrap();
     assert!(got == sent, "the bytes arrived changed");
-    let mut end = Vec::new();
-    near.read_to_end(&mut end).await.unwrap();
-    assert!(end.is_empty());
+    assert!(read_all(&mut near).await.is_empty());
     let moved = timeout(LONG, joined).await.unwrap().unwrap().unwrap();
     assert_eq!((moved.to_target, moved.from_target), (1_000_000, 0));
 }
 
 #[tokio::test]
 async fn a_cancelled_splice_resets_the_stream_with_the_reason_and_the_tcp_connection() {
-    let (boxd, server) = session_pair(Config::default(), Config::default(), 1 << 16)
-        .await
-        .unwrap();
+    let (boxd, server) = pair().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mut program = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
         .await
@@ -251,11 +243,7 @@ async fn a_cancelled_splice_resets_the_stream_with_the_reason_and_the_tcp_connec
     far.read_exact(&mut buf).await.unwrap();
 
     cancel.send("the box took the address over").unwrap();
-    let err = reset_by_peer(&mut far).await;
-    assert!(
-        err.to_string().contains("the box took the address over"),
-        "{err}"
-    );
+    reset_by_peer(&mut far, "the box took the address over").await;
     let read = timeout(LONG, program.read(&mut buf)).await.unwrap();
     assert_eq!(read.unwrap_err().kind(), ErrorKind::ConnectionReset);
     let err = timeout(LONG, spliced).await.unwrap().unwrap().unwrap_err();
