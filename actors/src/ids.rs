@@ -1,6 +1,8 @@
 //! Typed identifiers with their prefixed string forms (`acct_…`, `key_…`, `srv_…`),
-//! stored as text columns and read back typed (diesel `ToSql`/`FromSql`), and the
-//! random secrets psbx hands out (API keys).
+//! stored as text columns and read back typed (diesel `ToSql`/`FromSql`), read
+//! from outside through their `parse` (`FromStr`, and `Deserialize`, so a request
+//! body or a route's path can carry one typed), and the random secrets psbx hands
+//! out (API keys).
 
 use std::fmt;
 
@@ -104,6 +106,15 @@ macro_rules! prefixed_id {
             }
         }
 
+        // Read through `parse`, so a value from outside (a request body, a
+        // route's path) is checked as any other id received.
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                Self::parse(&s).map_err(serde::de::Error::custom)
+            }
+        }
+
         impl std::str::FromStr for $name {
             type Err = BadId;
             fn from_str(s: &str) -> Result<Self, BadId> {
@@ -148,6 +159,11 @@ prefixed_id!(
 prefixed_id!(
     /// One item of a review's feedback (text, maybe an annotated image).
     FeedbackId, "fb_", "feedback item"
+);
+prefixed_id!(
+    /// An OAuth client registered with this server (`POST /oauth/register`);
+    /// a client known by its metadata document is named by its URL instead.
+    OAuthClientId, "client_", "OAuth client"
 );
 prefixed_id!(
     /// A takeover terminal open on this server (`boxes::terminals`).
@@ -229,6 +245,14 @@ mod tests {
             assert_eq!(err.prefix, "key_", "{bad}");
         }
         assert!(AccountId::parse("acct_abc123").is_ok());
+    }
+
+    #[test]
+    fn ids_deserialize_through_their_parse() {
+        let id: BoxId = serde_json::from_str("\"box_abc123\"").unwrap();
+        assert_eq!(id.as_str(), "box_abc123");
+        let err = serde_json::from_str::<BoxId>("\"shot_abc\"").unwrap_err();
+        assert!(err.to_string().contains("not a valid box id"), "{err}");
     }
 
     #[test]

@@ -14,9 +14,9 @@
 use crate::blocking::{TaskFailed, blocking};
 use crate::boxes::Boxes;
 use crate::error::BoxError;
-use crate::ids::{AccountId, BoxId, FeedbackId, ReviewId};
+use crate::ids::{AccountId, BoxId, FeedbackId, ReviewId, ShotId};
 use crate::shots::{NewFiles, Shot, ShotError, Shots, StoredKind, preview};
-use crate::store::{ItemRow, ReviewRow, ShotRow, Store, StoreError};
+use crate::store::{ItemRow, ReviewRow, ShotRow, Store, StoreError, read_enum};
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -48,6 +48,15 @@ pub enum ReviewState {
 }
 
 impl ReviewState {
+    /// The state a review's row holds; any other value is unreadable.
+    fn of(row: &ReviewRow) -> Result<Self, StoreError> {
+        read_enum(
+            || format!("the state of review {}", row.id),
+            &row.state,
+            Self::parse,
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Waiting => "waiting",
@@ -56,6 +65,7 @@ impl ReviewState {
         }
     }
 
+    /// The state a name (a query's or a row's) names; `None` for any other.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "waiting" => Some(Self::Waiting),
@@ -119,8 +129,8 @@ impl std::fmt::Display for Answerer {
 /// A review with its feedback and the shots it keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Review {
-    pub id: String,
-    pub box_id: String,
+    pub id: ReviewId,
+    pub box_id: BoxId,
     pub title: String,
     pub summary: String,
     pub urls: Vec<String>,
@@ -138,7 +148,7 @@ pub struct Review {
 /// One thing the person said.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeedbackItem {
-    pub id: String,
+    pub id: FeedbackId,
     pub text: String,
     /// The image they drew on (a PNG, kind annotation).
     pub image: Option<Shot>,
@@ -292,11 +302,9 @@ impl Reviews {
                 }
                 _ => {
                     let row = ReviewRow {
-                        id: ReviewId::generate()
-                            .map_err(StoreError::Random)?
-                            .to_string(),
-                        account_id: account.to_string(),
-                        box_id: box_id.to_string(),
+                        id: ReviewId::generate().map_err(StoreError::Random)?,
+                        account_id: account,
+                        box_id,
                         title,
                         summary,
                         urls,
@@ -364,26 +372,24 @@ impl Reviews {
     /// shots its box took since.
     async fn dressed(&self, row: ReviewRow) -> Result<Review, ReviewError> {
         let store = self.store.clone();
+        let state = ReviewState::of(&row)?;
         let (row, items, shots, images) = blocking(move || {
-            let review = ReviewId::parse(&row.id).map_err(corrupt)?;
-            if row.state == ReviewState::Waiting.as_str() {
-                let account = AccountId::parse(&row.account_id).map_err(corrupt)?;
-                let box_id = BoxId::parse(&row.box_id).map_err(corrupt)?;
-                store.keep_shots_for_review(&account, &box_id, &review)?;
+            if state == ReviewState::Waiting {
+                store.keep_shots_for_review(&row.account_id, &row.box_id, &row.id)?;
             }
-            let items = store.review_items(&review)?;
-            let shots = store.review_shots(&review)?;
-            let image_ids: Vec<String> = items.iter().filter_map(|i| i.shot_id.clone()).collect();
+            let items = store.review_items(&row.id)?;
+            let shots = store.review_shots(&row.id)?;
+            let image_ids: Vec<ShotId> = items.iter().filter_map(|i| i.shot_id.clone()).collect();
             let images = store.shots_by_id(&image_ids)?;
             Ok::<_, StoreError>((row, items, shots, images))
         })
         .await?;
-        let mut images: HashMap<String, Shot> = images
+        let mut images: HashMap<ShotId, Shot> = images
             .into_iter()
-            .map(|r| (r.id.clone(), Shot::from(r)))
-            .collect();
+            .map(|r| Ok((r.id.clone(), Shot::try_from(r)?)))
+            .collect::<Result<_, StoreError>>()?;
         Ok(Review {
-            state: ReviewState::parse(&row.state).unwrap_or(ReviewState::Waiting),
+            state,
             items: items
                 .into_iter()
                 .map(|i| FeedbackItem {
@@ -393,7 +399,10 @@ impl Reviews {
                     created_at: i.created_at,
                 })
                 .collect(),
-            shots: shots.into_iter().map(Shot::from).collect(),
+            shots: shots
+                .into_iter()
+                .map(Shot::try_from)
+                .collect::<Result<_, StoreError>>()?,
             id: row.id,
             box_id: row.box_id,
             title: row.title,
@@ -442,8 +451,7 @@ impl Reviews {
         if row.state != ReviewState::Waiting.as_str() {
             return Err(already(&row));
         }
-        let rid = review_id(id)?;
-        let box_id = BoxId::parse(&row.box_id).map_err(corrupt)?;
+        let (rid, box_id) = (row.id.clone(), row.box_id.clone());
         let mut images: Vec<ShotRow> = Vec::new();
         let mut item_rows = Vec::with_capacity(items.len());
         let stored = async {
@@ -456,11 +464,9 @@ impl Reviews {
                     ),
                 };
                 item_rows.push(ItemRow {
-                    id: FeedbackId::generate()
-                        .map_err(StoreError::Random)?
-                        .to_string(),
-                    review_id: rid.to_string(),
-                    account_id: account.to_string(),
+                    id: FeedbackId::generate().map_err(StoreError::Random)?,
+                    review_id: rid.clone(),
+                    account_id: account.clone(),
                     position: i32::try_from(position).unwrap_or(i32::MAX),
                     text: item.text,
                     shot_id,
@@ -516,7 +522,7 @@ impl Reviews {
         review: &ReviewId,
         png: Vec<u8>,
         rows: &mut Vec<ShotRow>,
-    ) -> Result<String, ReviewError> {
+    ) -> Result<ShotId, ReviewError> {
         if png.len() > IMAGE_MAX_BYTES {
             return Err(invalid(format!(
                 "an image is {} bytes: at most {IMAGE_MAX_BYTES}",
@@ -543,7 +549,7 @@ impl Reviews {
             &files,
         )?;
         let row = ShotRow {
-            review_id: Some(review.to_string()),
+            review_id: Some(review.clone()),
             ..row
         };
         self.shots.put_files(&row, files).await?;
@@ -577,20 +583,13 @@ impl Reviews {
     }
 }
 
-/// A stored id that no longer parses.
-fn corrupt(e: crate::ids::BadId) -> StoreError {
-    StoreError::Unreadable {
-        what: "a stored id".into(),
-        why: e.to_string(),
-    }
-}
-
 fn already(row: &ReviewRow) -> ReviewError {
-    ReviewError::AlreadyAnswered {
-        id: row.id.clone(),
-        state: ReviewState::parse(&row.state)
-            .unwrap_or(ReviewState::Answered)
-            .as_str(),
+    match ReviewState::of(row) {
+        Ok(state) => ReviewError::AlreadyAnswered {
+            id: row.id.to_string(),
+            state: state.as_str(),
+        },
+        Err(e) => e.into(),
     }
 }
 

@@ -13,6 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use diesel::{Connection, PgConnection, RunQueryDsl};
+use futures_util::StreamExt;
 use psbx_actors::box_actor::{BoxSnapshot, Status, Stop};
 use psbx_actors::box_state::BoxState;
 use psbx_actors::boxes::{Boxes, CreateRequest, EXEC_GRACE};
@@ -135,23 +136,20 @@ impl World {
             self.store.clone(),
             self.settings.clone(),
             self.server_id.clone(),
-            BoxServices {
-                secrets: Secrets::new(self.store.clone(), Vault::from_key(&[7u8; 32])).unwrap(),
-                router: psbx_actors::connectors::Router::new(
-                    Default::default(),
-                    self.store.clone(),
-                ),
-                box_role: None,
-            },
+            BoxServices::new(self.secrets(), Default::default(), self.store.clone()),
         )
         .await
         .unwrap()
     }
 
+    /// The account secrets, under the world's test vault.
+    fn secrets(&self) -> Secrets {
+        Secrets::new(self.store.clone(), Vault::from_key(&[7u8; 32])).unwrap()
+    }
+
     /// The account-facing API over a started host.
     fn boxes(&self, host: HostStart) -> Boxes {
-        let vault = Vault::from_key(&[7u8; 32]);
-        let secrets = Secrets::new(self.store.clone(), vault).unwrap();
+        let secrets = self.secrets();
         let environments = Environments::new(
             self.store.clone(),
             secrets.vault(),
@@ -848,6 +846,17 @@ async fn lifecycle_calls_a_box_cannot_take_change_nothing() {
     assert_eq!(w.row(&id), row);
 }
 
+/// A command for boxd, in /work with no environment of its own.
+fn exec_request(cmd: &str, timeout_s: Option<u64>, background: bool) -> ExecRequest {
+    ExecRequest {
+        cmd: cmd.into(),
+        cwd: "/work".into(),
+        env: vec![],
+        timeout_s,
+        background,
+    }
+}
+
 /// A box of the world's account, and the API over its host.
 async fn started_box(w: &World) -> (Boxes, BoxId) {
     let host = w.start().await;
@@ -862,7 +871,7 @@ async fn following_keeps_a_box_awake_only_while_someone_reads() {
     let (boxes, id) = started_box(&w).await;
     // Read: the box stays up past its idle time (boxd never ends the log).
     let mut chunks = boxes.follow(&w.account, id.as_str(), 7, 0).await.unwrap();
-    assert_eq!(chunks.recv().await.unwrap().unwrap(), b"working\n");
+    assert_eq!(chunks.next().await.unwrap().unwrap(), b"working\n");
     sleep(IDLE + 2 * MINUTE).await;
     assert_eq!(w.row(&id).state, BoxState::Running, "frozen under a reader");
     // Nobody reads any more: the follow ends and the box freezes on time.
@@ -880,15 +889,9 @@ async fn an_exec_whose_caller_left_does_not_keep_a_box_awake() {
     tokio::time::pause();
     let w = world(0);
     let (boxes, id) = started_box(&w).await;
-    let request = ExecRequest {
-        cmd: "sleep infinity".into(),
-        cwd: "/work".into(),
-        env: vec![],
-        timeout_s: None,
-        background: false,
-    };
+    let request = exec_request("sleep infinity", None, false);
     let mut events = boxes.exec(&w.account, id.as_str(), request).await.unwrap();
-    assert_eq!(events.recv().await.unwrap().unwrap(), ExecEvent::Started(7));
+    assert_eq!(events.next().await.unwrap().unwrap(), ExecEvent::Started(7));
     drop(events);
     sleep(IDLE + 2 * MINUTE).await;
     assert_eq!(
@@ -899,25 +902,101 @@ async fn an_exec_whose_caller_left_does_not_keep_a_box_awake() {
 }
 
 #[actix_rt::test]
+async fn a_command_waited_on_holds_its_box_past_its_idle_time_and_its_keep() {
+    tokio::time::pause();
+    let w = world(0);
+    let host = w.start().await;
+    // Kept 10 minutes after its last activity, idle after 15.
+    let keep = 10 * MINUTE;
+    let made = create(&host, &w, 1, keep.as_secs() as i64).await.unwrap();
+    let (boxes, id) = (w.boxes(host), made.record.id);
+    let request = exec_request("sleep infinity", None, false);
+    let mut events = boxes.exec(&w.account, id.as_str(), request).await.unwrap();
+    assert_eq!(events.next().await.unwrap().unwrap(), ExecEvent::Started(7));
+    let held_from = w.row(&id).last_activity_at;
+    // Its lease: neither the expiry nor the idle timer ends it while waited on.
+    sleep(3 * IDLE).await;
+    let row = w.row(&id);
+    assert_eq!(
+        row.state,
+        BoxState::Running,
+        "ended under a command waited on"
+    );
+    assert!(
+        row.last_activity_at > held_from,
+        "a held box's activity was never written: {} then {}",
+        held_from,
+        row.last_activity_at
+    );
+    // Nobody waits any more: it expires on time.
+    drop(events);
+    sleep(keep + 2 * MINUTE).await;
+    assert_eq!(
+        w.row(&id).state,
+        BoxState::Stopped,
+        "a box nobody waits on outlived its keep"
+    );
+}
+
+#[actix_rt::test]
+async fn a_call_on_a_live_box_asks_its_actor_and_not_its_row() {
+    let w = world(0);
+    let (boxes, id) = started_box(&w).await;
+    // The row is not read for a box whose actor runs here: a row that says
+    // otherwise (as it would only for a box stopped behind the actor's
+    // back, whose closed link then tells) does not change the answer.
+    let mut conn = PgConnection::establish(w.db.url()).unwrap();
+    diesel::sql_query(format!(
+        "UPDATE boxes SET state = 'stopped' WHERE id = '{id}'"
+    ))
+    .execute(&mut conn)
+    .unwrap();
+    let request = exec_request("true", None, true);
+    let mut events = boxes
+        .exec(&w.account, id.as_str(), request.clone())
+        .await
+        .unwrap();
+    assert_eq!(events.next().await.unwrap().unwrap(), ExecEvent::Started(7));
+    drop(events);
+    // The actor answers for the account itself: another account's call is
+    // not found, as it would be by the row.
+    let other = AccountId::parse("acct_someoneelse").unwrap();
+    for result in [
+        boxes.exec(&other, id.as_str(), request).await.map(drop),
+        boxes.get(&other, id.as_str(), false).await.map(drop),
+        boxes.stop(&other, id.as_str()).await.map(drop),
+    ] {
+        assert!(
+            matches!(&result, Err(BoxError::NotFound(found)) if found == id.as_str()),
+            "{result:?}"
+        );
+    }
+    assert_eq!(
+        boxes
+            .get(&w.account, id.as_str(), false)
+            .await
+            .unwrap()
+            .snapshot
+            .record
+            .state,
+        BoxState::Running
+    );
+}
+
+#[actix_rt::test]
 async fn the_server_ends_an_exec_boxd_never_ends_at_its_limit_and_grace() {
     tokio::time::pause();
     let w = world(0);
     let (boxes, id) = started_box(&w).await;
-    let request = ExecRequest {
-        cmd: "sleep 60".into(),
-        cwd: "/work".into(),
-        env: vec![],
-        timeout_s: Some(60),
-        background: false,
-    };
+    let request = exec_request("sleep 60", Some(60), false);
     let started = tokio::time::Instant::now();
     let mut events = boxes.exec(&w.account, id.as_str(), request).await.unwrap();
-    assert_eq!(events.recv().await.unwrap().unwrap(), ExecEvent::Started(7));
+    assert_eq!(events.next().await.unwrap().unwrap(), ExecEvent::Started(7));
     assert_eq!(
-        events.recv().await.unwrap().unwrap(),
+        events.next().await.unwrap().unwrap(),
         ExecEvent::Stdout(b"working\n".to_vec())
     );
-    let last = tokio::time::timeout(10 * MINUTE, events.recv())
+    let last = tokio::time::timeout(10 * MINUTE, events.next())
         .await
         .expect("the exec went on past its time limit");
     match last {
@@ -930,7 +1009,7 @@ async fn the_server_ends_an_exec_boxd_never_ends_at_its_limit_and_grace() {
         started.elapsed() >= MINUTE + EXEC_GRACE,
         "gave up before limit and grace"
     );
-    assert!(events.recv().await.is_none(), "the exec's events went on");
+    assert!(events.next().await.is_none(), "the exec's events went on");
 }
 
 #[actix_rt::test]
@@ -1335,13 +1414,7 @@ async fn step(w: &World, host: &HostStart, boxes: &Boxes, tracked: &mut Vec<Trac
         }
         Op::Exec(i) => match pick(i) {
             Some(i) => {
-                let request = ExecRequest {
-                    cmd: "sleep 1".into(),
-                    cwd: "/work".into(),
-                    env: vec![],
-                    timeout_s: None,
-                    background: true,
-                };
+                let request = exec_request("sleep 1", None, true);
                 let done = boxes
                     .exec(&w.account, tracked[i].id.as_str(), request)
                     .await;

@@ -1,7 +1,7 @@
 //! Store tests on a real PostgreSQL: each test gets its own migrated database.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use psbx_actors::ids::ApiKeyId;
+use psbx_actors::ids::{ApiKeyId, BoxId};
 use psbx_actors::store::{Credential, PoolOptions, Store, StoreError};
 use psbx_tests::TestDatabase;
 
@@ -237,9 +237,8 @@ fn a_wrong_database_url_is_reported_without_its_password() {
     assert!(!text.contains("sup3rsecret"), "{text}");
 }
 
-fn new_box(store: &Store, account: &psbx_actors::ids::AccountId) -> String {
+fn new_box(store: &Store, account: &psbx_actors::ids::AccountId) -> psbx_actors::ids::BoxId {
     use psbx_actors::box_state::BoxState;
-    use psbx_actors::ids::BoxId;
     use psbx_actors::store::NewBox;
     let record = store
         .insert_box(&NewBox {
@@ -258,7 +257,7 @@ fn new_box(store: &Store, account: &psbx_actors::ids::AccountId) -> String {
             )
         })
         .unwrap();
-    record.id.to_string()
+    record.id
 }
 
 /// Egress counted as bytes pass is added to `box_egress` by each flush, per
@@ -276,19 +275,20 @@ async fn egress_is_stored_per_box_and_added_up() {
         new_box(&store, &first.account.id),
     );
     let egress = Egress::default();
+    let gone = BoxId::parse("box_gone").unwrap();
     // What a box's stream adds as its bytes pass (the router's join,
     // `psbx_wire::splice::join_counted`, tested in `connectors::egress`).
-    let send = |id: &str, bytes: u64| {
+    let send = |id: &BoxId, bytes: u64| {
         egress.counter(id).fetch_add(bytes, Ordering::Relaxed);
     };
     send(&a, 1000);
     send(&b, 7);
-    send("box_gone", 5);
+    send(&gone, 5);
     assert_eq!(store.box_egress(&a).unwrap(), 0);
     egress.flush(&store).await.unwrap();
     assert_eq!(store.box_egress(&a).unwrap(), 1000);
     assert_eq!(store.box_egress(&b).unwrap(), 7);
-    assert_eq!(store.box_egress("box_gone").unwrap(), 0);
+    assert_eq!(store.box_egress(&gone).unwrap(), 0);
     assert_eq!(egress.pending(&a), 0);
     // The next flush adds to what is stored.
     send(&a, 24);
@@ -309,6 +309,7 @@ fn internet_egress_adds_what_each_counter_figure_adds() {
     let store = store(&db);
     let first = store.bootstrap().unwrap().unwrap();
     let a = new_box(&store, &first.account.id);
+    let gone = BoxId::parse("box_gone").unwrap();
     assert_eq!(store.box_internet_egress(&a).unwrap(), 0);
     store.add_internet_egress(&[(a.clone(), 1000)]).unwrap();
     assert_eq!(store.box_internet_egress(&a).unwrap(), 1000);
@@ -317,11 +318,11 @@ fn internet_egress_adds_what_each_counter_figure_adds() {
     assert_eq!(store.box_internet_egress(&a).unwrap(), 1500);
     // The counter began again and has counted 200 since.
     store
-        .add_internet_egress(&[(a.clone(), 200), ("box_gone".into(), 9)])
+        .add_internet_egress(&[(a.clone(), 200), (gone.clone(), 9)])
         .unwrap();
     assert_eq!(store.box_internet_egress(&a).unwrap(), 1700);
     assert_eq!(store.box_egress(&a).unwrap(), 0, "connections' bytes apart");
-    assert_eq!(store.box_internet_egress("box_gone").unwrap(), 0);
+    assert_eq!(store.box_internet_egress(&gone).unwrap(), 0);
 }
 
 #[derive(diesel::QueryableByName)]
@@ -336,13 +337,12 @@ struct SpecText {
 #[test]
 fn a_box_spec_reads_back_typed_and_a_malformed_one_is_an_error() {
     use diesel::{Connection, RunQueryDsl};
-    use psbx_actors::ids::BoxId;
     use psbx_actors::spec::{BoxSpec, SealedMask, ServiceSpec};
 
     let db = TestDatabase::new();
     let store = store(&db);
     let first = store.bootstrap().unwrap().unwrap();
-    let id = BoxId::parse(&new_box(&store, &first.account.id)).unwrap();
+    let id = new_box(&store, &first.account.id);
     assert_eq!(
         store.box_by_id(&id).unwrap().unwrap().spec,
         BoxSpec::default()
@@ -375,7 +375,7 @@ fn a_box_spec_reads_back_typed_and_a_malformed_one_is_an_error() {
 
     // Stopped, the box keeps what it was started with, not its sealed
     // secret values (issue 30: secrets "disappear with the box").
-    let other = BoxId::parse(&new_box(&store, &first.account.id)).unwrap();
+    let other = new_box(&store, &first.account.id);
     let with_old_name = spec
         .to_json()
         .to_string()
@@ -437,13 +437,12 @@ fn a_box_spec_reads_back_typed_and_a_malformed_one_is_an_error() {
 #[test]
 fn transitions_move_only_from_the_expected_state_and_refuse_illegal_ones() {
     use psbx_actors::box_state::BoxState;
-    use psbx_actors::ids::BoxId;
     use psbx_actors::store::Transition;
 
     let db = TestDatabase::new();
     let store = store(&db);
     let first = store.bootstrap().unwrap().unwrap();
-    let id = BoxId::parse(&new_box(&store, &first.account.id)).unwrap();
+    let id = new_box(&store, &first.account.id);
     let frozen = store
         .transition_box(
             &id,
@@ -481,4 +480,76 @@ fn transitions_move_only_from_the_expected_state_and_refuse_illegal_ones() {
         store.box_by_id(&id).unwrap().unwrap().state,
         BoxState::Frozen
     );
+}
+
+/// Rows and records carry typed ids (`ids.rs`), never strings: a string id
+/// could be any kind's, and the newest tables are what the next ones copy
+/// (review-2 finding 7). Reads the store's sources and names every `pub`
+/// field called `id` or `…_id` whose type is a `String` (bare, optional or
+/// in a list), but `boot_id`, which is not psbx's.
+#[test]
+fn store_fields_that_hold_ids_are_typed() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.sort();
+    assert!(
+        files.len() > 10,
+        "the store's files were not found in {dir:?}"
+    );
+    let mut found = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            let Some(field) = ["pub ", "pub(crate) ", "pub(super) "]
+                .iter()
+                .find_map(|p| line.strip_prefix(p))
+            else {
+                continue;
+            };
+            let Some((name, ty)) = field.split_once(':') else {
+                continue;
+            };
+            let (name, ty) = (name.trim(), ty.trim().trim_end_matches(','));
+            // `boot_id` is the box kernel's boot UUID (as boxd reads it),
+            // no id psbx hands out.
+            let holds_an_id = (name == "id" || name.ends_with("_id")) && name != "boot_id";
+            if holds_an_id && ["String", "Option<String>", "Vec<String>"].contains(&ty) {
+                found.push(format!("{}:{}: {line}", path.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "ids held as strings (use the types in actors/src/ids.rs):\n{}",
+        found.join("\n")
+    );
+}
+
+/// A stored name that is none of its enum's values reads as an error
+/// naming the value, never as a default.
+#[test]
+fn an_unknown_stored_name_is_unreadable() {
+    use psbx_actors::box_state::BoxState;
+    use psbx_actors::store::read_enum;
+
+    assert_eq!(
+        read_enum(|| "a state".into(), "frozen", BoxState::parse).unwrap(),
+        BoxState::Frozen
+    );
+    match read_enum(
+        || "the state of box box_x".into(),
+        "thawing",
+        BoxState::parse,
+    ) {
+        Err(StoreError::Unreadable { what, why }) => {
+            assert_eq!(what, "the state of box box_x");
+            assert!(why.contains("\"thawing\""), "{why}");
+        }
+        other => panic!("an unknown state was read as {other:?}"),
+    }
 }

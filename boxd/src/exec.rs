@@ -133,27 +133,38 @@ pub async fn run(
 }
 
 /// The background commands of this box.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Processes {
     inner: Arc<Mutex<HashMap<u32, Process>>>,
     /// Where the list is kept for a restarted boxd (`crate::kept`; none in
     /// tests).
     kept: Option<PathBuf>,
+    /// Where their output goes, a log file each.
+    logs: PathBuf,
 }
 
-/// Where background commands' output goes.
-pub const LOG_DIR: &str = "/run/psbx/processes";
+impl Default for Processes {
+    /// None yet, not kept, logging where a box's do (`crate::settings`).
+    fn default() -> Self {
+        Self {
+            inner: Arc::default(),
+            kept: None,
+            logs: crate::settings::Settings::default().logs_dir(),
+        }
+    }
+}
 
 impl Processes {
     /// The list kept at `path`, with the commands an earlier boxd of this
     /// boot started: they are listed, signalled and logged again. Those still
     /// running are watched until they end; their exit code is not known (they
     /// are not this boxd's children), so it reads as none. Their time limit,
-    /// if they had one, is no longer enforced.
-    pub fn kept_at(path: PathBuf) -> Self {
+    /// if they had one, is no longer enforced. New commands log under `logs`.
+    pub fn kept_at(path: PathBuf, logs: PathBuf) -> Self {
         let me = Self {
             inner: Arc::default(),
             kept: Some(path.clone()),
+            logs,
         };
         let earlier: Vec<Process> =
             crate::kept::usable(&path, crate::kept::read(&path)).unwrap_or_default();
@@ -210,19 +221,19 @@ impl Processes {
         base_env: &[(String, String)],
         caused: impl FnOnce(u32) -> Vec<psbx_wire::boxd::EndpointFailure> + Send + 'static,
     ) -> std::io::Result<Process> {
-        std::fs::create_dir_all(LOG_DIR)?;
+        std::fs::create_dir_all(&self.logs)?;
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let log = PathBuf::from(LOG_DIR).join(format!("{stamp}-{}.log", self.len()));
+        let log = self.logs.join(format!("{stamp}-{}.log", self.len()));
         let file = std::fs::File::create(&log)?;
         let mut child = command(spec, base_env)
             .stdout(file.try_clone()?)
             .stderr(file)
             .spawn()?;
         let pid = child.id().unwrap_or(0);
-        let final_log = PathBuf::from(LOG_DIR).join(format!("{pid}.log"));
+        let final_log = self.logs.join(format!("{pid}.log"));
         std::fs::rename(&log, &final_log)?;
         let process = Process {
             pid,
@@ -281,6 +292,21 @@ impl Processes {
     pub fn signal(&self, pid: u32, signal: nix::sys::signal::Signal) -> bool {
         self.get(pid)
             .is_some_and(|p| p.exit.is_none() && kill_group(pid, signal))
+    }
+
+    /// Kills the process group of every background command still running
+    /// (what a box's stop does to them); the number killed.
+    pub fn kill_all(&self) -> usize {
+        let running: Vec<u32> = self
+            .lock()
+            .values()
+            .filter(|p| p.exit.is_none())
+            .map(|p| p.pid)
+            .collect();
+        running
+            .into_iter()
+            .filter(|pid| kill_group(*pid, nix::sys::signal::Signal::SIGKILL))
+            .count()
     }
 }
 
@@ -444,7 +470,7 @@ mod tests {
         )
         .unwrap();
 
-        let restored = Processes::kept_at(path.clone());
+        let restored = Processes::kept_at(path.clone(), dir.path().join("processes"));
         assert_eq!(restored.list().len(), 3);
         assert!(restored.get(running.id()).unwrap().exit.is_none());
         assert_eq!(restored.get(vanished).unwrap().exit, Some(unknown_exit()));

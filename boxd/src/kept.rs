@@ -4,15 +4,12 @@
 //! file beside it renamed over it, readable by root only — it holds what boxd
 //! holds in memory anyway (the environment of commands, secrets included; the
 //! background commands; the environment's addresses, `privnet/saved.rs`).
+//! Where the first two are is `crate::settings`'s (`env_file`,
+//! `processes_file`).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};
-
-/// The environment every command gets (secrets and settings of the claim).
-pub const ENV: &str = "/run/psbx/env.json";
-/// The background commands (`exec::Processes`).
-pub const PROCESSES: &str = "/run/psbx/processes.json";
 
 /// Writes `value` to `path`, mode 0600, replacing it whole.
 pub fn write<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {

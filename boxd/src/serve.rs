@@ -5,16 +5,14 @@
 //! took from a claim or started: the environment's addresses (`privnet`), the
 //! commands' environment and the background commands (`kept`).
 
-use crate::exec::Processes;
-use crate::privnet::PrivateNet;
+use crate::port;
 use crate::services::{self, Boxd, health};
-use crate::uplink::Uplink;
-use crate::{kept, port};
+use crate::settings::Settings;
 use psbx_wire::Hello;
 use psbx_wire::boxd::{BoxInfo, Service};
 use psbx_wire::mux::{Config, Role, Session};
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Sets up again what an earlier boxd of this boot kept (the commands'
@@ -29,38 +27,30 @@ pub async fn run(path: PathBuf) -> std::io::Result<()> {
         Ok(None) => println!("boxd: no network card"),
         Err(e) => eprintln!("boxd: {e}"),
     }
-    let uplink = Uplink::default();
-    let state = Arc::new(Boxd {
-        info: BoxInfo {
-            protocol: psbx_wire::PROTOCOL_VERSION,
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            boot_id: health::boot_id(),
-            features: [
-                Service::Health,
-                Service::Exec,
-                Service::Sync,
-                Service::Processes,
-                Service::Logs,
-                Service::Clock,
-                Service::Port(1),
-                Service::Pty,
-                Service::Shot,
-                Service::Wire,
-            ]
-            .map(|s| s.feature().to_owned())
-            .into_iter()
-            .chain([psbx_wire::boxd::TAKE_OVER_FEATURE.to_owned()])
-            .collect(),
-        },
-        env: RwLock::new(services::restore_env()),
-        processes: Processes::kept_at(PathBuf::from(kept::PROCESSES)),
-        work: PathBuf::from("/work"),
-        private: PrivateNet::new(&uplink),
-        shots: crate::shot::Shooter::new(crate::shot::display::BOX_DISPLAY),
-        uplink,
-    });
+    let info = BoxInfo {
+        protocol: psbx_wire::PROTOCOL_VERSION,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        boot_id: health::boot_id(),
+        features: [
+            Service::Health,
+            Service::Exec,
+            Service::Sync,
+            Service::Processes,
+            Service::Logs,
+            Service::Clock,
+            Service::Port(1),
+            Service::Pty,
+            Service::Shot,
+            Service::Wire,
+        ]
+        .map(|s| s.feature().to_owned())
+        .into_iter()
+        .chain([psbx_wire::boxd::TAKE_OVER_FEATURE.to_owned()])
+        .collect(),
+    };
+    let state = Arc::new(Boxd::restored(Settings::default(), info));
     state.private.start().await;
-    state.private.restore(&state.uplink, &state.work).await;
+    state.private.restore(&state.uplink, state.work()).await;
     if let Some(aws) = crate::aws::restore() {
         match crate::aws::start(&aws, &state.uplink).await {
             Ok(()) => println!("boxd: restored the AWS role from {}", crate::aws::KEPT),
@@ -155,9 +145,8 @@ async fn serve_session(session: &Session, state: &Arc<Boxd>) -> Option<Hello> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::services::testing::state;
+    use crate::services::testing::{fetch, state};
     use psbx_wire::boxd::{self as proto, Record, SyncDone};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn pair() -> Session {
         let (client, boxd) =
@@ -166,15 +155,6 @@ mod tests {
                 .unwrap();
         tokio::spawn(async move { serve_session(&boxd, &state()).await });
         client
-    }
-
-    async fn fetch(session: &Session, target: &str, body: &[u8]) -> Vec<u8> {
-        let mut stream = session.open(target).await.unwrap();
-        stream.write_all(body).await.unwrap();
-        stream.shutdown().await.unwrap();
-        let mut out = Vec::new();
-        stream.read_to_end(&mut out).await.unwrap();
-        out
     }
 
     /// A virtio-serial port in a test: one byte pipe kept across sessions,

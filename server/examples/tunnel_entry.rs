@@ -37,6 +37,7 @@ use psbx_actors::secrets::vault::Vault;
 use psbx_server::app::{self, AppState};
 use psbx_server::config::{Config, LogFormat};
 use psbx_server::database::{Database, Opener};
+use psbx_server::host::HostChoice;
 use psbx_wire::Hello;
 use psbx_wire::mux::{Config as MuxConfig, Role, Session};
 use std::io::Write;
@@ -82,9 +83,9 @@ fn main() -> anyhow::Result<()> {
     let result: anyhow::Result<()> = actix_web::rt::System::new().block_on(async {
         let hub = Hub::default();
         let id = psbx_actors::ids::ServerId::parse("srv_bench")?;
-        let parts = app::Parts::new(store.clone(), secrets, hub.clone(), &url, id);
-        let host = Err("boxes are disabled in the tunnel benchmark".to_owned());
-        let state = AppState::assemble(&config, parts, host)?;
+        let host = HostChoice::Off("boxes are disabled in the tunnel benchmark".to_owned());
+        let parts = app::Parts::new(store.clone(), secrets, hub.clone(), &url, id).with_host(host);
+        let state = AppState::assemble(&config, parts).await?;
         let http = actix_web::HttpServer::new(move || app::build(state.clone()))
             .disable_signals()
             .listen(listener)?

@@ -1,6 +1,7 @@
 //! Assembles the application's state from the configuration and its parts
 //! ([`AppState::assemble`], used by `psbx serve`, the tunnel benchmark and the
-//! HTTP tests alike) and builds the actix-web application: middleware (request
+//! HTTP and browser tests alike; it starts the box host the parts choose,
+//! [`HostChoice`]) and builds the actix-web application: middleware (request
 //! logging, metrics), the open routes, the authenticated `/v1` scope, JSON
 //! error handling, and the OpenAPI document collected from the routes by
 //! utoipa-actix-web. The web app's pages (`/app`) are in [`crate::web`]
@@ -9,6 +10,7 @@
 use crate::auth::{require_api_key, require_mcp_credential};
 use crate::config::Config;
 use crate::error::ApiError;
+use crate::host::HostChoice;
 use crate::metrics::{self, Metrics};
 use crate::routes::{self, docs::ApiDocument};
 use crate::server_info::ServerInfo;
@@ -19,7 +21,6 @@ use actix_web::{App, HttpRequest, HttpResponse, web};
 use psbx_actors::boxes::Boxes;
 use psbx_actors::connectors::Hub;
 use psbx_actors::environments::Environments;
-use psbx_actors::host::HostStart;
 use psbx_actors::ids::ServerId;
 use psbx_actors::reviews::Reviews;
 use psbx_actors::secrets::Secrets;
@@ -69,9 +70,8 @@ pub struct Parts {
     pub url: String,
     /// This replica (`srv_...`).
     pub server_id: ServerId,
-    /// The OIDC issuer, when the caller made it already (the host's box
-    /// role signs with it too); else made from the configuration.
-    pub issuer: Option<psbx_actors::oidc::Issuer>,
+    /// Where boxes run; none unless the caller chose a host.
+    pub host: HostChoice,
 }
 
 impl Parts {
@@ -82,21 +82,18 @@ impl Parts {
             hub,
             url: url.to_owned(),
             server_id,
-            issuer: None,
+            host: HostChoice::Off("this server was started without a box host".to_owned()),
         }
     }
 
-    /// With the issuer the host uses.
-    pub fn with_issuer(self, issuer: psbx_actors::oidc::Issuer) -> Self {
-        Self {
-            issuer: Some(issuer),
-            ..self
-        }
+    /// With the box host to start.
+    pub fn with_host(self, host: HostChoice) -> Self {
+        Self { host, ..self }
     }
 }
 
 /// The OIDC issuer of this server: its public URL, keys sealed by the vault.
-pub fn issuer_for(
+fn issuer_for(
     config: &Config,
     store: &Store,
     secrets: &Secrets,
@@ -111,26 +108,23 @@ pub fn issuer_for(
 }
 
 impl AppState {
-    /// The state every worker shares, from the configuration, the parts the
-    /// caller opened (database, vault) and the supervised host, or why this
-    /// server has none (box calls answer 503 with it).
-    pub fn assemble(
-        config: &Config,
-        parts: Parts,
-        host: Result<HostStart, String>,
-    ) -> anyhow::Result<Self> {
+    /// The state every worker shares, from the configuration and the parts
+    /// the caller opened (database, vault, hub); starts the box host the
+    /// parts choose, or keeps why this server has none (box calls answer 503
+    /// with it).
+    pub async fn assemble(config: &Config, parts: Parts) -> anyhow::Result<Self> {
         let Parts {
             store,
             secrets,
             hub,
             url,
             server_id,
-            issuer,
+            host,
         } = parts;
-        let issuer = match issuer {
-            Some(issuer) => issuer,
-            None => issuer_for(config, &store, &secrets, &url)?,
-        };
+        // The host's box role signs with it too.
+        let issuer = issuer_for(config, &store, &secrets, &url)?;
+        let services = crate::host::services(config, &store, &secrets, &hub, &issuer)?;
+        let host = crate::host::start(config, host, store.clone(), &server_id, services).await?;
         let environments = Environments::new(store.clone(), secrets.vault(), hub, &url);
         let urls = psbx_actors::box_urls::BoxUrls::new(&url, &config.box_domain, secrets.vault());
         crate::box_urls::warn_if_shared_site(&config.box_domain);

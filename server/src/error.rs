@@ -548,6 +548,19 @@ impl From<psbx_actors::reviews::ReviewError> for ApiError {
     }
 }
 
+impl From<psbx_actors::environments::EnvError> for ApiError {
+    fn from(e: psbx_actors::environments::EnvError) -> Self {
+        use psbx_actors::environments::EnvError;
+        match e {
+            EnvError::NotFound(message) => Self::not_found("environment_not_found", message),
+            EnvError::Conflict(message) => Self::new(StatusCode::CONFLICT, "name_taken", message),
+            EnvError::Invalid(message) => Self::bad_request("invalid_request", message),
+            EnvError::Store(inner) => inner.into(),
+            other => Self::internal_error(&other),
+        }
+    }
+}
+
 impl From<psbx_actors::secrets::SecretError> for ApiError {
     fn from(e: psbx_actors::secrets::SecretError) -> Self {
         use psbx_actors::secrets::SecretError as E;

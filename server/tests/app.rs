@@ -153,7 +153,7 @@ fn signed_fixture() -> Fixture {
 #[actix_web::test]
 async fn unsigned_pages_go_to_sign_in_and_back() {
     let f = signed_fixture();
-    let app = test::init_service(app::build(state(&f))).await;
+    let app = test::init_service(app::build(state(&f).await)).await;
     let mut b = Browser::default();
 
     let home = b.get(&app, "/app").await;
@@ -258,7 +258,7 @@ async fn unsigned_pages_go_to_sign_in_and_back() {
 #[actix_web::test]
 async fn a_sign_in_link_returns_to_the_app_page_it_started_from() {
     let f = signed_fixture();
-    let app = test::init_service(app::build(state(&f))).await;
+    let app = test::init_service(app::build(state(&f).await)).await;
     let mut b = Browser::default();
     b.get(&app, "/app/sign-in?next=/app/settings").await;
     let token = f.store.create_login_link(&f.first.account.id).unwrap();
@@ -282,7 +282,7 @@ async fn a_sign_in_link_returns_to_the_app_page_it_started_from() {
 #[actix_web::test]
 async fn posts_need_the_token_and_this_origin() {
     let f = signed_fixture();
-    let app = test::init_service(app::build(state(&f))).await;
+    let app = test::init_service(app::build(state(&f).await)).await;
     let mut b = Browser::default();
     let signed = b.sign_in(&app, &f.first.account.name).await;
     assert_eq!(signed.status, StatusCode::SEE_OTHER, "{}", signed.body);
@@ -363,7 +363,7 @@ async fn posts_need_the_token_and_this_origin() {
 #[actix_web::test]
 async fn every_answer_has_the_apps_headers() {
     let f = signed_fixture();
-    let app = test::init_service(app::build(state(&f))).await;
+    let app = test::init_service(app::build(state(&f).await)).await;
     let mut b = Browser::default();
     b.sign_in(&app, &f.first.account.name).await;
     for path in [
@@ -419,7 +419,7 @@ async fn every_answer_has_the_apps_headers() {
 #[actix_web::test]
 async fn boxes_are_listed_and_another_accounts_box_is_404() {
     let f = signed_fixture();
-    let app = test::init_service(app::build(state(&f))).await;
+    let app = test::init_service(app::build(state(&f).await)).await;
     let mut b = Browser::default();
     b.sign_in(&app, &f.first.account.name).await;
     let mine = a_box(&f, &f.first.account.id, BoxState::Stopped);
@@ -465,7 +465,7 @@ async fn boxes_are_listed_and_another_accounts_box_is_404() {
 async fn the_secrets_page_never_shows_or_logs_a_value() {
     let logs = logs();
     let f = signed_fixture();
-    let app = test::init_service(app::build(state(&f))).await;
+    let app = test::init_service(app::build(state(&f).await)).await;
     let mut b = Browser::default();
     b.sign_in(&app, &f.first.account.name).await;
     let first = "sv-first-7c1e9a0b42d";
@@ -501,7 +501,7 @@ async fn the_secrets_page_never_shows_or_logs_a_value() {
     let api = f.store.list_secrets(&f.first.account.id).unwrap();
     assert_eq!(api.len(), 1);
     assert!(api[0].1 >= first_at);
-    let secrets = state(&f).secrets;
+    let secrets = state(&f).await.secrets;
     let values = secrets
         .values(&f.first.account.id, &["GITHUB_TOKEN".to_owned()])
         .await
@@ -600,10 +600,10 @@ async fn a_review(
     account: &AccountId,
     title: &str,
 ) -> (String, String) {
-    let box_id = a_box(f, account, BoxState::Running);
+    let box_id = BoxId::parse(&a_box(f, account, BoxState::Running)).unwrap();
     let review = psbx_actors::store::ReviewRow {
-        id: format!("rev_{}", psbx_actors::ids::random_token(20).unwrap()),
-        account_id: account.to_string(),
+        id: psbx_actors::ids::ReviewId::generate().unwrap(),
+        account_id: account.clone(),
         box_id: box_id.clone(),
         title: title.to_owned(),
         summary: "The home page works.\nThe <button> may be cut off on phones.".into(),
@@ -623,7 +623,7 @@ async fn a_review(
         .shots
         .new_row(
             account,
-            &BoxId::parse(&box_id).unwrap(),
+            &box_id,
             psbx_actors::shots::StoredKind::Screenshot,
             "image/png",
             (64, 40),
@@ -637,18 +637,18 @@ async fn a_review(
     };
     s.shots.put_files(&row, files).await.unwrap();
     f.store.insert_shot(&row).unwrap();
-    (review.id, row.id)
+    (review.id.to_string(), row.id.to_string())
 }
 
 /// The app's state keeping shots in a directory of its own (dropped with
 /// the returned guard).
-fn state_with_shots(f: &Fixture) -> (app::AppState, tempfile::TempDir) {
+async fn state_with_shots(f: &Fixture) -> (app::AppState, tempfile::TempDir) {
     let shots_dir = tempfile::tempdir().unwrap();
     let config = psbx_server::config::Config {
         shots_dir: Some(shots_dir.path().to_owned()),
         ..Default::default()
     };
-    (common::state_with(f, &config), shots_dir)
+    (common::state_with(f, &config).await, shots_dir)
 }
 
 /// The accessible names in `html` (labels' text, `aria-label`, `title` and
@@ -694,7 +694,7 @@ fn names_containing_reads_labels_and_attributes() {
 #[actix_web::test]
 async fn reviews_are_ready_for_you_and_answered_with_drawn_images() {
     let f = signed_fixture();
-    let (s, _shots_dir) = state_with_shots(&f);
+    let (s, _shots_dir) = state_with_shots(&f).await;
     let (mine, my_shot) = a_review(&f, &s, &f.first.account.id, "Try the <home> page").await;
     let other = AccountId::generate().unwrap();
     f.db.add_account(other.as_str());
@@ -900,7 +900,7 @@ async fn reviews_are_ready_for_you_and_answered_with_drawn_images() {
 #[actix_web::test]
 async fn failed_sign_ins_are_throttled_like_the_oauth_page() {
     let f = signed_fixture();
-    let app = test::init_service(app::build(state(&f))).await;
+    let app = test::init_service(app::build(state(&f).await)).await;
     let mut b = Browser::default();
     b.get(&app, "/app/sign-in").await;
     let name = f.first.account.name.clone();
@@ -944,7 +944,7 @@ async fn failed_sign_ins_are_throttled_like_the_oauth_page() {
 #[actix_web::test]
 async fn an_answer_through_the_api_is_shown_as_the_api_s_not_the_person_s() {
     let f = signed_fixture();
-    let (s, _shots_dir) = state_with_shots(&f);
+    let (s, _shots_dir) = state_with_shots(&f).await;
     let (by_api, _) = a_review(&f, &s, &f.first.account.id, "Answered by a program").await;
     let (by_person, _) = a_review(&f, &s, &f.first.account.id, "Answered in the app").await;
     let app = test::init_service(app::build(s)).await;

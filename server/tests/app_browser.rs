@@ -25,7 +25,6 @@ use psbx_server::config::{BoxesConfig, Config};
 use psbx_tests::TestDatabase;
 use serde_json::{Value, json};
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 const PASSWORD: &str = "correct horse battery";
@@ -55,25 +54,12 @@ impl Served {
         let server = store.register_server("app-browser", "0").unwrap();
         let dir = tempfile::tempdir().unwrap();
         let images = common::fake_image(dir.path());
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let (listener, url) = common::loopback();
         let config = Config {
             data_dir: dir.path().to_owned(),
             public_url: Some(url.clone()),
             box_domain: "box.localhost".into(),
-            boxes: BoxesConfig {
-                images_dir: Some(images),
-                image: "test".into(),
-                unit_vcpus: 1,
-                unit_memory_mib: 256,
-                unit_disk_gb: 1,
-                pool_size: 0,
-                network: false,
-                // The fake's disks take no space: the machine's free space does not matter.
-                disk_margin_gb: 0,
-                disk_overcommit: 100.0,
-                ..BoxesConfig::default()
-            },
+            boxes: common::fake_host_boxes(images, &BoxesConfig::default().idle_freeze),
             ..Config::default()
         };
         let fake = FakeHypervisor::new(&format!("fake:///{}", db.name()));
@@ -147,7 +133,7 @@ impl Served {
             .block_on(self.shots.put_files(&row, files))
             .unwrap();
         self.store.insert_shot(&row).unwrap();
-        row.id
+        row.id.to_string()
     }
 }
 
@@ -253,7 +239,7 @@ fn a_person_circles_whats_wrong_sends_it_and_shuts_the_box_down() {
     let image_id = stored[0].shot_id.clone().expect("the item's image");
     let (_, mime, png) = s
         .runtime
-        .block_on(s.shots.file(&s.account, &image_id, Part::Full))
+        .block_on(s.shots.file(&s.account, image_id.as_str(), Part::Full))
         .unwrap();
     assert_eq!(mime, "image/png");
     let drawn = image::load_from_memory(&png).unwrap().to_rgba8();

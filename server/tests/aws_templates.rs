@@ -28,7 +28,7 @@ fn written(file: &str) -> String {
 #[actix_rt::test]
 async fn the_templates_are_served_as_written_without_a_credential() {
     let f = fixture();
-    let app = test::init_service(app::build(state_with(&f, &Config::default()))).await;
+    let app = test::init_service(app::build(state_with(&f, &Config::default()).await)).await;
     for file in ["readonly-role.yaml", "box-role.yaml", "connector-ecs.yaml"] {
         let res = test::call_service(
             &app,
@@ -118,7 +118,7 @@ async fn the_connector_template_defaults_to_the_configured_image() {
         connector_image: "registry.example.com/psbx/connector:7".into(),
         ..Config::default()
     };
-    let app = test::init_service(app::build(state_with(&f, &config))).await;
+    let app = test::init_service(app::build(state_with(&f, &config).await)).await;
     let res = test::call_service(
         &app,
         TestRequest::get()
@@ -139,7 +139,7 @@ async fn the_connector_template_defaults_to_the_configured_image() {
 /// `GET /v1/aws` and `GET /v1/environments/dev` with `config`.
 async fn views(config: &Config) -> (Value, Value) {
     let f = fixture();
-    let app = test::init_service(app::build(state_with(&f, config))).await;
+    let app = test::init_service(app::build(state_with(&f, config).await)).await;
     let key = f.key();
     let aws = test::call_service(
         &app,

@@ -38,7 +38,7 @@ fn get(key: &str) -> TestRequest {
 #[actix_web::test]
 async fn a_list_round_trips_and_an_empty_one_turns_it_off() {
     let f = fixture();
-    let app = test::init_service(app::build(state(&f))).await;
+    let app = test::init_service(app::build(state(&f).await)).await;
     let (status, body) = call!(app, get(&f.key()));
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, json!({"entries": [], "updatedAt": null}));
@@ -79,7 +79,7 @@ async fn a_list_round_trips_and_an_empty_one_turns_it_off() {
 #[actix_web::test]
 async fn refused_lists_name_the_entry_and_change_nothing() {
     let f = fixture();
-    let app = test::init_service(app::build(state(&f))).await;
+    let app = test::init_service(app::build(state(&f).await)).await;
     let (status, _) = call!(app, put(&f.key(), json!({"entries": ["203.0.113.0/24"]})));
     assert_eq!(status, StatusCode::OK);
 
@@ -146,7 +146,7 @@ async fn refused_lists_name_the_entry_and_change_nothing() {
 #[actix_web::test]
 async fn the_document_describes_both_calls_with_their_limits() {
     let f = fixture();
-    let app = test::init_service(app::build(state(&f))).await;
+    let app = test::init_service(app::build(state(&f).await)).await;
     let (_, doc) = call!(app, TestRequest::get().uri("/v1/openapi.json"));
     let item = &doc["paths"]["/v1/box-access"];
     assert_eq!(item["get"]["operationId"], "getBoxAccess");
@@ -176,7 +176,7 @@ async fn behind_a_trusted_proxy_registrations_are_counted_per_forwarded_client()
         trusted_proxies: vec!["10.0.0.5".to_owned()],
         ..Config::default()
     };
-    let app = test::init_service(app::build(state_with(&f, &config))).await;
+    let app = test::init_service(app::build(state_with(&f, &config).await)).await;
     let register = |peer: &str, forwarded: &str| {
         TestRequest::post()
             .uri("/oauth/register")

@@ -16,7 +16,7 @@ use actix_web::dev::ServerHandle;
 use psbx_actors::hypervisor::fake::FakeHypervisor;
 use psbx_actors::ids::BoxId;
 use psbx_actors::store::{PoolOptions, Store};
-use psbx_server::config::{BoxUrlsConfig, BoxesConfig, Config};
+use psbx_server::config::{BoxUrlsConfig, Config};
 use psbx_tests::TestDatabase;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -47,8 +47,7 @@ impl Served {
         let server = store.register_server("box-urls", "0").unwrap();
         let dir = tempfile::tempdir().unwrap();
         let images = common::fake_image(dir.path());
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let (listener, url) = common::loopback();
         let config = Config {
             data_dir: dir.path().to_owned(),
             public_url: Some(url.clone()),
@@ -56,20 +55,7 @@ impl Served {
             // The test is its own proxy: X-Forwarded-For names the clients.
             trusted_proxies: vec!["127.0.0.1".into()],
             box_urls,
-            boxes: BoxesConfig {
-                images_dir: Some(images),
-                image: "test".into(),
-                unit_vcpus: 1,
-                unit_memory_mib: 256,
-                unit_disk_gb: 1,
-                pool_size: 0,
-                network: false,
-                idle_freeze: idle_freeze.into(),
-                // The fake's disks take no space: the machine's free space does not matter.
-                disk_margin_gb: 0,
-                disk_overcommit: 100.0,
-                ..BoxesConfig::default()
-            },
+            boxes: common::fake_host_boxes(images, idle_freeze),
             ..Config::default()
         };
         let fake = FakeHypervisor::new(&format!("fake:///{}", db.name()));
@@ -575,15 +561,15 @@ fn url_ports_limit_what_a_shared_link_opens() {
 }
 
 /// A box domain that is not a public suffix is warned about at start.
-#[test]
-fn a_box_domain_off_the_public_suffix_list_is_warned_about() {
+#[actix_rt::test]
+async fn a_box_domain_off_the_public_suffix_list_is_warned_about() {
     let logs = common::logs();
     let f = common::fixture();
     let config = Config {
         box_domain: "boxes.example".into(),
         ..Config::default()
     };
-    let _state = common::state_with(&f, &config);
+    let _state = common::state_with(&f, &config).await;
     let logged = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
     assert!(
         logged.contains("box_domain is not on the Public Suffix List")

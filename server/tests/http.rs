@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 macro_rules! service {
     ($f:expr) => {
-        test::init_service(app::build(state(&$f))).await
+        test::init_service(app::build(state(&$f).await)).await
     };
 }
 
@@ -829,7 +829,7 @@ async fn clients_nobody_authorized_within_a_day_are_deleted_at_the_next_registra
     )
     .unwrap();
     assert_eq!(register!(app, PEER).status(), StatusCode::CREATED);
-    assert!(f.store.oauth_client(&old.id).unwrap().is_none());
+    assert!(f.store.oauth_client(old.id.as_str()).unwrap().is_none());
 }
 
 #[actix_rt::test]
@@ -1020,8 +1020,7 @@ async fn mcp_accepts_the_origin_browsers_send_for_a_default_port() {
         "https://psbx.example.com",
         id,
     );
-    let state =
-        AppState::assemble(&Config::default(), parts, Err("no libvirt host".into())).unwrap();
+    let state = AppState::assemble(&Config::default(), parts).await.unwrap();
     let app = test::init_service(app::build(state)).await;
     let key = f.first.key.secret.expose().to_owned();
     let initialize = |origin: &'static str| {
@@ -1054,7 +1053,7 @@ async fn document_fetches_name_no_cause_and_are_throttled_per_address() {
     // Loopback documents allowed, so that the fetch goes to a closed loopback
     // port (the discard port) and nowhere else.
     config.oauth.loopback_client_metadata = true;
-    let state = AppState::assemble(&config, parts, Err("no libvirt host".into())).unwrap();
+    let state = AppState::assemble(&config, parts).await.unwrap();
     let app = test::init_service(app::build(state)).await;
     let open = |peer: &str| {
         let query = url::form_urlencoded::Serializer::new(String::new())

@@ -75,7 +75,7 @@ async fn stored_screenshot(
         .unwrap();
     state.shots.put_files(&row, files).await.unwrap();
     f.store.insert_shot(&row).unwrap();
-    row.id
+    row.id.to_string()
 }
 
 #[actix_web::test]
@@ -84,7 +84,7 @@ async fn a_review_waits_for_its_answer_keeps_its_box_s_shots_and_is_answered_onc
     let dir = tempfile::tempdir().unwrap();
     let key = f.key();
     let id = a_box(&f, &f.first.account.id, BoxState::Running);
-    let state = state_with(&f, &config(dir.path()));
+    let state = state_with(&f, &config(dir.path())).await;
     let shot = stored_screenshot(&state, &f, &id, 1920, 1080).await;
     let app = test::init_service(app::build(state.clone())).await;
 
@@ -252,7 +252,7 @@ async fn a_stopped_box_s_shots_are_deleted_but_those_a_review_keeps() {
     let f = fixture();
     let dir = tempfile::tempdir().unwrap();
     let key = f.key();
-    let state = state_with(&f, &config(dir.path()));
+    let state = state_with(&f, &config(dir.path())).await;
     let reviewed = a_box(&f, &f.first.account.id, BoxState::Running);
     let plain = a_box(&f, &f.first.account.id, BoxState::Running);
     let kept = stored_screenshot(&state, &f, &reviewed, 800, 600).await;
@@ -352,7 +352,7 @@ async fn another_account_s_reviews_and_shots_are_404() {
     let dir = tempfile::tempdir().unwrap();
     let key = f.key();
     let other = other_account(&f);
-    let state = state_with(&f, &config(dir.path()));
+    let state = state_with(&f, &config(dir.path())).await;
     let id = a_box(&f, &f.first.account.id, BoxState::Running);
     let shot = stored_screenshot(&state, &f, &id, 640, 480).await;
     let review = state
@@ -432,7 +432,7 @@ async fn an_answered_review_s_files_go_after_the_review_retention() {
     let key = f.key();
     let mut config = config(dir.path());
     config.reviews.retention = "7d".into();
-    let state = state_with(&f, &config);
+    let state = state_with(&f, &config).await;
     let account = f.first.account.id.clone();
     let app = test::init_service(app::build(state.clone())).await;
     // Two boxes handed over and answered, one 8 days ago, one 6 days ago;
@@ -499,9 +499,13 @@ async fn an_answered_review_s_files_go_after_the_review_retention() {
     // the review with them (its box is over); the 6-day-old one stays whole.
     assert_eq!(state.shots.sweep().await.unwrap(), 2);
     assert_eq!((files(&old.2), files(&old.3)), (0, 0));
-    assert!(state.reviews.get(&account, &old.1).await.is_err());
+    assert!(state.reviews.get(&account, old.1.as_str()).await.is_err());
     assert_eq!((files(&recent.2), files(&recent.3)), (1, 1));
-    let kept = state.reviews.get(&account, &recent.1).await.unwrap();
+    let kept = state
+        .reviews
+        .get(&account, recent.1.as_str())
+        .await
+        .unwrap();
     assert_eq!(kept.shots.len(), 1);
     assert!(kept.items[0].image.is_some());
     assert_eq!(state.shots.sweep().await.unwrap(), 0);
@@ -516,7 +520,7 @@ async fn an_answer_whose_images_pass_max_shot_bytes_is_429_and_stores_nothing() 
     });
     let dir = tempfile::tempdir().unwrap();
     let key = f.key();
-    let state = state_with(&f, &config(dir.path()));
+    let state = state_with(&f, &config(dir.path())).await;
     let id = a_box(&f, &f.first.account.id, BoxState::Running);
     let review = state
         .reviews

@@ -13,10 +13,10 @@ use actix_web::dev::ServerHandle;
 use psbx_actors::hypervisor::Hypervisor;
 use psbx_actors::hypervisor::fake::{FAKE_VIDEO, FakeHypervisor, FakeShot, SHOT_PNG};
 use psbx_actors::store::{PoolOptions, Store};
-use psbx_server::config::{BoxesConfig, Config, QuotasConfig};
+use psbx_server::config::{Config, QuotasConfig};
 use psbx_tests::TestDatabase;
 use serde_json::{Value, json};
-use std::net::TcpListener;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,27 +50,13 @@ impl Served {
         let server = store.register_server("shots", "0").unwrap();
         let dir = tempfile::tempdir().unwrap();
         let images = common::fake_image(dir.path());
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let (listener, url) = common::loopback();
         let config = Config {
             data_dir: dir.path().to_owned(),
             public_url: Some(url.clone()),
             box_domain: "box.localhost".into(),
             quotas,
-            boxes: BoxesConfig {
-                images_dir: Some(images),
-                image: "test".into(),
-                unit_vcpus: 1,
-                unit_memory_mib: 256,
-                unit_disk_gb: 1,
-                idle_freeze: idle_freeze.into(),
-                pool_size: 0,
-                network: false,
-                // The fake's disks take no space: the machine's free space does not matter.
-                disk_margin_gb: 0,
-                disk_overcommit: 100.0,
-                ..BoxesConfig::default()
-            },
+            boxes: common::fake_host_boxes(images, idle_freeze),
             ..Config::default()
         };
         let shots_dir = config.shots_dir();

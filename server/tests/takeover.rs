@@ -63,7 +63,7 @@ async fn a_link_is_stored_hashed_its_page_is_safe_and_its_terminal_opens_once() 
     let f = fixture();
     let key = f.first.key.secret.expose().to_owned();
     let id = a_box(&f, &f.first.account.id, BoxState::Running);
-    let app = test::init_service(app::build(state_with(&f, &Config::default()))).await;
+    let app = test::init_service(app::build(state_with(&f, &Config::default()).await)).await;
 
     let res = test::call_service(&app, takeover(&key, &id).to_request()).await;
     assert_eq!(res.status(), StatusCode::CREATED);
@@ -177,7 +177,7 @@ async fn expired_unknown_and_other_accounts_links_do_not_work() {
         },
         ..Config::default()
     };
-    let app = test::init_service(app::build(state_with(&f, &config))).await;
+    let app = test::init_service(app::build(state_with(&f, &config).await)).await;
 
     let res = test::call_service(&app, takeover(&key, &id).to_request()).await;
     assert_eq!(res.status(), StatusCode::CREATED);
@@ -237,7 +237,7 @@ async fn expired_unknown_and_other_accounts_links_do_not_work() {
 #[actix_web::test]
 async fn the_takeover_route_is_in_the_api_document() {
     let f = fixture();
-    let app = test::init_service(app::build(state_with(&f, &Config::default()))).await;
+    let app = test::init_service(app::build(state_with(&f, &Config::default()).await)).await;
     let req = TestRequest::get().uri("/v1/openapi.json").to_request();
     let doc: Value = test::call_and_read_body_json(&app, req).await;
     let op = &doc["paths"]["/v1/boxes/{id}/takeover"]["post"];
@@ -255,7 +255,7 @@ async fn terminals_are_listed_and_closed_per_box_of_the_account() {
     let f = fixture();
     let key = f.first.key.secret.expose().to_owned();
     let id = a_box(&f, &f.first.account.id, BoxState::Running);
-    let app = test::init_service(app::build(state_with(&f, &Config::default()))).await;
+    let app = test::init_service(app::build(state_with(&f, &Config::default()).await)).await;
     let call = |method: actix_web::http::Method, path: String, key: &str| {
         TestRequest::default()
             .method(method)

@@ -11,6 +11,7 @@ use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::{PoolOptions, Store};
 use psbx_server::app::{self, AppState};
 use psbx_server::config::Config;
+use psbx_server::host::HostChoice;
 use psbx_server::tls;
 use psbx_tests::TestDatabase;
 use rustls::pki_types::pem::PemObject;
@@ -46,9 +47,9 @@ impl Running {
         let addr = listener.local_addr().unwrap();
         let id = psbx_actors::ids::ServerId::parse("srv_test").unwrap();
         let url = format!("https://localhost:{}", addr.port());
-        let parts = app::Parts::new(store, secrets, Default::default(), &url, id);
-        let state =
-            AppState::assemble(config, parts, Err("no libvirt host in this test".into())).unwrap();
+        let parts = app::Parts::new(store, secrets, Default::default(), &url, id)
+            .with_host(HostChoice::Off("no libvirt host in this test".into()));
+        let state = AppState::assemble(config, parts).await.unwrap();
         let tls = tls::server_config(config)
             .unwrap()
             .expect("a TLS configuration");

@@ -417,7 +417,8 @@ fn bad_input_is_refused_naming_the_entry_and_why() {
 #[test]
 fn suggested_endpoints_follow_every_rule_of_the_spec() {
     let s = Setup::start();
-    let fixture = include_str!("../../actors/src/environments/settings/testdata/suggest.env");
+    let fixture =
+        include_str!("../../actors/src/environments/service_settings/testdata/suggest.env");
     let (api, worker) = fixture.split_once("# --- service worker").unwrap();
     assert_eq!(
         s.call("POST", "/environments", Some(json!({"name": "dev"})))

@@ -1,9 +1,9 @@
 //! The messages a BoxActor answers: `Status` (thaws first when asked; asks
 //! boxd how it is), `Keep`, `Stop`, `Channel` (thaws when asked and hands out
-//! the link to boxd and the mask, in one turn), `Touch` (activity, without
-//! asking boxd), `Rewire` (new declared services or links: boxd first, then
-//! the stored spec), `Forget` (ended outside the actor), and its own timers'
-//! `Freeze` and `Expire`.
+//! the link to boxd and the mask, in one turn), `Rewire` (new declared services or links: boxd first, then
+//! the stored spec), `Forget` (ended outside the actor), `Freeze` (the host's
+//! pressure), and its own timers' `Idle` and `Expire` (neither ends a box a
+//! lease holds awake: `lease.rs`).
 
 use super::{BoxActor, BoxSnapshot, PING_TIMEOUT};
 use crate::blocking::blocking;
@@ -11,6 +11,7 @@ use crate::box_state::BoxState;
 use crate::boxd_link::LinkHandle;
 use crate::error::BoxError;
 use crate::exec::mask::Masker;
+use crate::ids::AccountId;
 use crate::store::Transition;
 use actix::fut::{ActorFutureExt, WrapFuture, ready};
 use actix::prelude::*;
@@ -32,7 +33,7 @@ impl From<crate::blocking::TaskFailed> for Kept {
         Self::Unknown(e.into())
     }
 }
-type Flow<T> = ResponseActFuture<BoxActor, Result<T, BoxError>>;
+pub(super) type Flow<T> = ResponseActFuture<BoxActor, Result<T, BoxError>>;
 
 /// How often a box's actor writes its activity at most: a touch within this
 /// long of the last one it wrote changes nothing.
@@ -65,6 +66,10 @@ pub struct Rewire {
     pub change: crate::wiring::WireChange,
 }
 
+/// When a held box's activity could not be written, how long until its timers
+/// look again.
+const HELD_RETRY: Duration = Duration::from_secs(10);
+
 /// How long boxd may take to rewire the box (nft, new listeners).
 const REWIRE: Duration = Duration::from_secs(15);
 
@@ -81,10 +86,18 @@ pub struct Stop {
 #[rtype(result = "()")]
 pub struct Forget;
 
-/// Freeze the box now (its idle timer, or the host's memory pressure).
+/// Freeze the box now (the host's memory or disk pressure), leases or not.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Freeze;
+
+/// The idle timer of arming `armed` fired: freeze the box unless a lease
+/// holds it awake.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(super) struct Idle {
+    pub armed: u64,
+}
 
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -190,7 +203,7 @@ impl BoxActor {
 
     /// Counts activity now: the stored last activity moves and the timers
     /// restart. boxd is not asked.
-    fn touch(&mut self) -> Flow<()> {
+    pub(super) fn touch(&mut self) -> Flow<()> {
         if self.record.state.is_terminal() {
             return Box::pin(ready(Err(self.over())));
         }
@@ -461,8 +474,8 @@ impl Handler<Freeze> for BoxActor {
         AtomicResponse::new(Box::pin(self.freeze(ctx).map(|result, act, _| {
             match result {
                 Ok(()) => {}
-                // The idle timer's message crossed a change that left the box
-                // not running (frozen or ended already): nothing to freeze.
+                // The message crossed a change that left the box not running
+                // (frozen or ended already): nothing to freeze.
                 Err(e @ (BoxError::InvalidTransition(_) | BoxError::Over { .. })) => {
                     tracing::debug!(box_id = %act.record.id, error = %e, "no freeze")
                 }
@@ -472,15 +485,47 @@ impl Handler<Freeze> for BoxActor {
     }
 }
 
+impl Handler<Idle> for BoxActor {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, msg: Idle, ctx: &mut Context<Self>) -> Self::Result {
+        if msg.armed != self.armed {
+            // Re-armed since this timer fired (activity crossed it).
+            return AtomicResponse::new(Box::pin(ready(())));
+        }
+        if self.leases.active() {
+            return AtomicResponse::new(self.held_awake());
+        }
+        self.handle(Freeze, ctx)
+    }
+}
+
 impl Handler<Expire> for BoxActor {
     type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, _: Expire, ctx: &mut Context<Self>) -> Self::Result {
+        if self.leases.active() {
+            return AtomicResponse::new(self.held_awake());
+        }
         AtomicResponse::new(Box::pin(self.stop(ctx, "expired").map(|result, act, _| {
             if let Err(e) = result {
                 tracing::error!(box_id = %act.record.id, error = %e, "expiry failed");
             }
         })))
+    }
+}
+
+impl BoxActor {
+    /// A timer fired on a box a lease holds: it counts as active now (its
+    /// stored activity moves and the timers re-arm from it).
+    fn held_awake(&mut self) -> ResponseActFuture<Self, ()> {
+        Box::pin(self.touch().map(|result, act, ctx| {
+            if let Err(e) = result {
+                // Its timers are spent: look again a little later.
+                tracing::warn!(box_id = %act.record.id, error = %e, "a held box's activity was not written");
+                ctx.run_later(HELD_RETRY, |act, ctx| act.arm_timers(ctx));
+            }
+        }))
     }
 }
 
@@ -546,17 +591,41 @@ impl BoxActor {
     }
 }
 
-/// Activity on the box (an open exec stream, a followed log): the idle and
-/// expiry clocks restart. Only the store is written; boxd is not asked, so
-/// the mailbox never waits on boxd for it.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Touch;
+/// A message of the API's on behalf of `account`: answered only when the box
+/// is that account's. Another account's box (or a pooled one, which is no
+/// one's) is not found, as when its row is read for that account: so a call
+/// naming a live box asks its actor without reading the row first.
+pub struct ForAccount<M> {
+    pub account: AccountId,
+    pub message: M,
+}
 
-impl Handler<Touch> for BoxActor {
-    type Result = AtomicResponse<Self, ()>;
+impl<M: Message> Message for ForAccount<M> {
+    type Result = M::Result;
+}
 
-    fn handle(&mut self, _: Touch, _: &mut Context<Self>) -> Self::Result {
-        AtomicResponse::new(Box::pin(self.touch().map(|_, _, _| ())))
-    }
+/// Each API message, answered for its account only (one impl per message: a
+/// blanket one over every `Handler<M>` sends the trait solver in circles).
+macro_rules! for_account {
+    ($($message:ty => $answer:ty),* $(,)?) => {$(
+        impl Handler<ForAccount<$message>> for BoxActor {
+            type Result = Reply<$answer>;
+
+            fn handle(&mut self, msg: ForAccount<$message>, ctx: &mut Context<Self>) -> Self::Result {
+                if self.record.account_id.as_ref() != Some(&msg.account) {
+                    let not_found = BoxError::NotFound(self.record.id.to_string());
+                    return AtomicResponse::new(Box::pin(ready(Err(not_found))));
+                }
+                self.handle(msg.message, ctx)
+            }
+        }
+    )*};
+}
+
+for_account! {
+    Status => BoxSnapshot,
+    Keep => BoxSnapshot,
+    Rewire => BoxSnapshot,
+    Stop => BoxSnapshot,
+    Channel => (LinkHandle, Arc<Masker>),
 }

@@ -27,8 +27,10 @@
 //! up to it.
 
 mod handlers;
+mod lease;
 
-pub use handlers::{Channel, Forget, Freeze, Keep, Rewire, Status, Stop, Touch};
+pub use handlers::{Channel, ForAccount, Forget, Freeze, Keep, Rewire, Status, Stop};
+pub use lease::{Lease, Traffic};
 
 use crate::blocking::blocking;
 use crate::box_state::BoxState;
@@ -116,7 +118,12 @@ pub struct BoxActor {
     link: Option<BoxdLink>,
     hello: Option<BoxInfo>,
     idle_timer: Option<SpawnHandle>,
+    /// How many times the timers were armed: the idle timer's message names
+    /// its arming, so one that crossed a re-arming in the mailbox is ignored.
+    armed: u64,
     expiry_timer: Option<SpawnHandle>,
+    /// What keeps the box awake while someone waits on it.
+    leases: lease::Leases,
     /// The box's secret values, masked in output returned to callers.
     masker: Arc<Masker>,
     /// When this actor last wrote the box's activity (tokio's clock, which
@@ -145,7 +152,9 @@ impl BoxActor {
             link,
             hello,
             idle_timer: None,
+            armed: 0,
             expiry_timer: None,
+            leases: lease::Leases::default(),
             masker,
             touched_at: None,
         }
@@ -175,8 +184,12 @@ impl BoxActor {
         self.cancel_timers(ctx);
         let until = |at: DateTime<Utc>| (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
         let deadlines = self.snapshot(None);
+        self.armed += 1;
+        let armed = self.armed;
         if let Some(at) = deadlines.freezes_at {
-            self.idle_timer = Some(ctx.run_later(until(at), |_, ctx| ctx.notify(handlers::Freeze)));
+            self.idle_timer = Some(ctx.run_later(until(at), move |_, ctx| {
+                ctx.notify(handlers::Idle { armed })
+            }));
         }
         self.expiry_timer = Some(ctx.run_later(until(deadlines.expires_at), |_, ctx| {
             ctx.notify(handlers::Expire)

@@ -39,7 +39,10 @@ impl Boxes {
         upload: impl Stream<Item = Result<Bytes, E>>,
     ) -> Result<Synced, BoxError> {
         let (_, link, masker) = self.channel(account, id).await?;
-        let stream = link.open(SyncRequest::SERVICE, SERVICE).await?;
+        let stream = match link.open(SyncRequest::SERVICE, SERVICE).await {
+            Ok(stream) => stream,
+            Err(e) => return Err(self.noticed(account, id, e.into()).await),
+        };
         sync_over(stream, dest, upload).await.map_err(|e| match e {
             BoxError::SyncRefused(why) => BoxError::SyncRefused(masker.mask(&why)),
             other => other,

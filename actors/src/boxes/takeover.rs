@@ -7,8 +7,8 @@
 //!
 //! The link does not rely on the box's key: the token is the credential,
 //! stored as its hash (`store::takeover`), spent by the terminal that opens
-//! with it. An open terminal keeps the box awake ([`Boxes::awake`]: a
-//! `Touch` every half idle period) until it is dropped.
+//! with it. An open terminal keeps the box awake ([`Boxes::awake`]: a lease
+//! on the box's actor) until it is dropped.
 //!
 //! Terminal output is not masked: the terminal is the account's own person
 //! at the box's shell, not output returned to an agent, and masking would
@@ -233,7 +233,7 @@ impl Boxes {
             .map_err(crate::error::io_error(format!(
                 "opening a terminal in box {box_id}"
             )))?;
-        // Taking the channel counted as activity; the guard goes on touching.
+        // Taking the channel counted as activity; the lease holds the box awake.
         let awake = self.awake(addr);
         let registration = self
             .terminals

@@ -13,6 +13,7 @@
 //! [`flush`]: Egress::flush
 
 use crate::blocking::blocking;
+use crate::ids::BoxId;
 use crate::store::{Store, StoreError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,11 +22,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// The counters of this replica, by box id; cheap to clone.
 #[derive(Clone, Default)]
 pub struct Egress {
-    counters: Arc<Mutex<HashMap<String, Arc<AtomicU64>>>>,
+    counters: Arc<Mutex<HashMap<BoxId, Arc<AtomicU64>>>>,
 }
 
 impl Egress {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<AtomicU64>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<BoxId, Arc<AtomicU64>>> {
         self.counters
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -34,12 +35,12 @@ impl Egress {
     /// The counter of what `box_id` sends, shared by its streams: the
     /// router's join adds to it as the bytes pass
     /// (`psbx_wire::splice::join_counted`). Held while a stream is open.
-    pub fn counter(&self, box_id: &str) -> Arc<AtomicU64> {
-        self.lock().entry(box_id.to_owned()).or_default().clone()
+    pub fn counter(&self, box_id: &BoxId) -> Arc<AtomicU64> {
+        self.lock().entry(box_id.clone()).or_default().clone()
     }
 
     /// Bytes counted for a box and not stored yet.
-    pub fn pending(&self, box_id: &str) -> u64 {
+    pub fn pending(&self, box_id: &BoxId) -> u64 {
         self.lock()
             .get(box_id)
             .map_or(0, |c| c.load(Ordering::Relaxed))
@@ -49,7 +50,7 @@ impl Egress {
     /// more are forgotten once empty; when the database cannot be written,
     /// the bytes go back to their counters for the next flush.
     pub async fn flush(&self, store: &Store) -> Result<(), StoreError> {
-        let counted: Vec<(String, u64)> = {
+        let counted: Vec<(BoxId, u64)> = {
             let mut counters = self.lock();
             let counted = counters
                 .iter()
@@ -95,7 +96,7 @@ mod tests {
 
     /// The box's end and the connector's end of a stream the server joins,
     /// counting what the box sends for `box_id` (the sessions kept open).
-    async fn joined(egress: &Egress, box_id: &str) -> (Stream, Stream, [Session; 4]) {
+    async fn joined(egress: &Egress, box_id: &BoxId) -> (Stream, Stream, [Session; 4]) {
         let pair = || session_pair(Config::default(), Config::default(), 1 << 16);
         let (boxd, server_box) = pair().await.unwrap();
         let (server_conn, connector) = pair().await.unwrap();
@@ -111,18 +112,22 @@ mod tests {
     #[tokio::test]
     async fn what_a_box_sends_is_counted_per_box_and_what_comes_back_is_not() {
         let egress = Egress::default();
-        let (mut near, mut far, _sessions) = joined(&egress, "box_a").await;
+        let (a, b) = (
+            BoxId::parse("box_a").unwrap(),
+            BoxId::parse("box_b").unwrap(),
+        );
+        let (mut near, mut far, _sessions) = joined(&egress, &a).await;
         near.write_all(b"sent by the box").await.unwrap();
         let mut buf = [0u8; 15];
         far.read_exact(&mut buf).await.unwrap();
         far.write_all(b"the answer").await.unwrap();
         near.read_exact(&mut [0u8; 10]).await.unwrap();
-        assert_eq!(egress.pending("box_a"), 15);
-        assert_eq!(egress.pending("box_b"), 0);
+        assert_eq!(egress.pending(&a), 15);
+        assert_eq!(egress.pending(&b), 0);
         // A second stream of the same box adds to the same counter.
-        let (mut near, mut far, _more) = joined(&egress, "box_a").await;
+        let (mut near, mut far, _more) = joined(&egress, &a).await;
         near.write_all(b"12345").await.unwrap();
         far.read_exact(&mut [0u8; 5]).await.unwrap();
-        assert_eq!(egress.pending("box_a"), 20);
+        assert_eq!(egress.pending(&a), 20);
     }
 }

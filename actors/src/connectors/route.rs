@@ -127,7 +127,7 @@ impl Router {
                 return incoming.refuse(refusal.code, &refusal.reason);
             }
         };
-        let sent = self.hub.egress().counter(route.box_id.as_str());
+        let sent = self.hub.egress().counter(&route.box_id);
         let (id, closed) = self.hub.track(&env_id, &address);
         let unlisted = async {
             let reason = closed.await.unwrap_or("closed");

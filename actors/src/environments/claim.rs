@@ -9,7 +9,7 @@
 //! façade.
 
 use super::BoxEnvironment;
-use super::settings::secret_values;
+use super::service_settings::secret_values;
 use crate::secrets::vault::Vault;
 use crate::spec::{Claimed, ClaimedService, SealedMask, ServiceFiles};
 use psbx_wire::Endpoint;

@@ -6,11 +6,11 @@
 
 pub mod address;
 pub mod claim;
-pub mod settings;
+pub mod service_settings;
 
 use crate::blocking::blocking;
 use crate::connectors::{ConnectionStatus, Hub};
-use crate::ids::{AccountId, ConnectionId, ConnectorToken, EnvironmentId};
+use crate::ids::{AccountId, BoxId, ConnectionId, ConnectorToken, EnvironmentId};
 use crate::secrets::vault::{Vault, VaultError};
 use crate::spec::{ClaimedAws, ClaimedConnection};
 use crate::store::{
@@ -20,7 +20,7 @@ use crate::store::{
 use address::RawEndpoint;
 use psbx_wire::Endpoint;
 use psbx_wire::boxd::BoxAws;
-use settings::Suggestion;
+use service_settings::Suggestion;
 use std::sync::Arc;
 
 /// Longest environment, connection or service name.
@@ -187,8 +187,8 @@ impl Environments {
     /// Bytes a box sent, both kinds `box_egress` holds: through connections
     /// (what is stored and what this replica counted since its last flush),
     /// and to the internet from its own card (as last stored).
-    pub async fn egress_bytes(&self, box_id: &str) -> Result<(u64, u64), EnvError> {
-        let (store, id) = (self.store.clone(), box_id.to_owned());
+    pub async fn egress_bytes(&self, box_id: &BoxId) -> Result<(u64, u64), EnvError> {
+        let (store, id) = (self.store.clone(), box_id.clone());
         let (connections, internet) = blocking(move || {
             Ok::<_, StoreError>((store.box_egress(&id)?, store.box_internet_egress(&id)?))
         })
@@ -353,7 +353,7 @@ impl Environments {
                 dotenv.len()
             )));
         }
-        let vars = settings::dotenv::parse(dotenv)
+        let vars = service_settings::dotenv::parse(dotenv)
             .map_err(|e| EnvError::Invalid(format!("dotenv {e}; nothing was stored")))?;
         self.store_service(account, env, name, vars, None).await
     }
@@ -367,7 +367,7 @@ impl Environments {
         env: &str,
         name: &str,
         vars: Vec<(String, String)>,
-        source: &settings::SourceRef,
+        source: &service_settings::SourceRef,
     ) -> Result<(bool, ServiceRecord), EnvError> {
         check_name("the service", name)?;
         self.store_service(account, env, name, vars, Some(source))
@@ -380,7 +380,7 @@ impl Environments {
         env: &str,
         name: &str,
         vars: Vec<(String, String)>,
-        source: Option<&settings::SourceRef>,
+        source: Option<&service_settings::SourceRef>,
     ) -> Result<(bool, ServiceRecord), EnvError> {
         if vars.len() > MAX_KEYS {
             return Err(EnvError::Invalid(format!(
@@ -483,7 +483,7 @@ impl Environments {
     ) -> Result<Vec<(Suggestion, Option<String>)>, EnvError> {
         let detail = self.get(account, env).await?;
         let services = self.settings_of(&detail.record.id).await?;
-        Ok(settings::suggest::suggest(&services)
+        Ok(service_settings::suggest::suggest(&services)
             .into_iter()
             .map(|s| {
                 let listed = detail
@@ -615,18 +615,18 @@ impl BoxService {
         [
             (
                 format!("{SETTINGS_DIR}/{}.env", self.name),
-                settings::files::env_file(&self.name, &self.vars),
+                service_settings::files::env_file(&self.name, &self.vars),
             ),
             (
                 format!("{SETTINGS_DIR}/{}.sh", self.name),
-                settings::files::sh_file(&self.vars),
+                service_settings::files::sh_file(&self.vars),
             ),
         ]
     }
 
     /// The settings worth pointing out (no secret values).
-    pub fn notable(&self) -> settings::Notable {
-        settings::notable::notable(&self.vars)
+    pub fn notable(&self) -> service_settings::Notable {
+        service_settings::notable::notable(&self.vars)
     }
 }
 

@@ -21,7 +21,7 @@
 
 use super::registry::Registry;
 use crate::blocking::blocking;
-use crate::box_actor::{BoxActor, Channel, Touch};
+use crate::box_actor::{BoxActor, Channel, Lease};
 use crate::boxd_link::LinkError;
 use crate::ids::{AccountId, BoxId};
 use crate::meter::{Bucket, RefusalLog};
@@ -40,8 +40,6 @@ use std::time::{Duration, Instant};
 
 /// How long the linked box's boxd may take to accept the stream.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often a link's open connection counts as activity of the linked box.
-const KEEP_AWAKE: Duration = Duration::from_secs(10);
 /// `link:` streams a box may open at once.
 pub const BURST: u32 = 200;
 /// `link:` streams a box may open each second after its burst.
@@ -236,20 +234,15 @@ impl Links {
                 return self.refuse(incoming, &endpoint, &refusal);
             }
         };
-        let mut awake = tokio::time::interval(KEEP_AWAKE);
-        let copy = join(
+        // The linked box stays awake while the connection lasts.
+        let _lease = Lease::take(target.actor.clone(), None);
+        let _ = join(
             incoming.accept(),
             upstream,
             "psbx",
             std::future::pending::<&str>(),
-        );
-        tokio::pin!(copy);
-        loop {
-            tokio::select! {
-                _ = &mut copy => break,
-                _ = awake.tick() => target.actor.do_send(Touch),
-            }
-        }
+        )
+        .await;
     }
 
     /// The box and port `endpoint` is linked to now, or why there is none.

@@ -255,9 +255,9 @@ fn check_network(machine: &Machine, network: &BoxNetwork) -> Result<(), BoxError
     let owners = jails.owners()?;
     let changed = network.meter.changed(&counts, &owners);
     if !changed.is_empty() {
-        let rows: Vec<(String, u64)> = changed
+        let rows: Vec<(BoxId, u64)> = changed
             .iter()
-            .map(|(_, id, bytes)| (id.as_str().to_owned(), *bytes))
+            .map(|(_, id, bytes)| (id.clone(), *bytes))
             .collect();
         machine.store.add_internet_egress(&rows)?;
     }

@@ -8,7 +8,7 @@ use super::{HostParts, HostSupervisor};
 use crate::blocking::blocking;
 use crate::box_role::BoxRole;
 use crate::boxnet::BoxNetwork;
-use crate::connectors::Router;
+use crate::connectors::{Hub, Router};
 use crate::error::{BoxError, io_error};
 use crate::hypervisor::Hypervisor;
 use crate::jail::{Jails, UidRange};
@@ -50,6 +50,26 @@ pub struct BoxServices {
     pub secrets: Secrets,
     pub router: Router,
     pub box_role: Option<BoxRole>,
+}
+
+impl BoxServices {
+    /// The services over `hub`'s connector sessions, without a box role
+    /// (no AWS identity for boxes).
+    pub fn new(secrets: Secrets, hub: Hub, store: Store) -> Self {
+        Self {
+            secrets,
+            router: Router::new(hub, store),
+            box_role: None,
+        }
+    }
+
+    /// With the signer of the boxes' AWS identity tokens.
+    pub fn with_box_role(self, box_role: BoxRole) -> Self {
+        Self {
+            box_role: Some(box_role),
+            ..self
+        }
+    }
 }
 
 pub async fn start_host(

@@ -29,8 +29,8 @@ use crate::blocking::{TaskFailed, blocking};
 use crate::box_urls::port_in_box;
 use crate::boxes::Boxes;
 use crate::error::BoxError;
-use crate::ids::{AccountId, BoxId, ShotId};
-use crate::store::{ShotRow, Store, StoreError};
+use crate::ids::{AccountId, BoxId, ReviewId, ShotId};
+use crate::store::{ShotRow, Store, StoreError, read_enum};
 use chrono::{DateTime, Utc};
 use psbx_wire::boxd::{ShotKind, ShotRequest};
 use std::collections::HashMap;
@@ -66,11 +66,13 @@ impl StoredKind {
         }
     }
 
-    fn parse(s: &str) -> Self {
+    /// The kind a row's name stands for; `None` for any other.
+    pub fn parse(s: &str) -> Option<Self> {
         match s {
-            "recording" => Self::Recording,
-            "annotation" => Self::Annotation,
-            _ => Self::Screenshot,
+            "screenshot" => Some(Self::Screenshot),
+            "recording" => Some(Self::Recording),
+            "annotation" => Some(Self::Annotation),
+            _ => None,
         }
     }
 }
@@ -78,8 +80,8 @@ impl StoredKind {
 /// A stored shot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shot {
-    pub id: String,
-    pub box_id: String,
+    pub id: ShotId,
+    pub box_id: BoxId,
     pub kind: StoredKind,
     pub mime: String,
     pub width: u32,
@@ -93,15 +95,22 @@ pub struct Shot {
     /// The page it shows as it was asked for; `None` for the virtual display.
     pub source: Option<String>,
     /// The review that keeps it past its box's stop.
-    pub review_id: Option<String>,
+    pub review_id: Option<ReviewId>,
     pub created_at: DateTime<Utc>,
 }
 
-impl From<ShotRow> for Shot {
-    fn from(row: ShotRow) -> Self {
+/// A row read back: an unknown kind is [`StoreError::Unreadable`].
+impl TryFrom<ShotRow> for Shot {
+    type Error = StoreError;
+
+    fn try_from(row: ShotRow) -> Result<Self, StoreError> {
         let size = |n: i64| u64::try_from(n).unwrap_or(0);
-        Self {
-            kind: StoredKind::parse(&row.kind),
+        Ok(Self {
+            kind: read_enum(
+                || format!("the kind of shot {}", row.id),
+                &row.kind,
+                StoredKind::parse,
+            )?,
             width: u32::try_from(row.width).unwrap_or(0),
             height: u32::try_from(row.height).unwrap_or(0),
             duration_ms: row.duration_ms.map(size),
@@ -114,7 +123,7 @@ impl From<ShotRow> for Shot {
             source: row.source,
             review_id: row.review_id,
             created_at: row.created_at,
-        }
+        })
     }
 }
 
@@ -378,7 +387,7 @@ impl Shots {
             self.delete_files(&row).await;
             return Err(e.into());
         }
-        Ok(row.into())
+        Ok(Shot::try_from(row)?)
     }
 
     /// The URL the box's browser opens for `url`: the box's own box URL
@@ -446,9 +455,9 @@ impl Shots {
         let len = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         Ok(ShotRow {
             storage_key: format!("{account}/{box_id}/{id}"),
-            id: id.to_string(),
-            account_id: account.to_string(),
-            box_id: box_id.to_string(),
+            id,
+            account_id: account.clone(),
+            box_id: box_id.clone(),
             kind: kind.as_str().to_owned(),
             mime: mime.to_owned(),
             width: i32::try_from(width).unwrap_or(i32::MAX),
@@ -517,14 +526,16 @@ impl Shots {
         })
         .await?;
         Ok((
-            rows.into_iter().map(Shot::from).collect(),
+            rows.into_iter()
+                .map(Shot::try_from)
+                .collect::<Result<_, StoreError>>()?,
             u64::try_from(total).unwrap_or(0),
         ))
     }
 
     /// One of the account's shots.
     pub async fn get(&self, account: &AccountId, id: &str) -> Result<Shot, ShotError> {
-        Ok(self.row(account, id).await?.into())
+        Ok(Shot::try_from(self.row(account, id).await?)?)
     }
 
     async fn row(&self, account: &AccountId, id: &str) -> Result<ShotRow, ShotError> {
@@ -545,7 +556,7 @@ impl Shots {
         let row = self.row(account, id).await?;
         let (part, mime) = Self::served_part(&row, id, part)?;
         let bytes = self.storage.get(&key(&row, part)).await?;
-        Ok((row.into(), mime, bytes))
+        Ok((Shot::try_from(row)?, mime, bytes))
     }
 
     /// The file that answers for `part` of the shot, and its media type.
@@ -579,7 +590,7 @@ impl Shots {
         let row = self.row(account, id).await?;
         let (part, mime) = Self::served_part(&row, id, part)?;
         let (len, reader) = self.storage.open(&key(&row, part)).await?;
-        Ok((row.into(), mime, len, reader))
+        Ok((Shot::try_from(row)?, mime, len, reader))
     }
 
     /// Deletes one of the box's own shots.

@@ -1,13 +1,13 @@
 //! API keys: created with a random secret shown once, stored as its SHA-256 only,
 //! listed without secrets, revoked at once.
 
+use super::credentials::{Credential, OAUTH_TOKEN_PREFIX, Principal, digest};
 use super::schema::api_keys;
 use super::{Store, StoreError};
 use crate::ids::{AccountId, ApiKeyId, ApiKeySecret};
 use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
-use sha2::{Digest, Sha256};
 
 /// Longest key name accepted.
 pub const MAX_NAME_LEN: usize = 100;
@@ -39,31 +39,11 @@ pub struct NewApiKey {
     pub secret: ApiKeySecret,
 }
 
-/// Who a request acts for, once its credential is recognised.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    pub account_id: AccountId,
-    pub credential: Credential,
-}
-
-/// What a request authenticated with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Credential {
-    /// An API key (`psbx_...`).
-    ApiKey(ApiKeyId),
-    /// An OAuth access token issued under this grant to this client.
-    OAuth { grant_id: String, client_id: String },
-}
-
 /// One page of keys, oldest first; `next` is where the following page starts.
 #[derive(Debug)]
 pub struct KeyPage {
     pub keys: Vec<ApiKey>,
     pub next: Option<(DateTime<Utc>, ApiKeyId)>,
-}
-
-fn digest(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
 }
 
 /// Checks a key name: what a person would type, on one line.
@@ -163,8 +143,7 @@ impl Store {
     /// Recognises a presented key: its account and key id, or `None` for a key that
     /// is unknown or revoked. Records the use (at most once a minute per key).
     pub fn authenticate(&self, presented: &str) -> Result<Option<Principal>, StoreError> {
-        if !presented.starts_with(ApiKeySecret::PREFIX)
-            || presented.starts_with(super::oauth::TOKEN_PREFIX)
+        if !presented.starts_with(ApiKeySecret::PREFIX) || presented.starts_with(OAUTH_TOKEN_PREFIX)
         {
             return Ok(None);
         }

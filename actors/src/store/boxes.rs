@@ -70,12 +70,17 @@ impl TryFrom<BoxRow> for BoxRecord {
             what: format!("the spec of box {}", r.id),
             why: e.to_string(),
         })?;
+        // The CHECK constraint admits only the names BoxState parses.
+        let state = super::read_enum(
+            || format!("the state of box {}", r.id),
+            &r.state,
+            BoxState::parse,
+        )?;
         Ok(Self {
             id: r.id,
             account_id: r.account_id,
             host_uri: r.host_uri,
-            // The CHECK constraint admits only the names BoxState parses.
-            state: BoxState::parse(&r.state).unwrap_or(BoxState::Failed),
+            state,
             failure: r.failure,
             name: r.name,
             goal: r.goal,

@@ -1,13 +1,46 @@
-//! Finding this server's own credentials inside a value someone wants to
-//! store as a secret: an API key, a connector token or an OAuth token
+//! The credentials psbx issues, as the store's files share them: how a
+//! token is stored ([`digest`], its SHA-256 only), who a recognised
+//! credential acts for ([`Principal`], [`Credential`]), and the OAuth access
+//! token's prefix, which the API-key check must tell apart. They live here,
+//! below `api_keys.rs`, `oauth.rs`, `sign_in.rs`, `takeover.rs` and
+//! `uploads.rs`, so that those files need not import each other.
+//!
+//! Also: finding this server's own credentials inside a value someone wants
+//! to store as a secret: an API key, a connector token or an OAuth token
 //! (`psbx_...`, also inside `Bearer psbx_...` or a URL). Boxes reach psbx
 //! without any of them, so none is ever a secret a box needs; a value that
 //! merely looks like one but is not this server's is left alone.
 
 use super::schema::{api_keys, connections, oauth_tokens};
 use super::{Store, StoreError};
+use crate::ids::{AccountId, ApiKeyId};
 use diesel::prelude::*;
 use sha2::{Digest, Sha256};
+
+/// OAuth access tokens start with this (API keys never contain a second `_`).
+pub const OAUTH_TOKEN_PREFIX: &str = "psbx_at_";
+
+/// Who a request acts for, once its credential is recognised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub account_id: AccountId,
+    pub credential: Credential,
+}
+
+/// What a request authenticated with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// An API key (`psbx_...`).
+    ApiKey(ApiKeyId),
+    /// An OAuth access token issued under this grant to this client (a
+    /// registered `client_...` or a metadata document's URL).
+    OAuth { grant_id: String, client_id: String },
+}
+
+/// What the store keeps of a token, link or key handed out: its SHA-256.
+pub fn digest(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
 
 /// Every credential psbx issues starts with this.
 const PREFIX: &str = "psbx_";
@@ -34,7 +67,10 @@ pub fn candidates(value: &str) -> Vec<String> {
             .map_or(bytes.len(), |n| start + n);
         let run = &value[start..end];
         out.push(run.to_owned());
-        for len in [PREFIX.len() + RANDOM_LEN, "psbx_at_".len() + RANDOM_LEN] {
+        for len in [
+            PREFIX.len() + RANDOM_LEN,
+            OAUTH_TOKEN_PREFIX.len() + RANDOM_LEN,
+        ] {
             if let Some(cut) = run.get(..len) {
                 out.push(cut.to_owned());
             }
@@ -57,7 +93,7 @@ impl Store {
     pub fn credential_in(&self, value: &str) -> Result<Option<&'static str>, StoreError> {
         let hashes: Vec<Vec<u8>> = candidates(value)
             .iter()
-            .map(|c| Sha256::digest(c.as_bytes()).to_vec())
+            .map(|c| digest(c).to_vec())
             .collect();
         if hashes.is_empty() {
             return Ok(None);

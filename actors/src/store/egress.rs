@@ -4,12 +4,13 @@
 
 use super::schema::box_egress;
 use super::{Store, StoreError};
+use crate::ids::BoxId;
 use diesel::prelude::*;
 
 impl Store {
     /// Adds counted bytes to their boxes, all or none. A box that is gone
     /// (its row deleted) is skipped: there is nothing left to meter.
-    pub fn add_box_egress(&self, counted: &[(String, u64)]) -> Result<(), StoreError> {
+    pub fn add_box_egress(&self, counted: &[(BoxId, u64)]) -> Result<(), StoreError> {
         let mut conn = self.conn()?;
         conn.transaction(|conn| {
             for (box_id, bytes) in counted {
@@ -20,7 +21,7 @@ impl Store {
                      ON CONFLICT (box_id) DO UPDATE \
                      SET bytes = box_egress.bytes + EXCLUDED.bytes, updated_at = now()",
                 )
-                .bind::<diesel::sql_types::Text, _>(box_id)
+                .bind::<diesel::sql_types::Text, _>(box_id.as_str())
                 .bind::<diesel::sql_types::BigInt, _>(bytes)
                 .execute(conn)?;
             }
@@ -31,7 +32,7 @@ impl Store {
     /// Stores the host's counter figures of boxes' internet traffic (box,
     /// bytes since the counter began), all or none: what each adds over the
     /// figure stored last (all of it when the counter began again).
-    pub fn add_internet_egress(&self, counted: &[(String, u64)]) -> Result<(), StoreError> {
+    pub fn add_internet_egress(&self, counted: &[(BoxId, u64)]) -> Result<(), StoreError> {
         let mut conn = self.conn()?;
         conn.transaction(|conn| {
             for (box_id, counter) in counted {
@@ -47,7 +48,7 @@ impl Store {
                          internet_counted = EXCLUDED.internet_counted, updated_at = now() \
                      WHERE box_egress.internet_counted <> EXCLUDED.internet_counted",
                 )
-                .bind::<diesel::sql_types::Text, _>(box_id)
+                .bind::<diesel::sql_types::Text, _>(box_id.as_str())
                 .bind::<diesel::sql_types::BigInt, _>(counter)
                 .execute(conn)?;
             }
@@ -56,9 +57,9 @@ impl Store {
     }
 
     /// The bytes a box sent to the internet (0 when it never sent any).
-    pub fn box_internet_egress(&self, box_id: &str) -> Result<u64, StoreError> {
+    pub fn box_internet_egress(&self, box_id: &BoxId) -> Result<u64, StoreError> {
         let bytes: Option<i64> = box_egress::table
-            .find(box_id)
+            .find(box_id.as_str())
             .select(box_egress::internet_bytes)
             .first(&mut self.conn()?)
             .optional()?;
@@ -66,9 +67,9 @@ impl Store {
     }
 
     /// The bytes stored for a box (0 when it never sent any).
-    pub fn box_egress(&self, box_id: &str) -> Result<u64, StoreError> {
+    pub fn box_egress(&self, box_id: &BoxId) -> Result<u64, StoreError> {
         let bytes: Option<i64> = box_egress::table
-            .find(box_id)
+            .find(box_id.as_str())
             .select(box_egress::bytes)
             .first(&mut self.conn()?)
             .optional()?;

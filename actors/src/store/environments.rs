@@ -9,7 +9,6 @@ use crate::ids::{AccountId, ConnectionId, EnvironmentId, ServerId};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use psbx_wire::Endpoint;
-use sha2::{Digest, Sha256};
 
 /// An environment as stored.
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
@@ -114,7 +113,7 @@ pub struct EnvironmentChange {
 
 /// A connection's token digest: what is stored and looked up.
 pub fn token_digest(token: &str) -> Vec<u8> {
-    Sha256::digest(token.as_bytes()).to_vec()
+    super::credentials::digest(token).to_vec()
 }
 
 fn unique_violation(e: &diesel::result::Error) -> bool {

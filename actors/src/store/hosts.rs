@@ -2,6 +2,7 @@
 
 use super::schema::{boxes, hosts};
 use super::{Store, StoreError};
+use crate::ids::ServerId;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
@@ -9,7 +10,7 @@ use diesel::prelude::*;
 #[derive(Debug, Clone)]
 pub struct HostRecord {
     pub uri: String,
-    pub server_id: Option<String>,
+    pub server_id: Option<ServerId>,
     pub accel: String,
     pub cpus: u32,
     pub memory_mib: u64,
@@ -64,7 +65,7 @@ impl Store {
         #[diesel(table_name = hosts, check_for_backend(diesel::pg::Pg))]
         struct HostRow {
             uri: String,
-            server_id: Option<String>,
+            server_id: Option<ServerId>,
             accel: String,
             cpus: i32,
             memory_mib: i64,

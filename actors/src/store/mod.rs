@@ -28,10 +28,11 @@ mod uploads;
 mod url_keys;
 
 pub use accounts::{Account, Bootstrap};
-pub use api_keys::{ApiKey, Credential, KeyPage, NewApiKey, Principal};
+pub use api_keys::{ApiKey, KeyPage, NewApiKey};
 pub use aws::AwsRow;
 pub use box_access::BoxAccessRow;
 pub use boxes::{BoxCursor, BoxRecord, NewBox, PoolClaim, Transition};
+pub use credentials::{Credential, OAUTH_TOKEN_PREFIX, Principal};
 pub use environments::{
     ConnectionRecord, EnvironmentChange, EnvironmentRecord, NewService, SealedService,
     ServiceRecord, token_digest,
@@ -39,7 +40,6 @@ pub use environments::{
 pub use hosts::HostRecord;
 pub use oauth::{
     ACCESS_TOKEN_TTL, CODE_TTL, CodeExchange, IssuedTokens, NewCode, OAuthClient, Refused,
-    TOKEN_PREFIX as OAUTH_TOKEN_PREFIX,
 };
 pub use oidc_keys::{NewOidcKey, OidcKeyRow};
 pub use reviews::{ItemRow, ReviewRow};
@@ -92,6 +92,21 @@ pub enum StoreError {
     /// The thread running the call failed (see [`crate::blocking`]).
     #[error(transparent)]
     Task(#[from] crate::blocking::TaskFailed),
+}
+
+/// A stored name read back as the enum it names (with the enum's own
+/// `parse`): any other value is [`StoreError::Unreadable`], never a default,
+/// so a row written by another version fails loudly instead of reading as
+/// something it is not. `what` names the value (`the state of review rev_…`).
+pub fn read_enum<T>(
+    what: impl FnOnce() -> String,
+    stored: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<T, StoreError> {
+    parse(stored).ok_or_else(|| StoreError::Unreadable {
+        what: what(),
+        why: format!("{stored:?} is not one of its values"),
+    })
 }
 
 impl StoreError {

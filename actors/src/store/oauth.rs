@@ -8,11 +8,10 @@
 //! need the stored values (and the one-use rules) are made here, in one
 //! transaction each.
 
-use super::api_keys::{Credential, Principal};
+use super::credentials::{Credential, OAUTH_TOKEN_PREFIX, Principal, digest};
 use super::schema::{oauth_clients, oauth_codes, oauth_grants, oauth_tokens};
-use super::sign_in::digest;
 use super::{Store, StoreError};
-use crate::ids::{AccountId, random_token};
+use crate::ids::{AccountId, OAuthClientId, random_token};
 use chrono::{DateTime, Duration, Utc};
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
@@ -21,7 +20,7 @@ use std::fmt;
 #[derive(Debug, Queryable, Selectable)]
 #[diesel(table_name = oauth_clients, check_for_backend(diesel::pg::Pg))]
 struct OAuthClientRow {
-    id: String,
+    id: OAuthClientId,
     name: Option<String>,
     redirect_uris: Vec<String>,
     created_at: DateTime<Utc>,
@@ -67,15 +66,13 @@ pub const ACCESS_TOKEN_TTL: Duration = Duration::hours(1);
 pub const REFRESH_TOKEN_TTL: Duration = Duration::days(30);
 /// How long an authorization code may wait for its exchange.
 pub const CODE_TTL: Duration = Duration::minutes(10);
-/// Access tokens start with this (API keys never contain a second `_`).
-pub const TOKEN_PREFIX: &str = "psbx_at_";
 const REFRESH_PREFIX: &str = "psbx_rt_";
 const CODE_PREFIX: &str = "psbx_ac_";
 
 /// A client registered with `POST /oauth/register`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OAuthClient {
-    pub id: String,
+    pub id: OAuthClientId,
     pub name: Option<String>,
     pub redirect_uris: Vec<String>,
     pub created_at: DateTime<Utc>,
@@ -162,7 +159,7 @@ fn revoke_grant(conn: &mut PgConnection, grant: &str) -> Result<(), StoreError> 
 
 /// A new access token and refresh token under the grant.
 fn issue(conn: &mut PgConnection, grant: &OAuthGrantRow) -> Result<IssuedTokens, StoreError> {
-    let access_token = format!("{TOKEN_PREFIX}{}", random_token(40)?);
+    let access_token = format!("{OAUTH_TOKEN_PREFIX}{}", random_token(40)?);
     let refresh_token = format!("{REFRESH_PREFIX}{}", random_token(40)?);
     let now = Utc::now();
     diesel::insert_into(oauth_tokens::table)
@@ -400,7 +397,7 @@ impl Store {
         presented: &str,
         resources: &[String],
     ) -> Result<Option<Principal>, StoreError> {
-        if !presented.starts_with(TOKEN_PREFIX) {
+        if !presented.starts_with(OAUTH_TOKEN_PREFIX) {
             return Ok(None);
         }
         let found: Option<(String, AccountId, String)> = oauth_tokens::table

@@ -6,7 +6,7 @@
 use super::schema::{review_items, reviews, shots};
 use super::shots::ShotRow;
 use super::{Store, StoreError};
-use crate::ids::{AccountId, BoxId, ReviewId};
+use crate::ids::{AccountId, BoxId, FeedbackId, ReviewId, ShotId};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
@@ -14,12 +14,14 @@ use diesel::prelude::*;
 #[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Insertable)]
 #[diesel(table_name = reviews)]
 pub struct ReviewRow {
-    pub id: String,
-    pub account_id: String,
-    pub box_id: String,
+    pub id: ReviewId,
+    pub account_id: AccountId,
+    pub box_id: BoxId,
     pub title: String,
     pub summary: String,
     pub urls: Vec<String>,
+    /// `waiting`, `answered` or `approved` (`reviews::ReviewState`, read
+    /// back with an error for any other value).
     pub state: String,
     pub created_at: DateTime<Utc>,
     pub answered_at: Option<DateTime<Utc>>,
@@ -31,12 +33,12 @@ pub struct ReviewRow {
 #[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Insertable)]
 #[diesel(table_name = review_items)]
 pub struct ItemRow {
-    pub id: String,
-    pub review_id: String,
-    pub account_id: String,
+    pub id: FeedbackId,
+    pub review_id: ReviewId,
+    pub account_id: AccountId,
     pub position: i32,
     pub text: String,
-    pub shot_id: Option<String>,
+    pub shot_id: Option<ShotId>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -53,14 +55,14 @@ impl Store {
     pub fn update_review(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &ReviewId,
         title: &str,
         summary: &str,
         urls: &[String],
     ) -> Result<ReviewRow, StoreError> {
         Ok(diesel::update(
             reviews::table
-                .find(id)
+                .find(id.as_str())
                 .filter(reviews::account_id.eq(account.as_str())),
         )
         .set((
@@ -142,7 +144,7 @@ impl Store {
             .filter(reviews::state.ne("waiting"))
             .filter(reviews::answered_at.lt(before))
             .select(reviews::id.nullable());
-        let doomed: Vec<String> = shots::table
+        let doomed: Vec<ShotId> = shots::table
             .filter(shots::review_id.eq_any(old))
             .select(shots::id)
             .limit(limit)

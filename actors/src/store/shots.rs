@@ -13,9 +13,11 @@ use diesel::prelude::*;
 #[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Insertable)]
 #[diesel(table_name = shots)]
 pub struct ShotRow {
-    pub id: String,
-    pub account_id: String,
-    pub box_id: String,
+    pub id: ShotId,
+    pub account_id: AccountId,
+    pub box_id: BoxId,
+    /// `screenshot`, `recording` or `annotation` (`shots::StoredKind`, read
+    /// back with an error for any other value).
     pub kind: String,
     pub mime: String,
     pub width: i32,
@@ -25,7 +27,7 @@ pub struct ShotRow {
     pub preview_bytes: i64,
     pub poster_bytes: i64,
     pub source: Option<String>,
-    pub review_id: Option<String>,
+    pub review_id: Option<ReviewId>,
     pub storage_key: String,
     pub created_at: DateTime<Utc>,
 }
@@ -48,8 +50,13 @@ impl Store {
     pub fn insert_shot(&self, row: &ShotRow) -> Result<(), StoreError> {
         let mut conn = self.conn()?;
         conn.transaction(|conn| {
-            super::quota::lock_account(conn, &row.account_id)?;
-            super::quota::check_shot_bytes(conn, &self.quotas, &row.account_id, row_bytes(row))?;
+            super::quota::lock_account(conn, row.account_id.as_str())?;
+            super::quota::check_shot_bytes(
+                conn,
+                &self.quotas,
+                row.account_id.as_str(),
+                row_bytes(row),
+            )?;
             diesel::insert_into(shots::table)
                 .values(row)
                 .execute(conn)?;
@@ -93,7 +100,7 @@ impl Store {
     }
 
     /// Several shots by id (feedback images), in no particular order.
-    pub fn shots_by_id(&self, ids: &[String]) -> Result<Vec<ShotRow>, StoreError> {
+    pub fn shots_by_id(&self, ids: &[ShotId]) -> Result<Vec<ShotRow>, StoreError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -164,7 +171,7 @@ impl Store {
         let live = boxes::table
             .filter(boxes::state.ne_all(["stopped", "failed"]))
             .select(boxes::id);
-        let doomed: Vec<String> = shots::table
+        let doomed: Vec<ShotId> = shots::table
             .filter(shots::kind.eq_any(BOX_KINDS))
             .filter(shots::review_id.is_null())
             .filter(shots::box_id.ne_all(live))

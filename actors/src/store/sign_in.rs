@@ -9,6 +9,7 @@
 //! [`ARGON2_SLOTS`] at a time in this process: guessing cannot hold the pool.
 //! Throttling failed sign-ins is the HTTP side's (it knows the caller's address).
 
+use super::credentials::digest;
 use super::schema::{accounts, login_links, web_sessions};
 use super::{Account, Store, StoreError};
 use crate::ids::{AccountId, random_token};
@@ -16,7 +17,6 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use argon2::{Argon2, password_hash};
 use chrono::{Duration, Utc};
 use diesel::prelude::*;
-use sha2::{Digest, Sha256};
 use std::sync::OnceLock;
 
 pub use slots::{ARGON2_SLOTS, Argon2Slots};
@@ -28,10 +28,6 @@ pub const SESSION_TTL: Duration = Duration::hours(12);
 /// Shortest and longest password accepted.
 pub const MIN_PASSWORD_LEN: usize = 8;
 pub const MAX_PASSWORD_LEN: usize = 1024;
-
-pub(super) fn digest(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
-}
 
 fn hash_password(password: &str) -> Result<String, StoreError> {
     let mut salt = [0u8; 16];

@@ -5,8 +5,8 @@
 //! WebSockets racing for a link cannot both win. Links used or expired for
 //! a day are deleted by [`Store::prune_takeover_links`] (the heartbeat's).
 
+use super::credentials::digest;
 use super::schema::takeover_links;
-use super::sign_in::digest;
 use super::{Store, StoreError};
 use crate::ids::{AccountId, BoxId, random_token};
 use chrono::{DateTime, Utc};

@@ -2,12 +2,12 @@
 //! an account, a box and a destination, stored as their SHA-256 only, claimed
 //! at most once and only before they expire.
 
+use super::credentials::digest;
 use super::schema::uploads;
 use super::{Store, StoreError};
-use crate::ids::{AccountId, random_token};
+use crate::ids::{AccountId, BoxId, random_token};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use sha2::{Digest, Sha256};
 use std::fmt;
 
 /// A token as handed out: the only credential of its upload URL.
@@ -32,7 +32,7 @@ impl fmt::Debug for UploadToken {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadTarget {
     pub account_id: AccountId,
-    pub box_id: String,
+    pub box_id: BoxId,
     pub dest: String,
 }
 
@@ -47,17 +47,13 @@ pub enum UploadClaim {
     Unknown,
 }
 
-fn digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
 impl Store {
     /// Makes a token for one upload into `box_id` under `/work/<dest>`, valid
     /// for `ttl`. Tokens that expired a day ago or more are deleted on the way.
     pub fn create_upload(
         &self,
         account: &AccountId,
-        box_id: &str,
+        box_id: &BoxId,
         dest: &str,
         ttl: chrono::Duration,
     ) -> Result<(UploadToken, DateTime<Utc>), StoreError> {
@@ -88,7 +84,7 @@ impl Store {
         }
         let hash = digest(presented);
         let mut conn = self.conn()?;
-        let claimed: Option<(AccountId, String, String)> = diesel::update(
+        let claimed: Option<(AccountId, BoxId, String)> = diesel::update(
             uploads::table
                 .filter(uploads::token_sha256.eq(&hash[..]))
                 .filter(uploads::used_at.is_null())

@@ -1,11 +1,17 @@
-//! `clock`: sets the box's clock to the server's, sent on every new session.
+//! `clock`: sets the box's clock to the server's, sent on every new session
+//! (refused by a boxd that does not own its machine: `crate::settings`).
 
-use super::answer_with;
+use super::common::{Boxd, answer_with};
 use psbx_wire::boxd::{Clock, Done};
 use psbx_wire::mux::Incoming;
 
-pub async fn serve(incoming: Incoming) {
-    answer_with(incoming, set).await;
+pub async fn serve(incoming: Incoming, state: &Boxd) {
+    let refused = state.not_its_machine("clock");
+    answer_with(incoming, |clock| match refused {
+        Some(why) => Done::failed(why),
+        None => set(clock),
+    })
+    .await;
 }
 
 fn set(clock: Clock) -> Done {

@@ -1,8 +1,10 @@
 //! `configure`: takes a claim (the files under `/work/.sbx/`, the
 //! environment's addresses, the commands' environment), and keeps the
-//! environment for a restarted boxd of the same boot.
+//! environment for a restarted boxd of the same boot. A boxd that does not
+//! own its machine (`crate::settings`) refuses a claim with addresses,
+//! wiring or an AWS role: those change the machine's network.
 
-use super::{Boxd, answer, read_call};
+use super::common::{Boxd, answer, read_call};
 use crate::kept;
 use psbx_wire::boxd::{ConfigFile, Configure, Done};
 use psbx_wire::mux::Incoming;
@@ -22,14 +24,19 @@ pub async fn serve(incoming: Incoming, state: &Boxd) {
 
 /// Takes a claim: the files, the environment's addresses, the environment.
 async fn apply(state: &Boxd, configure: Configure) -> Result<(), String> {
-    write_files(&state.work, &configure.files)?;
+    let network =
+        !configure.endpoints.is_empty() || !configure.wiring.is_empty() || configure.aws.is_some();
+    if network && let Some(why) = state.not_its_machine("network for a claim") {
+        return Err(why);
+    }
+    write_files(state.work(), &configure.files)?;
     state
         .private
         .configure(
             &configure.endpoints,
             &configure.wiring,
             &state.uplink,
-            &state.work,
+            state.work(),
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -40,7 +47,11 @@ async fn apply(state: &Boxd, configure: Configure) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         aws.add_to(&mut env);
     }
-    kept::keep(Path::new(kept::ENV), &env, "the commands' environment");
+    kept::keep(
+        &state.settings.env_file(),
+        &env,
+        "the commands' environment",
+    );
     if let Ok(mut held) = state.env.write() {
         *held = env;
     }
@@ -48,15 +59,15 @@ async fn apply(state: &Boxd, configure: Configure) -> Result<(), String> {
 }
 
 /// At start: the commands' environment of a claim an earlier boxd of this
-/// boot took (none when there was none; a damaged file is reported and left).
-pub fn restore_env() -> Vec<(String, String)> {
-    let path = Path::new(kept::ENV);
+/// boot kept at `path` (none when there was none; a damaged file is reported
+/// and left).
+pub fn restore_env(path: &Path) -> Vec<(String, String)> {
     let Some(env) = kept::usable(path, kept::read(path)) else {
         return Vec::new();
     };
     println!(
         "boxd: restored the commands' environment from {}",
-        kept::ENV
+        path.display()
     );
     env
 }

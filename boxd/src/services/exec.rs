@@ -1,9 +1,10 @@
 //! `exec`: runs a command ([`crate::exec`]) and answers with records: for a
 //! foreground command its output as it comes and how it ended, with the
 //! connections to environment addresses it made that failed; for a
-//! background one only its pid.
+//! background one only its pid. Its working directory is the box's: one
+//! under `/work` is under the box's work directory (`crate::settings`).
 
-use super::{Boxd, parse, read_request};
+use super::common::{Boxd, parse, read_request};
 use crate::exec::{self, Output};
 use psbx_wire::boxd::{ExecRequest, Record};
 use psbx_wire::mux::Stream;
@@ -15,10 +16,15 @@ pub async fn serve(mut stream: Stream, state: &Boxd) {
         Ok(bytes) => parse::<ExecRequest>(&bytes),
         Err(e) => Err(e.to_string()),
     };
-    let request = match request {
+    let mut request = match request {
         Ok(r) => r,
         Err(e) => return finish(stream, Record::Failed(e)).await,
     };
+    request.cwd = state
+        .settings
+        .in_work(&request.cwd)
+        .to_string_lossy()
+        .into_owned();
     let base_env = state.env.read().map(|e| e.clone()).unwrap_or_default();
     if request.background {
         let failures = state.private.failures().clone();

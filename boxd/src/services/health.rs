@@ -40,8 +40,8 @@ fn read(
 }
 
 /// Answers `health`: the box now, and its entries.
-pub async fn serve(incoming: psbx_wire::mux::Incoming, state: &super::Boxd) {
-    super::answer::<psbx_wire::boxd::HealthRequest>(
+pub async fn serve(incoming: psbx_wire::mux::Incoming, state: &super::common::Boxd) {
+    super::common::answer::<psbx_wire::boxd::HealthRequest>(
         incoming.accept(),
         &read(state.private.health(), state.private.names()),
     )

@@ -1,7 +1,7 @@
 //! `info`: boxd's introduction ([`psbx_wire::boxd::BoxInfo`]), asked for
 //! after every (re)connection.
 
-use super::{Boxd, answer};
+use super::common::{Boxd, answer};
 use psbx_wire::boxd::InfoRequest;
 use psbx_wire::mux::Incoming;
 

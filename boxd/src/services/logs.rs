@@ -1,7 +1,7 @@
 //! `logs`: a background command's log from an offset, and what it appends
 //! while it runs when the request follows it.
 
-use super::{Boxd, parse, read_request};
+use super::common::{Boxd, parse, read_request};
 use crate::exec::Processes;
 use psbx_wire::boxd::Logs;
 use psbx_wire::mux::Stream;

@@ -1,6 +1,6 @@
 //! `processes`: the background commands, running or ended.
 
-use super::{Boxd, answer};
+use super::common::{Boxd, answer};
 use psbx_wire::boxd::ProcessesRequest;
 use psbx_wire::mux::Incoming;
 

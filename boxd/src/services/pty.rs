@@ -15,7 +15,7 @@
 //! terminal is sent and the stream finished (FIN). A malformed request or
 //! input resets the stream with the reason.
 
-use super::Boxd;
+use super::common::Boxd;
 use bytes::{Bytes, BytesMut};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -65,7 +65,7 @@ pub async fn serve(stream: Stream, state: &Boxd) {
         Err(e) => return to_server.reset(&e.to_string()),
     };
     let env = state.env.read().map(|e| e.clone()).unwrap_or_default();
-    let (pty, mut child) = match spawn(request, &state.work, &env) {
+    let (pty, mut child) = match spawn(request, state.work(), &env) {
         Ok(started) => started,
         Err(e) => return to_server.reset(&e.to_string()),
     };

@@ -6,7 +6,7 @@
 //! header, then the file's bytes and the poster's, then FIN. The files live
 //! in a temporary directory removed once sent.
 
-use super::Boxd;
+use super::common::Boxd;
 use bytes::Bytes;
 use psbx_wire::boxd::{ShotAnswer, ShotRefusal, ShotRequest};
 use psbx_wire::frame::code;

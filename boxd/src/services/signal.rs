@@ -1,6 +1,6 @@
 //! `signal`: signals a background command's whole process group.
 
-use super::{Boxd, answer_with};
+use super::common::{Boxd, answer_with};
 use psbx_wire::boxd::{Done, Signal};
 use psbx_wire::mux::Incoming;
 

@@ -2,7 +2,7 @@
 //! bytes, unpacked as they come ([`crate::unpack`]); the answer says how
 //! many files and bytes, or why not.
 
-use super::{Boxd, answer_json, parse};
+use super::common::{Boxd, answer_json, parse};
 use crate::unpack;
 use psbx_wire::boxd::{SyncDone, SyncRequest};
 use psbx_wire::mux::Stream;
@@ -37,7 +37,7 @@ pub async fn serve(mut stream: Stream, state: &Boxd) {
     };
     let rest = head[newline + 1..].to_vec();
     let (read_half, mut write_half) = stream.into_split();
-    let work = state.work.clone();
+    let work = state.work().to_owned();
     let result = tokio::task::spawn_blocking(move || {
         let bridge = tokio_util::io::SyncIoBridge::new(read_half);
         let mut reader = std::io::Read::chain(std::io::Cursor::new(rest), bridge);

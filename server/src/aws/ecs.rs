@@ -10,7 +10,7 @@
 use super::values::{self, Ref, ValueError};
 use super::{AwsError, Session, refused};
 use aws_sdk_ecs::types::ContainerDefinition;
-use psbx_actors::environments::settings::Skipped;
+use psbx_actors::environments::service_settings::Skipped;
 
 /// At most this many services are listed.
 pub const MAX_LISTED: usize = 1000;

@@ -115,7 +115,7 @@ pub fn run_hosts(config: &Config, command: HostsCommand) -> anyhow::Result<()> {
                     h.accel,
                     h.cpus,
                     h.memory_mib,
-                    h.server_id.unwrap_or_default(),
+                    h.server_id.map(|s| s.to_string()).unwrap_or_default(),
                     time(Some(h.updated_at)),
                     if boxes.is_empty() {
                         "none".to_owned()

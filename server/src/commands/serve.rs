@@ -6,13 +6,12 @@ use crate::app::{self, AppState};
 use crate::banner;
 use crate::config::Config;
 use crate::database::{Database, Opener};
+use crate::host::HostChoice;
 use crate::tls;
 use actix_web::HttpServer;
 use anyhow::Context;
-use psbx_actors::box_role::BoxRole;
+use psbx_actors::connectors::Hub;
 use psbx_actors::connectors::egress::Egress;
-use psbx_actors::connectors::{Hub, Router};
-use psbx_actors::host::{BoxServices, start_host};
 use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
 use psbx_actors::settings::BoxSettings;
@@ -55,9 +54,6 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let vault = Vault::open_or_create(&config.master_key_path())?;
     let secrets = Secrets::new(store.clone(), vault)?;
 
-    let issuer = app::issuer_for(&config, &store, &secrets, &url)?;
-    let box_session_seconds = config.aws.box_session_seconds()?;
-
     if config.boxes.enabled {
         at_rest(&box_settings, config.boxes.require_encryption)?;
         if box_settings.network {
@@ -68,35 +64,17 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let result: anyhow::Result<()> = actix_web::rt::System::new().block_on(async {
         let hub = Hub::with_limits(config.connectors.limits());
         let host = if config.boxes.enabled {
-            let services = BoxServices {
-                secrets: secrets.clone(),
-                router: Router::new(hub.clone(), store.clone()),
-                box_role: Some(BoxRole::new(
-                    issuer.clone(),
-                    store.clone(),
-                    config.aws.endpoint_url.clone(),
-                    box_session_seconds,
-                )),
-            };
-            start_host(
-                store.clone(),
-                box_settings.clone(),
-                config.libvirt_uri.clone(),
-                config.boxes.accel,
-                server.id.to_string(),
-                services,
-            )
-            .await
-            .map_err(|e| {
-                tracing::error!(uri = %config.libvirt_uri, error = %e, "boxes are unavailable");
-                format!("boxes are unavailable on this server: {e}")
-            })
+            HostChoice::Libvirt {
+                uri: config.libvirt_uri.clone(),
+            }
         } else {
-            Err("boxes are disabled in this server's configuration (boxes.enabled)".to_owned())
+            HostChoice::Off(
+                "boxes are disabled in this server's configuration (boxes.enabled)".to_owned(),
+            )
         };
         let parts = app::Parts::new(store.clone(), secrets, hub.clone(), &url, server.id.clone())
-            .with_issuer(issuer);
-        let state = AppState::assemble(&config, parts, host)?;
+            .with_host(host);
+        let state = AppState::assemble(&config, parts).await?;
         let boxes = state.boxes.clone();
         let shots = state.shots.clone();
         // Our own signal handling, installed before we say we listen: a stop

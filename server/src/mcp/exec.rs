@@ -9,7 +9,8 @@
 //! call is a task reading the followed log.
 
 use super::reply::{box_failed, failed, structured};
-use crate::routes::exec::{OutputView, failure_texts, private_endpoint_hint};
+use crate::views::exec::{OutputView, failure_texts, private_endpoint_hint};
+use futures_util::StreamExt;
 use psbx_actors::boxes::Boxes;
 use psbx_actors::error::BoxError;
 use psbx_actors::exec::bounded::Bounded;
@@ -155,7 +156,7 @@ async fn start(
         .exec(&who.account_id, id, request)
         .await
         .map_err(box_failed)?;
-    match events.recv().await {
+    match events.next().await {
         Some(Ok(ExecEvent::Started(pid))) => Ok(pid),
         Some(Err(e)) => Err(box_failed(e)),
         _ => Err(failed(
@@ -186,7 +187,7 @@ async fn follow(
     let started = tokio::time::Instant::now();
     let ended = loop {
         tokio::select! {
-            chunk = chunks.recv() => match chunk {
+            chunk = chunks.next() => match chunk {
                 Some(Ok(bytes)) => output.push(&bytes),
                 Some(Err(e)) => return box_failed(e),
                 None => break true,
@@ -306,9 +307,9 @@ mod tests {
     #[test]
     fn a_command_is_refused_as_the_rest_route_refuses_it() {
         for cmd in ["echo a\0b", "\u{1c}\u{1f}"] {
-            let body: crate::routes::exec::ExecBody =
+            let body: crate::views::exec::ExecBody =
                 serde_json::from_value(serde_json::json!({ "cmd": cmd })).unwrap();
-            let rest = crate::routes::exec::request(body).unwrap_err();
+            let rest = crate::views::exec::request(body).unwrap_err();
             let mcp = request(cmd.to_owned(), Some(60)).unwrap_err();
             assert_eq!(mcp.to_string(), rest.message(), "{cmd:?}");
             assert_eq!(rest.status(), actix_web::http::StatusCode::BAD_REQUEST);

@@ -9,8 +9,8 @@
 
 use super::reply::{account, failed, structured, unauthenticated};
 use super::tools::PsbxMcp;
-use crate::routes::reviews::{MAX_WAIT_S, ReviewView};
-use crate::routes::shots::{ShotView, TakeShot};
+use crate::views::reviews::{MAX_WAIT_S, ReviewView};
+use crate::views::shots::{ShotView, TakeShot};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use psbx_actors::ids::AccountId;
@@ -75,7 +75,11 @@ pub(super) fn review_failed(e: ReviewError) -> CallToolResult {
 impl PsbxMcp {
     /// The preview of a shot as image content, if it can be read.
     async fn preview(&self, account: &AccountId, shot: &Shot) -> Option<ContentBlock> {
-        match self.shots.file(account, &shot.id, Part::Preview).await {
+        match self
+            .shots
+            .file(account, shot.id.as_str(), Part::Preview)
+            .await
+        {
             Ok((_, mime, bytes)) => Some(ContentBlock::image(STANDARD.encode(bytes), mime)),
             Err(e) => {
                 tracing::warn!(shot = %shot.id, error = %e, "could not read a shot's preview");
@@ -233,7 +237,11 @@ impl PsbxMcp {
         let deadline = started + Duration::from_secs(wait);
         while review.state == ReviewState::Waiting && tokio::time::Instant::now() < deadline {
             let step = PROGRESS_EVERY.min(deadline - tokio::time::Instant::now());
-            review = match self.reviews.wait(&who.account_id, &review.id, step).await {
+            review = match self
+                .reviews
+                .wait(&who.account_id, review.id.as_str(), step)
+                .await
+            {
                 Ok(review) => review,
                 Err(e) => return Ok(review_failed(e)),
             };

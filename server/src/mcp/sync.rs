@@ -6,7 +6,7 @@
 //! `psbx mcp`, the local stdio server, implements this tool itself instead.
 
 use super::tools::PsbxMcp;
-use crate::routes::exec::sync_dest;
+use crate::views::exec::sync_dest;
 use psbx_actors::boxes::Boxes;
 use psbx_actors::store::{Principal, Store};
 use rmcp::handler::server::wrapper::Parameters;
@@ -133,22 +133,22 @@ impl PsbxMcp {
             )));
         }
         let sync = &self.sync;
-        match sync.boxes.get(&who.account_id, &a.id, false).await {
+        let box_id = match sync.boxes.get(&who.account_id, &a.id, false).await {
             Ok(read) if read.snapshot.record.state.is_terminal() => {
                 return Ok(failed(format!(
                     "box {} is {}: start a new one with sandbox_start",
                     a.id, read.snapshot.record.state
                 )));
             }
-            Ok(_) => {}
+            Ok(read) => read.snapshot.record.id,
             Err(e) => {
                 return Ok(failed(format!(
                     "{e}. Call sandbox_list to see this account's boxes."
                 )));
             }
-        }
+        };
         let store = sync.store.clone();
-        let (account, box_id, to) = (who.account_id.clone(), a.id.clone(), dest.clone());
+        let (account, to) = (who.account_id.clone(), dest.clone());
         let made = psbx_actors::blocking::blocking(move || {
             store.create_upload(
                 &account,

@@ -5,11 +5,11 @@
 use super::exec::{self, ExecArgs};
 use super::reply::{account, box_failed, failed, structured, unauthenticated};
 use super::schema;
-use crate::routes::boxes::{BoxView, ServiceSpec, StartWiring, start_spec};
-use crate::routes::environments::{EnvironmentList, EnvironmentView};
-use crate::routes::exec::ProcessView;
-use crate::routes::wire::{LinkBody, ModeBody, WireBody};
 use crate::server_info::ServerInfo;
+use crate::views::boxes::{BoxView, ServiceSpec, StartWiring, start_spec};
+use crate::views::environments::{EnvironmentList, EnvironmentView};
+use crate::views::exec::ProcessView;
+use crate::views::wire::{LinkBody, ModeBody, WireBody};
 use psbx_actors::box_state::BoxState;
 use psbx_actors::boxd_link::LinkError;
 use psbx_actors::boxes::{BoxReading, Boxes, CreateRequest};
@@ -128,10 +128,10 @@ struct StatusView {
     processes_unavailable: Option<String>,
     /// A takeover link, when asked for (the shape `POST /v1/boxes/{id}/takeover` answers).
     #[serde(skip_serializing_if = "Option::is_none")]
-    takeover: Option<crate::routes::takeover::TakeoverView>,
+    takeover: Option<crate::views::takeover::TakeoverView>,
     /// The box's latest review (`sandbox_review`), with the person's feedback.
     #[serde(skip_serializing_if = "Option::is_none")]
-    review: Option<crate::routes::reviews::ReviewView>,
+    review: Option<crate::views::reviews::ReviewView>,
 }
 
 #[derive(Debug, Serialize)]
@@ -315,7 +315,7 @@ impl PsbxMcp {
         };
         let takeover = if a.takeover.unwrap_or(false) {
             match self.boxes.takeover_link(&who.account_id, &a.id).await {
-                Ok(link) => Some(crate::routes::takeover::TakeoverView::new(link, &self.info)),
+                Ok(link) => Some(crate::views::takeover::TakeoverView::new(link, &self.info)),
                 Err(e) => return Ok(box_failed(e)),
             }
         } else {
@@ -344,7 +344,7 @@ impl PsbxMcp {
         }
         let review_view = review
             .as_ref()
-            .map(|r| crate::routes::reviews::ReviewView::new(r, &self.info));
+            .map(|r| crate::views::reviews::ReviewView::new(r, &self.info));
         let review_content = match (&review, &review_view) {
             (Some(review), Some(view)) => self.review_content(&who.account_id, review, view).await,
             _ => Vec::new(),

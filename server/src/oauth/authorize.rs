@@ -16,10 +16,11 @@
 //! `Retry-After` without running argon2.
 
 use super::clients::{Client, ClientError};
-use super::cookies;
 use super::page::{self, SignIn};
-use super::{OAuth, SCOPE, origin, throttle};
+use super::{OAuth, SCOPE, throttle};
 use crate::error::blocking;
+use crate::signin::csrf::same_secret;
+use crate::signin::{cookies, origin};
 use actix_web::http::StatusCode;
 use actix_web::http::header::{LOCATION, SET_COOKIE};
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -220,9 +221,7 @@ async fn check(
 }
 
 async fn session_account(oauth: &OAuth, store: &Store, req: &HttpRequest) -> Option<Account> {
-    let token = oauth.cookies.get(req, cookies::SESSION)?;
-    let store = store.clone();
-    blocking(move || store.session_account(&token))
+    crate::signin::session::account(&oauth.cookies, store, req)
         .await
         .ok()
         .flatten()
@@ -293,15 +292,6 @@ pub async fn show(
         }
     }
     answer
-}
-
-/// Compares two secrets in time independent of where they differ.
-pub fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
 }
 
 /// `POST /oauth/authorize`.
@@ -472,12 +462,5 @@ mod tests {
         assert!(!is_pkce_value(&"a".repeat(42)));
         assert!(!is_pkce_value(&"a".repeat(129)));
         assert!(!is_pkce_value(&format!("{}+", "a".repeat(43))));
-    }
-
-    #[test]
-    fn secrets_compare_whole() {
-        assert!(same_secret("abc", "abc"));
-        assert!(!same_secret("abc", "abd"));
-        assert!(!same_secret("abc", "abcd"));
     }
 }

@@ -328,7 +328,7 @@ impl OAuth {
             .map_err(ClientError::Internal)?;
         found
             .map(|c| Client {
-                id: c.id,
+                id: c.id.to_string(),
                 name: c.name,
                 redirect_uris: c.redirect_uris,
             })

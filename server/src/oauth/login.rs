@@ -14,10 +14,11 @@
 //! Links that do not work count against the client address
 //! ([`super::throttle`]): over the limit both steps answer 429.
 
-use super::authorize::{cross_origin, same_secret};
-use super::cookies;
-use super::{OAuth, origin, page, throttle};
+use super::authorize::cross_origin;
+use super::{OAuth, page, throttle};
 use crate::error::blocking;
+use crate::signin::csrf::same_secret;
+use crate::signin::{cookies, origin, return_path};
 use actix_web::http::StatusCode;
 use actix_web::http::header::{LOCATION, SET_COOKIE};
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -43,7 +44,7 @@ fn return_path(oauth: &OAuth, req: &HttpRequest) -> Option<String> {
     let encoded = oauth.cookies.get(req, cookies::RETURN)?;
     let path = String::from_utf8(URL_SAFE_NO_PAD.decode(encoded).ok()?).ok()?;
     // Only our own authorize page or an app page: never an open redirect.
-    (path.starts_with("/oauth/authorize?") || cookies::is_app_path(&path)).then_some(path)
+    return_path::after_link(&path).then_some(path)
 }
 
 fn not_working() -> HttpResponse {
@@ -188,16 +189,10 @@ pub async fn signed_in(
     oauth: web::Data<OAuth>,
     store: web::Data<Store>,
 ) -> HttpResponse {
-    let account = match oauth.cookies.get(&req, cookies::SESSION) {
-        Some(token) => {
-            let store = store.get_ref().clone();
-            blocking(move || store.session_account(&token))
-                .await
-                .ok()
-                .flatten()
-        }
-        None => None,
-    };
+    let account = crate::signin::session::account(&oauth.cookies, &store, &req)
+        .await
+        .ok()
+        .flatten();
     match account {
         Some(account) => page::respond(
             StatusCode::OK,

@@ -12,9 +12,9 @@
 //!   metadata document fetched from its URL; [`redirect_uris`] — which redirect
 //!   URIs are acceptable;
 //! * [`authorize`] and [`page`] — the sign-in and approval page; [`login`] —
-//!   one-time sign-in links and the browser session; [`cookies`]; [`origin`] —
-//!   where a form POST comes from; [`throttle`] — the sign-in and
-//!   registration rate limits;
+//!   one-time sign-in links and the browser session; [`throttle`] — the
+//!   sign-in and registration rate limits (the cookies, origin checks and
+//!   return-path policy the app shares are in [`crate::signin`]);
 //! * [`token`] and [`revoke`] — the token endpoint (codes with PKCE S256,
 //!   rotating refresh tokens) and revocation (RFC 7009); [`errors`] — their
 //!   RFC 6749 error bodies.
@@ -23,11 +23,9 @@
 
 pub mod authorize;
 pub mod clients;
-pub mod cookies;
 pub mod errors;
 pub mod login;
 pub mod metadata;
-pub mod origin;
 pub mod page;
 pub mod public_address;
 pub mod redirect_uris;
@@ -36,9 +34,9 @@ pub mod revoke;
 pub mod throttle;
 pub mod token;
 
+use crate::signin::cookies::Cookies;
 use actix_web::web;
 use clients::DocumentCache;
-use cookies::Cookies;
 use throttle::Throttles;
 
 /// The one scope psbx grants: use of the `sandbox_*` tools.
@@ -106,7 +104,7 @@ impl OAuth {
             cookies: Cookies {
                 secure: issuer.starts_with("https://"),
             },
-            origins: origin::allowed_origins(&issuer),
+            origins: crate::signin::origin::allowed_origins(&issuer),
             documents_accepted,
             documents: DocumentCache::default(),
             throttles: Throttles::default(),

@@ -49,7 +49,7 @@ pub fn layout(title: &str, body: &str) -> String {
 /// same-origin`: the client's redirect URI (another origin) gets no referrer,
 /// so the page's query (state, challenge) never leaves psbx, while the form
 /// posts back to psbx carry a real `Origin` (under `no-referrer`, browsers
-/// send `Origin: null`, which [`super::origin::check`] can only judge by
+/// send `Origin: null`, which [`crate::signin::origin::check`] can only judge by
 /// `Sec-Fetch-Site`).
 pub fn respond(status: StatusCode, html: String) -> HttpResponse {
     HttpResponse::build(status)

@@ -164,7 +164,7 @@ pub async fn put(
     body: web::Json<ConnectAws>,
 ) -> Result<web::Json<AwsView>, ApiError> {
     let body = body.into_inner();
-    if !super::environments::role_arn_ok(&body.role_arn) {
+    if !crate::views::environments::role_arn_ok(&body.role_arn) {
         return Err(ApiError::bad_request(
             "invalid_request",
             format!(
@@ -197,7 +197,7 @@ pub async fn put(
 }
 
 fn check_region(region: &str) -> Result<(), ApiError> {
-    if super::environments::region_ok(region) {
+    if crate::views::environments::region_ok(region) {
         Ok(())
     } else {
         Err(ApiError::bad_request(

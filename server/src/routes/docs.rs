@@ -200,7 +200,7 @@ fn complete(doc: &mut Value, max_keep: Duration) {
             );
         }
     }
-    for (schema, pointer, merge) in super::patterns::constraints() {
+    for (schema, pointer, merge) in crate::views::patterns::constraints() {
         if let (Some(field), Some(merge)) = (
             doc.pointer_mut(&format!("/components/schemas/{schema}{pointer}"))
                 .and_then(Value::as_object_mut),
@@ -213,7 +213,7 @@ fn complete(doc: &mut Value, max_keep: Duration) {
             tracing::warn!(schema, pointer, "a documented constraint names no field");
         }
     }
-    let keep = super::patterns::duration_pattern(max_keep);
+    let keep = crate::views::patterns::duration_pattern(max_keep);
     for schema in ["StartBox", "KeepBody"] {
         if let Some(field) = doc
             .pointer_mut(&format!("/components/schemas/{schema}/properties/keep"))
@@ -282,7 +282,7 @@ mod tests {
     #[test]
     fn every_constraint_names_a_field_and_every_route_its_shared_errors() {
         let doc = document();
-        for (schema, pointer, _) in crate::routes::patterns::constraints() {
+        for (schema, pointer, _) in crate::views::patterns::constraints() {
             let field = doc.pointer(&format!("/components/schemas/{schema}{pointer}"));
             assert!(field.is_some(), "{schema}{pointer} is not in the document");
         }
@@ -290,7 +290,7 @@ mod tests {
             doc.pointer("/components/schemas/KeepBody/properties/keep/pattern")
                 .and_then(Value::as_str),
             Some(
-                crate::routes::patterns::duration_pattern(Duration::from_secs(7 * 86_400)).as_str()
+                crate::views::patterns::duration_pattern(Duration::from_secs(7 * 86_400)).as_str()
             )
         );
         let paths = doc["paths"].as_object().unwrap();

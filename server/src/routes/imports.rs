@@ -9,14 +9,14 @@
 //! nothing is stored unless every value was read.
 
 use super::aws::{read_refused, session};
-use super::environments::ServiceView;
 use crate::auth::Auth;
 use crate::aws::ecs::{ReadError, TaskSettings};
 use crate::aws::{Aws, Session};
 use crate::error::ApiError;
+use crate::views::environments::ServiceView;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, post, web};
-use psbx_actors::environments::settings::SourceRef;
+use psbx_actors::environments::service_settings::SourceRef;
 use psbx_actors::environments::{Environments, check_name};
 use psbx_actors::ids::AccountId;
 use psbx_actors::secrets::Secrets;

@@ -16,7 +16,6 @@ pub mod imports;
 pub mod metrics;
 pub mod oidc;
 pub mod paging;
-pub mod patterns;
 pub mod published;
 pub mod reviews;
 pub mod secrets;
@@ -24,7 +23,6 @@ pub mod shots;
 pub mod takeover;
 pub mod uploads;
 pub mod url_key;
-pub mod whole;
 pub mod wire;
 
 use utoipa_actix_web::service_config::ServiceConfig;

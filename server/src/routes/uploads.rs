@@ -5,9 +5,9 @@
 //! routes sit outside the API key middleware. The token never reaches the log
 //! (see `request_span`).
 
-use super::exec::Synced;
 use crate::error::{ApiError, blocking};
 use crate::limits::body;
+use crate::views::exec::Synced;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, post, put, web};
 use psbx_actors::boxes::Boxes;
@@ -56,7 +56,12 @@ async fn receive(
     };
     let (limited, payload) = body::Limited::wrap(payload, body::UPLOAD_LIMIT);
     let done = boxes
-        .sync(&target.account_id, &target.box_id, &target.dest, payload)
+        .sync(
+            &target.account_id,
+            target.box_id.as_str(),
+            &target.dest,
+            payload,
+        )
         .await
         .map_err(|e| limited.or(e.into()))?;
     tracing::info!(box_id = %target.box_id, files = done.files, bytes = done.bytes, "upload unpacked");

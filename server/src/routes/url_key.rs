@@ -8,7 +8,7 @@ use crate::error::ApiError;
 use actix_web::{post, web};
 use psbx_actors::boxes::Boxes;
 
-use super::boxes::BoxView;
+use crate::views::boxes::BoxView;
 
 #[utoipa::path(
     tag = "boxes",

@@ -66,9 +66,9 @@ fn card(review: &Review) -> String {
          <a class=\"card\" href=\"/app/reviews/{id}\"><div class=\"row\"><h3>{title}</h3>\
          <span class=\"state state-{state}\">{state}</span></div>\
          <p class=\"muted\">box <code>{box_id}</code> · {when}</p></a></li>",
-        id = escape(&review.id),
+        id = escape(review.id.as_str()),
         title = escape(&review.title),
-        box_id = escape(&review.box_id),
+        box_id = escape(review.box_id.as_str()),
         when = layout::when(review.created_at),
     )
 }
@@ -132,7 +132,7 @@ fn framable(boxes: &Boxes, url: &str) -> bool {
 }
 
 fn shot_figure(shot: &Shot, n: usize, can_draw: bool) -> String {
-    let id = escape(&shot.id);
+    let id = escape(shot.id.as_str());
     let what = match &shot.source {
         Some(url) => format!("{} at {}×{}", url, shot.width, shot.height),
         None => format!("the box's display, {}×{}", shot.width, shot.height),
@@ -186,11 +186,11 @@ pub async fn show(
         .await
         .map_err(ApiError::from)?;
     let waiting = review.state == ReviewState::Waiting;
-    let box_state = box_state(&boxes, &who, &review.box_id).await;
+    let box_state = box_state(&boxes, &who, review.box_id.as_str()).await;
     let box_live = box_state
         .as_deref()
         .is_some_and(|s| !matches!(s, "stopped" | "failed"));
-    let rid = escape(&review.id);
+    let rid = escape(review.id.as_str());
     let csrf = escape(&who.csrf);
     let state = review.state.as_str();
     let mut body = format!(
@@ -202,7 +202,7 @@ pub async fn show(
          <div class=\"summary\">{summary}</div></section>",
         title = escape(&review.title),
         label = state_label(review.state),
-        box_id = escape(&review.box_id),
+        box_id = escape(review.box_id.as_str()),
         box_state = box_state
             .as_deref()
             .map(|s| format!(
@@ -340,7 +340,7 @@ pub async fn show(
                         format!(
                             "<a href=\"/app/shots/{0}\" target=\"_blank\" rel=\"noopener\">\
                              <img src=\"/app/shots/{0}?part=preview\" alt=\"Your drawing for item {1}\"></a>",
-                            escape(&shot.id),
+                            escape(shot.id.as_str()),
                             n + 1
                         )
                     })
@@ -402,7 +402,7 @@ pub async fn take_shot(
         ..ShotRequest::default()
     };
     let shot = shots
-        .take(&who.account.id, &review.box_id, request)
+        .take(&who.account.id, review.box_id.as_str(), request)
         .await
         .map_err(|e| PageError::Api(e.into()))?;
     tracing::info!(account = %who.account.id, review = %review.id, shot = %shot.id,
@@ -485,7 +485,7 @@ pub async fn answer(
     Ok(HttpResponse::Ok().json(Answered {
         state: review.state.as_str(),
         items: review.items.len(),
-        id: review.id,
+        id: review.id.to_string(),
     }))
 }
 

@@ -4,12 +4,12 @@
 //!   [`crate::oauth::authorize::checked_password`] (with its throttles), or a
 //!   one-time link from `psbx login-link`, which returns to the app page the
 //!   sign-in started from (the `psbx_return` cookie names it; only paths
-//!   [`cookies::is_app_path`] accepts). Both open the same browser session
+//!   [`is_app_path`] accepts). Both open the same browser session
 //!   (`psbx_session`), never with a box key.
 //! * [`Signed`] is the extractor of every app page: without a live session
 //!   it answers 303 to `/app/sign-in?next=<the page>`.
 //! * Every POST passes [`check_post`]: the browser's `Origin`
-//!   ([`crate::oauth::origin`]) and a double-submit token, the
+//!   ([`crate::signin::origin`]) and a double-submit token, the
 //!   `psbx_app_csrf` cookie against the form's `csrf` field or the
 //!   `X-CSRF-Token` header. The cookie is made once per browser (set by the
 //!   app's middleware when a page made one, [`NewCsrf`]); the app has its own
@@ -17,9 +17,11 @@
 
 use super::layout::{self, PageError};
 use crate::error::blocking;
-use crate::oauth::authorize::{checked_password, same_secret};
-use crate::oauth::cookies::{self, is_app_path};
-use crate::oauth::{OAuth, origin};
+use crate::oauth::OAuth;
+use crate::oauth::authorize::checked_password;
+use crate::signin::csrf::same_secret;
+use crate::signin::return_path::{is_app_path, sign_in_url};
+use crate::signin::{cookies, origin};
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{LOCATION, RETRY_AFTER, SET_COOKIE};
@@ -91,16 +93,6 @@ pub struct Signed {
 #[derive(Debug, Clone)]
 pub struct NewCsrf(pub String);
 
-/// The sign-in page's URL, coming back to `next`.
-pub fn sign_in_url(next: &str) -> String {
-    if next == "/app" || !is_app_path(next) {
-        "/app/sign-in".to_owned()
-    } else {
-        let encoded: String = url::form_urlencoded::byte_serialize(next.as_bytes()).collect();
-        format!("/app/sign-in?next={encoded}")
-    }
-}
-
 /// The request's anti-CSRF token: its cookie's, or a new one (then the
 /// middleware sets the cookie).
 pub fn csrf_token(req: &HttpRequest) -> Result<String, PageError> {
@@ -139,12 +131,8 @@ fn store(req: &HttpRequest) -> Result<web::Data<Store>, PageError> {
 
 /// The account the request's session cookie is signed in to.
 pub async fn session_account(req: &HttpRequest) -> Result<Option<Account>, PageError> {
-    let oauth = oauth(req)?;
-    let Some(token) = oauth.cookies.get(req, cookies::SESSION) else {
-        return Ok(None);
-    };
-    let store = store(req)?.get_ref().clone();
-    Ok(blocking(move || store.session_account(&token)).await?)
+    let (oauth, store) = (oauth(req)?, store(req)?);
+    Ok(crate::signin::session::account(&oauth.cookies, &store, req).await?)
 }
 
 /// The page to come back to: the request's own path for a GET, the app's
@@ -392,19 +380,4 @@ pub async fn sign_out(
             .finish(),
         &[oauth.cookies.clear(cookies::SESSION)],
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_sign_in_page_comes_back_to_app_pages_only() {
-        assert_eq!(sign_in_url("/app"), "/app/sign-in");
-        assert_eq!(
-            sign_in_url("/app/reviews/rev_1"),
-            "/app/sign-in?next=%2Fapp%2Freviews%2Frev_1"
-        );
-        assert_eq!(sign_in_url("//evil"), "/app/sign-in");
-    }
 }

@@ -10,7 +10,8 @@ use psbx_actors::secrets::Secrets;
 use psbx_actors::secrets::vault::Vault;
 use psbx_actors::store::{Bootstrap, NewBox, PoolOptions, Store};
 use psbx_server::app::{self, AppState};
-use psbx_server::config::Config;
+use psbx_server::config::{BoxesConfig, Config};
+use psbx_server::host::HostChoice;
 use psbx_tests::TestDatabase;
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -25,8 +26,14 @@ pub struct Fixture {
 }
 
 pub fn fixture() -> Fixture {
+    fixture_with(PoolOptions::short_lived(4))
+}
+
+/// [`fixture`] with a store of its own pool options (an app serving on a
+/// fake host wants more connections).
+pub fn fixture_with(pool: PoolOptions) -> Fixture {
     let db = TestDatabase::new();
-    let store = Store::open(db.url(), PoolOptions::short_lived(4)).unwrap();
+    let store = Store::open(db.url(), pool).unwrap();
     let first = store.bootstrap().unwrap().unwrap();
     Fixture { db, store, first }
 }
@@ -51,20 +58,16 @@ pub fn other_account(f: &Fixture) -> String {
 }
 
 /// The app's state on the fixture's database, with the default configuration.
-pub fn state(f: &Fixture) -> AppState {
-    state_with(f, &Config::default())
+pub async fn state(f: &Fixture) -> AppState {
+    state_with(f, &Config::default()).await
 }
 
-pub fn state_with(f: &Fixture, config: &Config) -> AppState {
+pub async fn state_with(f: &Fixture, config: &Config) -> AppState {
     let secrets = Secrets::new(f.store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
     let id = psbx_actors::ids::ServerId::parse("srv_test").unwrap();
-    let parts = app::Parts::new(f.store.clone(), secrets, Default::default(), URL, id);
-    AppState::assemble(
-        config,
-        parts,
-        Err("no libvirt host in the HTTP tests".into()),
-    )
-    .unwrap()
+    let parts = app::Parts::new(f.store.clone(), secrets, Default::default(), URL, id)
+        .with_host(HostChoice::Off("no libvirt host in the HTTP tests".into()));
+    AppState::assemble(config, parts).await.unwrap()
 }
 
 pub fn bearer(key: &str) -> (header::HeaderName, String) {
@@ -135,6 +138,33 @@ pub fn fake_image(dir: &std::path::Path) -> std::path::PathBuf {
     images
 }
 
+/// `[boxes]` of an app on the fake host: boxes of 1 vCPU, 256 MiB and 1 GB
+/// from the fake image in `images` (`fake_image`), no pool and no network,
+/// frozen after `idle_freeze` without activity.
+pub fn fake_host_boxes(images: std::path::PathBuf, idle_freeze: &str) -> BoxesConfig {
+    BoxesConfig {
+        images_dir: Some(images),
+        image: "test".into(),
+        unit_vcpus: 1,
+        unit_memory_mib: 256,
+        unit_disk_gb: 1,
+        pool_size: 0,
+        network: false,
+        idle_freeze: idle_freeze.into(),
+        // The fake's disks take no space: the machine's free space does not matter.
+        disk_margin_gb: 0,
+        disk_overcommit: 100.0,
+        ..BoxesConfig::default()
+    }
+}
+
+/// A listener on a free loopback port, and its URL.
+pub fn loopback() -> (std::net::TcpListener, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    (listener, url)
+}
+
 /// The real app served on `listener` as `psbx serve` assembles it, with the
 /// fake host `fake` in place of libvirt (8 CPUs, 8 GiB), on an actix system
 /// of a thread of its own.
@@ -153,8 +183,7 @@ pub fn serve_on_fake_host(
     listener: std::net::TcpListener,
     workers: usize,
 ) -> OnFakeHost {
-    use psbx_actors::connectors::{Hub, Router};
-    use psbx_actors::host::{BoxServices, Connected, supervise};
+    use psbx_actors::host::Connected;
     let url = config.public_url.clone().expect("the config's public URL");
     let server_id = psbx_actors::ids::ServerId::parse(server_id).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -162,29 +191,17 @@ pub fn serve_on_fake_host(
     let thread = std::thread::spawn(move || {
         actix_rt::System::new().block_on(async move {
             let secrets = Secrets::new(store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
-            let hub = Hub::default();
-            let host = supervise(
-                Connected {
-                    host: Arc::new(fake),
-                    resources: psbx_actors::hypervisor::HostResources {
-                        cpus: 8,
-                        memory_mib: 8192,
-                    },
-                    accel: psbx_actors::hypervisor::Accel::Tcg,
+            let fake = Connected {
+                host: Arc::new(fake),
+                resources: psbx_actors::hypervisor::HostResources {
+                    cpus: 8,
+                    memory_mib: 8192,
                 },
-                store.clone(),
-                config.boxes.settings(&config.data_dir).unwrap(),
-                server_id.to_string(),
-                BoxServices {
-                    secrets: secrets.clone(),
-                    router: Router::new(hub.clone(), store.clone()),
-                    box_role: None,
-                },
-            )
-            .await
-            .unwrap();
-            let parts = app::Parts::new(store, secrets, hub, &url, server_id);
-            let state = AppState::assemble(&config, parts, Ok(host)).unwrap();
+                accel: psbx_actors::hypervisor::Accel::Tcg,
+            };
+            let parts = app::Parts::new(store, secrets, Default::default(), &url, server_id)
+                .with_host(HostChoice::Hypervisor(fake));
+            let state = AppState::assemble(&config, parts).await.unwrap();
             let shots = state.shots.clone();
             let running = actix_web::HttpServer::new(move || app::build(state.clone()))
                 .workers(workers)

@@ -7,7 +7,10 @@
 //! Its `exec` and `logs` are those of a boxd that never lets go: `exec`
 //! answers `Started` (pid 7) and, for a foreground command, one line of output
 //! and then nothing; `logs` sends one line and keeps the stream open. Both
-//! hold their stream until the domain stops running.
+//! hold their stream until the domain stops running. When a test set a real
+//! boxd's services ([`Guest`], `guest.rs`), those serve every stream but
+//! `info`, `health`, `clock`, `port:<n>` and `shot` instead, while the
+//! domain runs.
 //!
 //! Its `port:<n>` connects to port `n` on the test machine's loopback, so a
 //! test serves "the box's" program from a listener of its own.
@@ -19,6 +22,7 @@
 //! hostile boxd can send).
 
 use super::Served;
+use super::guest::{Guest, fake_answers};
 use psbx_wire::boxd::{
     BoxInfo, Done, ExecRequest, Health, Record, ShotAnswer, ShotHeader, ShotKind, ShotRequest,
 };
@@ -66,15 +70,28 @@ pub(super) type ShotScript = Arc<Mutex<Option<FakeShot>>>;
 /// The domains whose boxd refuses `configure`.
 pub(super) type Unconfigurable = Arc<Mutex<std::collections::BTreeSet<String>>>;
 
+/// What a connection's boxd answers with, and where it notes what it served.
+pub(super) struct Scripts {
+    pub served: Arc<Mutex<Vec<Served>>>,
+    pub shot: ShotScript,
+    pub unconfigurable: Unconfigurable,
+    /// The real services of the domain's boot, when a test set them.
+    pub guest: Option<Arc<dyn Guest>>,
+}
+
 /// Serves one connection to the channel of domain `domain`.
 pub(super) async fn serve(
     io: DuplexStream,
     mut power: watch::Receiver<Power>,
     domain: String,
-    served: Arc<Mutex<Vec<Served>>>,
-    script: ShotScript,
-    unconfigurable: Unconfigurable,
+    scripts: Scripts,
 ) {
+    let Scripts {
+        served,
+        shot: script,
+        unconfigurable,
+        guest,
+    } = scripts;
     let refuses_configure = unconfigurable
         .lock()
         .is_ok_and(|names| names.contains(&domain) || names.contains("*"));
@@ -116,6 +133,11 @@ pub(super) async fn serve(
                             target: incoming.target().to_owned(),
                         });
                     }
+                    let refused = refuses_configure && incoming.target() == "configure";
+                    if let Some(guest) = guest.as_ref().filter(|_| !refused && !fake_answers(incoming.target())) {
+                        tokio::spawn(while_running(guest.serve(incoming), watched.clone()));
+                        continue;
+                    }
                     tokio::spawn(answer(
                         incoming,
                         info.clone(),
@@ -131,6 +153,15 @@ pub(super) async fn serve(
                 return;
             }
         }
+    }
+}
+
+/// Serves a stream with the guest's services until they finish or the domain
+/// stops running (a paused guest answers nothing more on that session).
+async fn while_running(serving: super::Serving, mut power: watch::Receiver<Power>) {
+    tokio::select! {
+        () = serving => {}
+        _ = power.wait_for(|p| !matches!(p, Power::Running { .. })) => {}
     }
 }
 

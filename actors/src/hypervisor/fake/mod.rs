@@ -2,7 +2,9 @@
 //! entries in a table that move between libvirt's states as the real calls
 //! would move them, every lifecycle call is recorded, and a domain's channel
 //! is an in-memory pipe to a small boxd (`boxd.rs`) that speaks the real wire
-//! protocol while the domain runs.
+//! protocol while the domain runs. A test may have boxd's real services
+//! serve the box API instead of its stubs (`guest.rs`,
+//! [`FakeHypervisor::serve_guests_with`]).
 //!
 //! In-memory pipes rather than unix sockets: under `tokio::time::pause()`, a
 //! runtime that waits on real IO counts as idle and moves the clock on, so
@@ -12,7 +14,9 @@
 //! table operations and never across an `.await`.
 
 mod boxd;
+mod guest;
 pub use boxd::{FAKE_MP4, FAKE_VIDEO, FakeShot, SHOT_PNG};
+pub use guest::{Guest, GuestBoxd, Serving};
 
 use super::{ChannelStream, Dial, Hypervisor};
 use boxd::Power;
@@ -81,6 +85,8 @@ struct Inner {
     /// The disk secrets defined now, by uuid (ephemeral, as psbx defines
     /// them in libvirt: [`FakeHypervisor::restart_libvirtd`] forgets them).
     secrets: BTreeMap<String, DiskKey>,
+    /// What serves the box API of each boot, once a test set it.
+    guests: Option<Arc<dyn GuestBoxd>>,
 }
 
 struct Domain {
@@ -93,6 +99,8 @@ struct Domain {
     /// The secret its disk's key is in, as defined.
     key_secret: Option<String>,
     power: watch::Sender<Power>,
+    /// The real boxd services of its current boot, once connected to.
+    guest: Option<guest::Booted>,
 }
 
 impl Domain {
@@ -105,13 +113,50 @@ impl Domain {
             boxd: true,
             key_secret: None,
             power: watch::Sender::new(Power::Off),
+            guest: None,
         }
+    }
+
+    /// Ends its boot's guest, if it has one.
+    fn halt_guest(&mut self) {
+        if let Some(booted) = self.guest.take() {
+            booted.guest.halt();
+        }
+    }
+
+    /// The guest of its current boot, made by `guests` if it has none yet
+    /// (the last boot's is ended first).
+    fn guest_of_boot(
+        &mut self,
+        name: &str,
+        guests: Option<&Arc<dyn GuestBoxd>>,
+    ) -> Option<Arc<dyn Guest>> {
+        let guests = guests?;
+        if self
+            .guest
+            .as_ref()
+            .is_some_and(|b| b.boot_id != self.boot_id)
+        {
+            self.halt_guest();
+        }
+        let booted = self.guest.get_or_insert_with(|| guest::Booted {
+            boot_id: self.boot_id.clone(),
+            guest: guests.boot(name, &self.boot_id),
+        });
+        Some(booted.guest.clone())
     }
 
     /// Moves the domain to `status`; its boxd runs only while it runs (the
     /// sessions of a paused, saved or destroyed domain end).
     fn set(&mut self, status: DomainStatus) {
         self.status = status;
+        // Its memory is gone, and what ran in it.
+        if matches!(
+            status,
+            DomainStatus::ShutOff { saved: false } | DomainStatus::Broken
+        ) {
+            self.halt_guest();
+        }
         self.power.send_replace(match status {
             DomainStatus::Running => Power::Running {
                 boot_id: self.boot_id.clone(),
@@ -217,6 +262,13 @@ impl FakeHypervisor {
         }
     }
 
+    /// Has `guests` serve the box API (every stream but `info`, `health`,
+    /// `clock`, `port:<n>` and `shot`) of the domains' boots from now on, in
+    /// place of the stubs of the fake's boxd (`guest.rs`).
+    pub fn serve_guests_with(&self, guests: Arc<dyn GuestBoxd>) {
+        self.lock().guests = Some(guests);
+    }
+
     /// What every domain's boxd answers to `shot` from now on; `None`: its
     /// own 64x48 PNG.
     pub fn set_shot(&self, shot: Option<FakeShot>) {
@@ -296,8 +348,16 @@ impl FakeHypervisor {
     /// A connection to the channel at `socket`: refused unless its domain
     /// runs or is paused (QEMU listens on it only then).
     fn connect(&self, socket: &Path) -> io::Result<ChannelStream> {
-        let inner = self.lock();
-        let Some((name, domain)) = inner.domains.iter().find(|(_, d)| d.socket == socket) else {
+        let mut inner = self.lock();
+        let Inner {
+            domains,
+            guests,
+            served,
+            shot,
+            unconfigurable,
+            ..
+        } = &mut *inner;
+        let Some((name, domain)) = domains.iter_mut().find(|(_, d)| d.socket == socket) else {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("no domain listens on {}", socket.display()),
@@ -309,14 +369,18 @@ impl FakeHypervisor {
                 format!("domain {name} is {:?}", domain.status),
             ));
         }
+        let guest = domain.guest_of_boot(name, guests.as_ref());
         let (ours, theirs) = tokio::io::duplex(1 << 16);
         tokio::spawn(boxd::serve(
             theirs,
             domain.power.subscribe(),
             name.clone(),
-            inner.served.clone(),
-            inner.shot.clone(),
-            inner.unconfigurable.clone(),
+            boxd::Scripts {
+                served: served.clone(),
+                shot: shot.clone(),
+                unconfigurable: unconfigurable.clone(),
+                guest,
+            },
         ));
         Ok(Box::new(ours))
     }

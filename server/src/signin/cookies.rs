@@ -3,7 +3,7 @@
 //! OAuth pages and the app), the anti-CSRF token of the forms (`psbx_csrf`;
 //! the app's forms have their own, `psbx_app_csrf`), and the page to come
 //! back to after a sign-in link (`psbx_return`: an authorize page or an app
-//! page, [`is_app_path`]).
+//! page, [`super::return_path`]).
 //!
 //! Behind https they are `__Host-` cookies (`__Host-psbx_session`, `Secure`,
 //! `Path=/`, no `Domain`): a page on a sibling subdomain (a box URL) cannot
@@ -62,21 +62,6 @@ impl Cookies {
     }
 }
 
-/// Whether `path` is a page of the app: `/app`, `/app/...` or `/app?...`,
-/// without a scheme, host or backslash (the only places a sign-in sends a
-/// browser back to, besides the authorize page: never an open redirect).
-pub fn is_app_path(path: &str) -> bool {
-    let rest = match path.strip_prefix("/app") {
-        Some(rest) => rest,
-        None => return false,
-    };
-    (rest.is_empty() || rest.starts_with('/') || rest.starts_with('?'))
-        && !path.contains("//")
-        && !path.contains('\\')
-        && !path.contains("/../")
-        && path.chars().all(|c| c.is_ascii_graphic())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,25 +101,5 @@ mod tests {
             .to_http_request();
         assert_eq!(HTTPS.get(&req, CSRF), None);
         assert_eq!(HTTPS.get(&req, SESSION).as_deref(), Some("s"));
-    }
-
-    #[test]
-    fn only_app_paths_are_places_to_return_to() {
-        for good in ["/app", "/app/", "/app/reviews/rev_1", "/app?x=1"] {
-            assert!(is_app_path(good), "{good}");
-        }
-        for bad in [
-            "/apple",
-            "//evil.example/app",
-            "/app//evil.example",
-            "/app/\\evil",
-            "https://evil.example/app",
-            "/oauth/authorize?x",
-            "/app/../v1/boxes",
-            "/app/a b",
-            "",
-        ] {
-            assert!(!is_app_path(bad), "{bad}");
-        }
     }
 }

@@ -114,7 +114,7 @@ fn host_with_port<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::environments::settings::dotenv;
+    use crate::environments::service_settings::dotenv;
 
     const FIXTURE: &str = include_str!("testdata/suggest.env");
 

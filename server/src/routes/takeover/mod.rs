@@ -24,15 +24,12 @@ mod terminal;
 use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::server_info::ServerInfo;
+use crate::views::takeover::{TakeoverView, TerminalList};
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, delete, get, post, web};
-use chrono::{DateTime, Utc};
-use psbx_actors::boxes::terminals;
-use psbx_actors::boxes::{Boxes, TakeoverError, TakeoverLink};
+use psbx_actors::boxes::{Boxes, TakeoverError};
 use psbx_actors::ids::TerminalId;
 use psbx_actors::store::LinkState;
-use serde::Serialize;
-use utoipa::ToSchema;
 
 pub use terminal::terminal;
 
@@ -43,27 +40,6 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 /// What to do with a link that does not work.
 const ASK_AGAIN: &str = "ask the agent for a new takeover link (each link opens one terminal, \
                          within minutes of being made)";
-
-/// A takeover link, as REST and MCP answer it.
-#[derive(Debug, Clone, Serialize, ToSchema, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TakeoverView {
-    /// The terminal page: open it in a browser, once, before `expiresAt`.
-    pub url: String,
-    pub expires_at: DateTime<Utc>,
-    /// `box_...`
-    pub box_id: String,
-}
-
-impl TakeoverView {
-    pub fn new(link: TakeoverLink, info: &ServerInfo) -> Self {
-        Self {
-            url: format!("{}/takeover/{}", info.public_url, link.token),
-            expires_at: link.expires_at,
-            box_id: link.box_id.to_string(),
-        }
-    }
-}
 
 #[utoipa::path(
     tag = "boxes",
@@ -86,46 +62,6 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let link = boxes.takeover_link(&who.account_id, &id).await?;
     Ok(HttpResponse::Created().json(TakeoverView::new(link, &info)))
-}
-
-/// A takeover terminal open in a box.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TerminalView {
-    /// `term_...`
-    pub id: String,
-    /// `box_...`
-    pub box_id: String,
-    pub opened_at: DateTime<Utc>,
-    /// The page's last keystroke (or the opening).
-    pub last_input_at: DateTime<Utc>,
-    /// When psbx closes it unless input comes first.
-    pub closes_at: DateTime<Utc>,
-}
-
-impl TerminalList {
-    fn of(open: Vec<terminals::TerminalView>) -> Self {
-        let terminals = open
-            .into_iter()
-            .map(|t| TerminalView {
-                id: t.id.to_string(),
-                box_id: t.box_id.to_string(),
-                opened_at: t.opened_at,
-                last_input_at: t.last_input_at,
-                closes_at: t.closes_at,
-            })
-            .collect();
-        Self { terminals }
-    }
-}
-
-/// The terminals open in a box.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TerminalList {
-    /// Oldest first. Each closes by itself at `closesAt` unless input comes
-    /// first (`takeover.idle_timeout` after the last input, at most
-    /// `takeover.max_lifetime` after it opened).
-    pub terminals: Vec<TerminalView>,
 }
 
 #[utoipa::path(

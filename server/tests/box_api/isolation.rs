@@ -1,12 +1,14 @@
-//! Tenant isolation: a second account calls every REST route that takes an id
-//! (taken from `/v1/openapi.json`, so a new route cannot be left out) and every
-//! MCP tool that takes one, with the first account's ids: each answers 404
-//! (an MCP error saying it is not found), and nothing of the first account
-//! changed. A real box, boxd and MCP client (the Python SDK).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Tenant isolation, in-process (was `tests/tests/isolation.rs`'s VM story):
+//! a second account calls every REST route that takes an id (taken from
+//! `/v1/openapi.json`, so a new route cannot be left out) and every MCP tool
+//! that takes one, with the first account's ids: each answers 404 (an MCP
+//! error saying it is not found), and nothing of the first account changed.
+//! The app on the fake host with boxd's real services, and a real MCP client
+//! (the Python SDK). The same path on a real box: `tests/tests/boxes.rs`'s
+//! `a_box_runs_freezes_thaws_and_stops` (another account's exec and logs).
 
+use crate::world::World;
 use psbx_tests::python::run_json;
-use psbx_tests::vm::BoxServer;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 
@@ -20,7 +22,7 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         (
             "POST",
             "/v1/boxes/{id}/exec",
-            Some(json!({"cmd": "touch /work/b-was-here"})),
+            Some(json!({"cmd": "touch b-was-here"})),
         ),
         ("POST", "/v1/boxes/{id}/keep", Some(json!({"keep": "1d"}))),
         (
@@ -103,8 +105,8 @@ const ONE_PIXEL_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUl
 const NOT_SCOPED: [&str; 1] = ["/v1/uploads/{token}"];
 
 /// Everything of account A another account could have changed.
-fn state_of(s: &BoxServer, key: &str, id: &str, conn: &str) -> Value {
-    let get = |path: &str| psbx_tests::api::ok(&s.url(), key, "GET", path, None);
+fn state_of(s: &World, key: &str, id: &str, conn: &str) -> Value {
+    let get = |path: &str| psbx_tests::api::ok(&s.url, key, "GET", path, None);
     let mut one = get(&format!("/v1/boxes/{id}"));
     // A's own reads count as its activity; the rest must stay as it was.
     for moves in ["health", "lastActivityAt", "freezesAt", "expiresAt"] {
@@ -127,8 +129,8 @@ fn state_of(s: &BoxServer, key: &str, id: &str, conn: &str) -> Value {
 
 #[test]
 fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
-    let s = BoxServer::start("");
-    let url = s.url();
+    let s = World::start();
+    let url = s.url.clone();
     // Account A: a box with a background command, a secret, an environment
     // with a service and a connection, a second API key.
     let made = s.ok("POST", "/v1/boxes", Some(json!({"name": "mine"})));
@@ -261,7 +263,7 @@ fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
     // MCP: the same ids through the tools.
     let calls = json!([
         ["sandbox_status", {"id": id}],
-        ["sandbox_exec", {"id": id, "cmd": "touch /work/b-was-here"}],
+        ["sandbox_exec", {"id": id, "cmd": "touch b-was-here"}],
         ["sandbox_exec", {"id": id, "pid": pid.parse::<u64>().unwrap()}],
         ["sandbox_sync", {"id": id}],
         ["sandbox_shot", {"id": id}],
@@ -307,15 +309,17 @@ fn another_accounts_ids_are_not_found_anywhere_and_change_nothing() {
     // as they were.
     let after = state_of(&s, &s.key, &id, &conn);
     assert_eq!(after, before, "another account changed account A's things");
+    // (Commands run in the box's /work: its directory here.)
     let check = s.ok(
         "POST",
         &format!("/v1/boxes/{id}/exec"),
-        Some(json!({"cmd": "test -e /work/b-was-here; echo $?"})),
+        Some(json!({"cmd": "test -e b-was-here; echo $?"})),
     );
     assert_eq!(
         check["stdout"]["text"].as_str().map(str::trim),
         Some("1"),
         "{check}"
     );
+    assert!(!s.work_of(&id).join("b-was-here").exists());
     s.ok("DELETE", &format!("/v1/boxes/{id}"), None);
 }
