@@ -32,6 +32,7 @@ pub mod jail;
 pub mod machine;
 pub mod meter;
 pub mod oidc;
+pub mod public_url;
 pub mod quota;
 pub mod reviews;
 pub mod secrets;

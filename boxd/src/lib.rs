@@ -19,6 +19,7 @@
 //! [`settings`]'s.
 
 mod aws;
+mod command;
 mod exec;
 pub mod in_process;
 mod kept;

@@ -12,11 +12,14 @@
 //! IPv6 is switched off in every box (the host drops it too), so programs
 //! fall back to IPv4 at once instead of waiting on a route that leads nowhere.
 
-use crate::privnet::rules::{NIC, run};
+use crate::command::run;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
+/// The name of the box's network card (the images keep kernel names:
+/// `net.ifnames=0`, or no udev at all).
+pub const NIC: &str = "eth0";
 /// The kernel command line's key.
 pub const CMDLINE_KEY: &str = "psbx.net=";
 /// The operator's ranges boxes may reach although private

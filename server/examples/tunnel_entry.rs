@@ -11,7 +11,7 @@
 //! * `hub CONNECTION_ID CONNECTION_NAME HOST:PORT` — each accepted TCP
 //!   connection becomes a stream opened with the server's connector hub
 //!   (`Hub::open`, the session choice the router uses) and is spliced with
-//!   `copy_bidirectional`, as the router splices a box's stream. Same
+//!   `psbx_wire::splice::splice`, as boxd splices a box's connection. Same
 //!   topology as a rathole server's service port.
 //! * `box ACCOUNT_ID ENVIRONMENT HOST:PORT` — each accepted TCP connection
 //!   is opened as `env:HOST:PORT` on a wire session over a Unix socket pair
@@ -150,13 +150,13 @@ async fn hub_entry(
 ) -> anyhow::Result<u16> {
     let (listener, port) = listen().await?;
     tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
+        while let Ok((socket, _)) = listener.accept().await {
             let _ = socket.set_nodelay(true);
             let (hub, id, name, target) = (hub.clone(), id.clone(), name.clone(), target.clone());
             tokio::spawn(async move {
                 match hub.open(&id, &name, &target).await {
-                    Ok(mut upstream) => {
-                        let _ = tokio::io::copy_bidirectional(&mut socket, &mut upstream).await;
+                    Ok(upstream) => {
+                        let _ = psbx_wire::splice::splice(upstream, socket, "bench").await;
                     }
                     Err(refusal) => {
                         tracing::warn!(code = refusal.code, reason = %refusal.reason, "refused")
@@ -217,10 +217,10 @@ async fn box_entry(
     Ok(port)
 }
 
-async fn box_stream(boxd: Session, mut socket: TcpStream, target: String) {
+async fn box_stream(boxd: Session, socket: TcpStream, target: String) {
     match boxd.open(&target).await {
-        Ok(mut stream) => {
-            let _ = tokio::io::copy_bidirectional(&mut socket, &mut stream).await;
+        Ok(stream) => {
+            let _ = psbx_wire::splice::splice(stream, socket, "bench").await;
         }
         Err(e) => tracing::warn!(error = %e, "refused"),
     }

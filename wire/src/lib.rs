@@ -15,8 +15,9 @@
 //!   ([`HostName::parse`]) that every hop of a box's connection follows;
 //! * [`dns`]: the box's DNS queries through the channel, and asking the
 //!   platform's resolvers;
-//! * [`splice`]: copying both ways between a wire stream and a TCP
-//!   connection, with half-close and resets passed on;
+//! * [`splice`]: copying both ways, between a wire stream and a TCP
+//!   connection or between two wire streams, with half-close and resets
+//!   passed on;
 //! * `testing` (feature `test-util`): sessions connected in memory, for tests.
 //!
 //! Shared by the server, boxd and the connector, so it never depends on

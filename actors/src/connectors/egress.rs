@@ -16,12 +16,8 @@ use crate::blocking::blocking;
 use crate::ids::BoxId;
 use crate::store::{Store, StoreError};
 use std::collections::HashMap;
-use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The counters of this replica, by box id; cheap to clone.
 #[derive(Clone, Default)]
@@ -36,11 +32,11 @@ impl Egress {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// `stream` with what is read from it (what the box sends) counted for
-    /// `box_id`.
-    pub fn count<S>(&self, box_id: &BoxId, stream: S) -> Counted<S> {
-        let counter = self.lock().entry(box_id.clone()).or_default().clone();
-        Counted { stream, counter }
+    /// The counter of what `box_id` sends, shared by its streams: the
+    /// router's join adds to it as the bytes pass
+    /// (`psbx_wire::splice::join_counted`). Held while a stream is open.
+    pub fn counter(&self, box_id: &BoxId) -> Arc<AtomicU64> {
+        self.lock().entry(box_id.clone()).or_default().clone()
     }
 
     /// Bytes counted for a box and not stored yet.
@@ -83,77 +79,55 @@ impl Egress {
     }
 }
 
-/// A stream whose reads are counted.
-pub struct Counted<S> {
-    stream: S,
-    counter: Arc<AtomicU64>,
-}
-
-impl<S> Counted<S> {
-    pub fn get_ref(&self) -> &S {
-        &self.stream
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
-        let read = buf.filled().len().saturating_sub(before);
-        if read > 0 {
-            self.counter.fetch_add(read as u64, Ordering::Relaxed);
-        }
-        polled
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use psbx_wire::splice::join_counted;
+    use psbx_wire::testing::session_pair;
+    use psbx_wire::{Config, Session, Stream};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    /// A stream from `from` accepted on `to`.
+    async fn connected(from: &Session, to: &Session) -> (Stream, Stream) {
+        let accept = async { to.accept().await.unwrap().accept() };
+        let (opened, accepted) = tokio::join!(from.open("env:db.internal:5432"), accept);
+        (opened.unwrap(), accepted)
+    }
+
+    /// The box's end and the connector's end of a stream the server joins,
+    /// counting what the box sends for `box_id` (the sessions kept open).
+    async fn joined(egress: &Egress, box_id: &BoxId) -> (Stream, Stream, [Session; 4]) {
+        let pair = || session_pair(Config::default(), Config::default(), 1 << 16);
+        let (boxd, server_box) = pair().await.unwrap();
+        let (server_conn, connector) = pair().await.unwrap();
+        let (near, a) = connected(&boxd, &server_box).await;
+        let (b, far) = connected(&server_conn, &connector).await;
+        let counter = egress.counter(box_id);
+        tokio::spawn(async move {
+            join_counted(a, b, "psbx", &counter, std::future::pending::<&str>()).await
+        });
+        (near, far, [boxd, server_box, server_conn, connector])
+    }
+
     #[tokio::test]
-    async fn reads_are_counted_per_box_and_writes_are_not() {
+    async fn what_a_box_sends_is_counted_per_box_and_what_comes_back_is_not() {
         let egress = Egress::default();
         let (a, b) = (
             BoxId::parse("box_a").unwrap(),
             BoxId::parse("box_b").unwrap(),
         );
-        let (near, mut far) = tokio::io::duplex(64);
-        let mut counted = egress.count(&a, near);
-        far.write_all(b"sent by the box").await.unwrap();
+        let (mut near, mut far, _sessions) = joined(&egress, &a).await;
+        near.write_all(b"sent by the box").await.unwrap();
         let mut buf = [0u8; 15];
-        counted.read_exact(&mut buf).await.unwrap();
-        counted.write_all(b"the answer").await.unwrap();
+        far.read_exact(&mut buf).await.unwrap();
+        far.write_all(b"the answer").await.unwrap();
+        near.read_exact(&mut [0u8; 10]).await.unwrap();
         assert_eq!(egress.pending(&a), 15);
         assert_eq!(egress.pending(&b), 0);
         // A second stream of the same box adds to the same counter.
-        let (near, mut far) = tokio::io::duplex(64);
-        let mut second = egress.count(&a, near);
-        far.write_all(b"12345").await.unwrap();
-        second.read_exact(&mut [0u8; 5]).await.unwrap();
+        let (mut near, mut far, _more) = joined(&egress, &a).await;
+        near.write_all(b"12345").await.unwrap();
+        far.read_exact(&mut [0u8; 5]).await.unwrap();
         assert_eq!(egress.pending(&a), 20);
     }
 }

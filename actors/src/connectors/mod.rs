@@ -4,11 +4,12 @@
 //!
 //! [`Hub`] keeps, per connection, the wire sessions of every connector copy
 //! connected here, the box streams open through each environment address,
-//! and each environment's address table (its connections, read again after
-//! [`ADDRESS_TABLE_TTL`] or at once when this replica changes them).
-//! It is shared state behind a mutex rather than an actor per environment:
-//! every operation is a short lookup or insertion with no ordering between
-//! messages to keep, and routing a stream must not wait behind a mailbox.
+//! and each environment's address table ([`tables`]: its connections, read
+//! again after [`tables::ADDRESS_TABLE_TTL`] or at once when this replica
+//! changes them). It is shared state behind a mutex rather than an actor
+//! per environment: every operation is a short lookup or insertion with no
+//! ordering between messages to keep, and routing a stream must not wait
+//! behind a mailbox.
 //! (Sessions on other replicas and the replica-to-replica path are not here
 //! yet; the choice of a session is made in [`Hub::open`] alone.)
 //!
@@ -22,12 +23,13 @@ pub mod egress;
 pub mod limits;
 pub mod route;
 pub mod session;
+pub mod tables;
 
 pub use limits::{Full, HubLimits};
 pub use route::Router;
+pub use tables::AddressTables;
 
 use crate::ids::{AccountId, ConnectionId, EnvironmentId};
-use crate::store::ConnectionRecord;
 use chrono::{DateTime, Utc};
 use psbx_wire::Endpoint;
 pub use psbx_wire::frame::Refusal;
@@ -35,35 +37,6 @@ use psbx_wire::frame::code;
 use psbx_wire::mux::{OpenError, Session, Stream};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-
-/// Whether connector tokens issued for `issuer` (the server's public URL)
-/// send connectors to plain http on a host that is not loopback, where the
-/// token and every stream cross the network unencrypted (connectors refuse
-/// such a server unless PSBX_ALLOW_INSECURE=1).
-pub fn insecure_issuer(issuer: &str) -> bool {
-    let Some(rest) = issuer.strip_prefix("http://") else {
-        return false;
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    !(host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback()))
-}
-
-/// Warns that connectors given tokens naming `issuer` will refuse it (or,
-/// with PSBX_ALLOW_INSECURE=1, talk to it in the clear); nothing otherwise.
-pub fn warn_if_insecure(issuer: &str, when: &str) {
-    if insecure_issuer(issuer) {
-        tracing::warn!(public_url = %issuer,
-            "{when}: the public URL is plain http on a host that is not loopback; connector tokens name it, and connectors refuse it unless PSBX_ALLOW_INSECURE=1 (their token and streams would cross the network unencrypted): serve https (tls) or set public_url to an https URL");
-    }
-}
 
 /// A connection's live state, as reads show it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -88,23 +61,6 @@ struct OpenStream {
     reset: tokio::sync::oneshot::Sender<&'static str>,
 }
 
-/// An environment's id and connections.
-pub type Table = (EnvironmentId, Vec<ConnectionRecord>);
-
-/// An environment's connections as last read, to route box streams without
-/// two queries per connection.
-struct AddressTable {
-    read_at: Instant,
-    /// `None`: the environment does not exist (also kept, so that streams
-    /// of a box whose environment was deleted cost no query each).
-    found: Option<Table>,
-}
-
-/// How long a table read here is used. This replica's own changes (addresses
-/// set, a connection or the environment deleted) drop it at once; another
-/// replica's reach this one within this time.
-pub const ADDRESS_TABLE_TTL: Duration = Duration::from_secs(5);
-
 #[derive(Default)]
 struct State {
     next: u64,
@@ -114,8 +70,6 @@ struct State {
     last_seen: HashMap<ConnectionId, DateTime<Utc>>,
     /// (environment id, address) → box streams open through it.
     streams: HashMap<(EnvironmentId, Endpoint), Vec<OpenStream>>,
-    /// (account, environment name) → its address table.
-    tables: HashMap<(AccountId, String), AddressTable>,
     /// Sessions held (upgraded, registered or not yet) per connection and
     /// per account, against [`HubLimits`].
     held: limits::Held,
@@ -130,6 +84,7 @@ struct State {
 #[derive(Clone, Default)]
 pub struct Hub {
     state: Arc<Mutex<State>>,
+    tables: Arc<AddressTables>,
     egress: egress::Egress,
     limits: HubLimits,
 }
@@ -387,52 +342,17 @@ impl Hub {
         }
     }
 
-    /// The environment's id and connections as read less than
-    /// [`ADDRESS_TABLE_TTL`] ago, if they were (`Some(None)`: it did not
-    /// exist then).
-    pub fn address_table(&self, account: &AccountId, env_name: &str) -> Option<Option<Table>> {
-        let state = self.lock();
-        let table = state.tables.get(&(account.clone(), env_name.to_owned()))?;
-        (table.read_at.elapsed() < ADDRESS_TABLE_TTL).then(|| table.found.clone())
-    }
-
-    /// Keeps that the account has no environment `env_name` (for
-    /// [`ADDRESS_TABLE_TTL`]).
-    pub fn keep_missing_environment(&self, account: &AccountId, env_name: &str) {
-        self.lock().tables.insert(
-            (account.clone(), env_name.to_owned()),
-            AddressTable {
-                read_at: Instant::now(),
-                found: None,
-            },
-        );
-    }
-
-    /// Keeps an environment's connections as just read.
-    pub fn keep_address_table(
-        &self,
-        account: &AccountId,
-        env_name: &str,
-        env_id: &EnvironmentId,
-        connections: &[ConnectionRecord],
-    ) {
-        self.lock().tables.insert(
-            (account.clone(), env_name.to_owned()),
-            AddressTable {
-                read_at: Instant::now(),
-                found: Some((env_id.clone(), connections.to_vec())),
-            },
-        );
+    /// Each environment's address table, as routing reads it.
+    pub fn tables(&self) -> &AddressTables {
+        &self.tables
     }
 
     /// Closes the open box streams of environment `env` whose address is not
     /// in `listed` any more, and drops its address table (read again at the
     /// next stream).
     pub fn unlisted(&self, env: &EnvironmentId, listed: &[Endpoint]) {
+        self.tables.forget(env);
         let mut state = self.lock();
-        state
-            .tables
-            .retain(|_, table| table.found.as_ref().is_some_and(|(id, _)| id != env));
         let gone: Vec<(EnvironmentId, Endpoint)> = state
             .streams
             .keys()
@@ -461,59 +381,6 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn plain_http_issuers_off_loopback_are_insecure() {
-        for insecure in [
-            "http://psbx.example.com",
-            "http://10.0.0.5:8080/psbx",
-            "http://[2001:db8::1]:80",
-        ] {
-            assert!(insecure_issuer(insecure), "{insecure}");
-        }
-        for fine in [
-            "https://psbx.example.com",
-            "http://127.0.0.1:8080",
-            "http://localhost:8080/",
-            "http://[::1]:8080",
-        ] {
-            assert!(!insecure_issuer(fine), "{fine}");
-        }
-    }
-
-    #[test]
-    fn an_address_table_is_kept_until_its_environment_changes_here() {
-        let hub = Hub::default();
-        let account = AccountId::parse("acct_a").unwrap();
-        let (env, other) = (
-            EnvironmentId::parse("env_dev").unwrap(),
-            EnvironmentId::parse("env_other").unwrap(),
-        );
-        let connection = ConnectionRecord {
-            id: ConnectionId::parse("conn_office").unwrap(),
-            environment_id: env.clone(),
-            name: "office".into(),
-            endpoints: vec!["db.internal:5432".parse::<Endpoint>().unwrap()],
-            created_at: Utc::now(),
-            token_rotated_at: None,
-        };
-        assert!(hub.address_table(&account, "dev").is_none());
-        hub.keep_address_table(&account, "dev", &env, std::slice::from_ref(&connection));
-        assert_eq!(
-            hub.address_table(&account, "dev"),
-            Some(Some((env.clone(), vec![connection])))
-        );
-        hub.keep_missing_environment(&account, "gone");
-        assert_eq!(hub.address_table(&account, "gone"), Some(None));
-        assert!(hub.address_table(&account, "staging").is_none());
-        let stranger = AccountId::parse("acct_b").unwrap();
-        assert!(hub.address_table(&stranger, "dev").is_none());
-        // Another environment's change leaves it; its own drops it.
-        hub.unlisted(&other, &[]);
-        assert!(hub.address_table(&account, "dev").is_some());
-        hub.unlisted(&env, &[]);
-        assert!(hub.address_table(&account, "dev").is_none());
-    }
 
     fn ids() -> (AccountId, ConnectionId) {
         (

@@ -1,42 +1,35 @@
 //! A box's stream to an environment address: `env:<host>:<port>` from boxd,
 //! routed through the connection listing that exact address now, to one of
-//! its connectors, and spliced; the bytes the box sends are counted as its
-//! egress as they pass (`egress`).
+//! its connectors, and joined to the stream opened there
+//! (`psbx_wire::splice::join_counted`: FIN and RST pass both ways); the
+//! bytes the box sends are counted as its egress as they pass (`egress`).
 //!
 //! A box may open streams as fast as it likes, so a refused one costs
 //! little: the environment's address table (or the fact that it is gone)
-//! comes from the hub's cache, read from the database by one stream at a
-//! time while others wait for it, and refusals are logged per box at most
-//! [`REFUSALS_LOGGED`] per [`REFUSAL_LOG_INTERVAL`], then one summary line.
+//! comes from the hub's [`AddressTables`](super::AddressTables), read from
+//! the database by one stream at a time while others wait for it, and
+//! refusals are logged per box at most [`REFUSALS_LOGGED`] per
+//! [`REFUSAL_LOG_INTERVAL`], then one summary line.
 
 use super::Hub;
-use crate::blocking::blocking;
+use super::tables::Table;
 use crate::environments::Connection;
 use crate::ids::{AccountId, BoxId, EnvironmentId};
 use crate::meter::RefusalLog;
-use crate::store::{ConnectionRecord, Store};
+use crate::store::Store;
 use psbx_wire::Endpoint;
 use psbx_wire::frame::{Refusal, code};
 use psbx_wire::mux::Incoming;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use psbx_wire::splice::join_counted;
 use std::sync::{Arc, Mutex};
 
 pub use crate::meter::{REFUSAL_LOG_INTERVAL, REFUSALS_LOGGED};
-
-/// A lock per (account, environment name) whose table is being read.
-type Readers = Mutex<HashMap<(AccountId, String), Arc<tokio::sync::Mutex<()>>>>;
 
 /// Routes box streams; cheap to clone.
 #[derive(Clone)]
 pub struct Router {
     hub: Hub,
     store: Store,
-    /// One lock per (account, environment name) being read, so that streams
-    /// arriving together wait for one read instead of each making their own.
-    reading: Arc<Readers>,
-    /// Address tables read from the database (what tests count).
-    table_reads: Arc<AtomicU64>,
 }
 
 /// What the router needs to know about a box.
@@ -58,17 +51,12 @@ pub struct BoxRouter {
 
 impl Router {
     pub fn new(hub: Hub, store: Store) -> Self {
-        Self {
-            hub,
-            store,
-            reading: Arc::default(),
-            table_reads: Arc::default(),
-        }
+        Self { hub, store }
     }
 
     /// How many address tables were read from the database.
     pub fn table_reads(&self) -> u64 {
-        self.table_reads.load(Ordering::Relaxed)
+        self.hub.tables().reads()
     }
 
     pub fn hub(&self) -> &Hub {
@@ -139,18 +127,14 @@ impl Router {
                 return incoming.refuse(refusal.code, &refusal.reason);
             }
         };
-        let mut downstream = self.hub.egress().count(&route.box_id, incoming.accept());
-        let mut upstream = upstream;
+        let sent = self.hub.egress().counter(&route.box_id);
         let (id, closed) = self.hub.track(&env_id, &address);
-        tokio::select! {
-            _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream) => {}
-            reason = closed => {
-                let reason = reason.unwrap_or("closed");
-                tracing::info!(box_id = %route.box_id, %address, reason, "private endpoint stream closed");
-                downstream.get_ref().reset(reason);
-                upstream.reset(reason);
-            }
+        let unlisted = async {
+            let reason = closed.await.unwrap_or("closed");
+            tracing::info!(box_id = %route.box_id, %address, reason, "private endpoint stream closed");
+            reason
         };
+        let _ = join_counted(incoming.accept(), upstream, "psbx", &sent, unlisted).await;
         self.hub.untrack(&env_id, &address, id);
     }
 
@@ -183,72 +167,19 @@ impl Router {
             })
     }
 
-    /// The environment's address table: the hub's, or read by one stream
-    /// while the others arriving with it wait for its result.
-    async fn table(
-        &self,
-        account: &AccountId,
-        name: &str,
-    ) -> Result<(EnvironmentId, Vec<ConnectionRecord>), Refusal> {
-        if let Some(table) = self.hub.address_table(account, name) {
-            return table.ok_or_else(gone);
-        }
-        let key = (account.clone(), name.to_owned());
-        let lock = self
-            .reading
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(key.clone())
-            .or_default()
-            .clone();
-        let result = {
-            let _reading = lock.lock().await;
-            match self.hub.address_table(account, name) {
-                Some(table) => table.ok_or_else(gone),
-                None => self.read_table(account, name).await,
-            }
-        };
-        let mut reading = self
-            .reading
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // The last one out removes the lock (the map holds one reference).
-        if Arc::strong_count(&lock) <= 2 {
-            reading.remove(&key);
-        }
-        result
-    }
-
-    /// An environment's id and connections from the store, kept in the hub
-    /// (its absence too).
-    async fn read_table(
-        &self,
-        account: &AccountId,
-        name: &str,
-    ) -> Result<(EnvironmentId, Vec<ConnectionRecord>), Refusal> {
-        self.table_reads.fetch_add(1, Ordering::Relaxed);
-        let (store, a, n) = (self.store.clone(), account.clone(), name.to_owned());
-        let found = blocking(move || {
-            let Some(env) = store.environment(&a, &n)? else {
-                return Ok(None);
-            };
-            let connections = store.connections(&env.id)?;
-            Ok::<_, crate::store::StoreError>(Some((env.id, connections)))
-        })
-        .await
-        .map_err(|e| {
-            Refusal::new(
-                code::UNAVAILABLE,
-                format!("the server could not read the environment: {e}"),
-            )
-        })?;
-        let Some((env_id, connections)) = found else {
-            self.hub.keep_missing_environment(account, name);
-            return Err(gone());
-        };
+    /// The environment's address table, from the hub's tables.
+    async fn table(&self, account: &AccountId, name: &str) -> Result<Table, Refusal> {
         self.hub
-            .keep_address_table(account, name, &env_id, &connections);
-        Ok((env_id, connections))
+            .tables()
+            .get(&self.store, account, name)
+            .await
+            .map_err(|e| {
+                Refusal::new(
+                    code::UNAVAILABLE,
+                    format!("the server could not read the environment: {e}"),
+                )
+            })?
+            .ok_or_else(gone)
     }
 }
 

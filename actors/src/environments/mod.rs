@@ -257,7 +257,7 @@ impl Environments {
         check_name("the connection", name)?;
         let record = self.record(account, env).await?;
         let id = ConnectionId::generate()?;
-        crate::connectors::warn_if_insecure(&self.issuer, "issuing a connector token");
+        crate::public_url::warn_if_insecure(&self.issuer, "issuing a connector token");
         let token = ConnectorToken::generate(&self.issuer)?;
         let (store, t, n) = (self.store.clone(), token.clone(), name.to_owned());
         let made = blocking(move || store.insert_connection(&record.id, &id, &n, t.expose()))
@@ -297,7 +297,7 @@ impl Environments {
         id: &str,
     ) -> Result<(Connection, ConnectorToken), EnvError> {
         let record = self.record(account, env).await?;
-        crate::connectors::warn_if_insecure(&self.issuer, "issuing a connector token");
+        crate::public_url::warn_if_insecure(&self.issuer, "issuing a connector token");
         let token = ConnectorToken::generate(&self.issuer)?;
         let i = connection_id(env, id)?;
         let (store, t) = (self.store.clone(), token.clone());

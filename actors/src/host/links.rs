@@ -1,7 +1,8 @@
 //! A box's connections to names linked to another box of its account:
-//! boxd opens `link:<host>:<port>` for each, and the server splices it to a
-//! `port:<n>` stream of the linked box's boxd — over psbx's channels, never
-//! the host network. The linked box is woken when it is frozen and kept
+//! boxd opens `link:<host>:<port>` for each, and the server joins it to a
+//! `port:<n>` stream of the linked box's boxd (`psbx_wire::splice::join`:
+//! FIN and RST pass both ways) — over psbx's channels, never the host
+//! network. The linked box is woken when it is frozen and kept
 //! awake while the connection lasts. A refusal says which name, port and box
 //! were involved: 404 when the name is not linked (any more) or the linked
 //! box is stopped, 503 when it cannot be woken, 502 when nothing listens on
@@ -31,6 +32,7 @@ use psbx_wire::Endpoint;
 use psbx_wire::boxd::Service;
 use psbx_wire::frame::{Refusal, code};
 use psbx_wire::mux::Incoming;
+use psbx_wire::splice::join;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -215,7 +217,7 @@ impl Links {
                 );
             }
         };
-        let mut upstream = match link.open(Service::Port(target.port), OPEN_TIMEOUT).await {
+        let upstream = match link.open(Service::Port(target.port), OPEN_TIMEOUT).await {
             Ok(stream) => stream,
             Err(e) => {
                 let code = match &e {
@@ -232,10 +234,15 @@ impl Links {
                 return self.refuse(incoming, &endpoint, &refusal);
             }
         };
-        let mut downstream = incoming.accept();
         // The linked box stays awake while the connection lasts.
         let _lease = Lease::take(target.actor.clone(), None);
-        let _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream).await;
+        let _ = join(
+            incoming.accept(),
+            upstream,
+            "psbx",
+            std::future::pending::<&str>(),
+        )
+        .await;
     }
 
     /// The box and port `endpoint` is linked to now, or why there is none.

@@ -14,6 +14,13 @@ pub mod fake;
 mod libvirt;
 
 use psbx_libvirt::{DiskKey, DomainInfo, DomainSpec, LibvirtError};
+
+/// How a host runs boxes' CPUs (`AccelChoice` as configured, `Accel` as
+/// chosen) and what it has (`HostResources`): libvirt's types, which the
+/// server's configuration and `host::Connected` name. Re-exported here so
+/// that the server depends on the actors alone and the layering of DESIGN.md
+/// §2 (server → actors → libvirt) holds.
+pub use psbx_libvirt::{Accel, AccelChoice, HostResources};
 use std::future::Future;
 use std::io;
 use std::path::Path;

@@ -2,10 +2,10 @@
 //! one name linked to another box (the nftables rules send the address's
 //! connections to it). Each connection it accepts becomes an
 //! `env:<host>:<port>` (or `link:<host>:<port>`) stream opened on the current
-//! session, and the bytes are copied both ways with half-close. An entry the
-//! box's wiring no longer needs is closed: it stops listening and resets the
-//! connections it carries (a name taken over in place). When the
-//! stream cannot be had — refused by the server (403, 503, 502, ...), no
+//! session, and spliced to it (`psbx_wire::splice::splice_until`: FIN and
+//! RST pass both ways). An entry the box's wiring no longer needs is closed:
+//! it stops listening and resets the connections it carries (a name taken
+//! over in place). When the stream cannot be had — refused by the server (403, 503, 502, ...), no
 //! session, no answer — the box's connection is reset (SO_LINGER 0), a line
 //! goes to `/work/.sbx/logs/private-endpoints.log` and the failure is counted.
 //! When the session the stream went over ends (a thaw, a server restart), the
@@ -16,6 +16,7 @@ use psbx_wire::Endpoint;
 use psbx_wire::boxd::{EndpointFailure, Outbound, PrivateEndpointHealth};
 use psbx_wire::frame::code;
 use psbx_wire::mux::OpenError;
+use psbx_wire::splice::splice_until;
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -118,7 +119,7 @@ impl Drop for OpenGuard<'_> {
 
 async fn connection(
     entry: &Entry,
-    mut tcp: TcpStream,
+    tcp: TcpStream,
     uplink: &Uplink,
     log: &PathBuf,
     failures: &super::Failures,
@@ -137,7 +138,7 @@ async fn connection(
             "boxd has no session with the server",
         );
     };
-    let mut stream = match tokio::time::timeout(OPEN_TIMEOUT, live.session.open(&target)).await {
+    let stream = match tokio::time::timeout(OPEN_TIMEOUT, live.session.open(&target)).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(OpenError::Refused { code, reason })) => {
             return fail(entry, failures, tcp, log, code, &reason);
@@ -154,20 +155,13 @@ async fn connection(
             );
         }
     };
-    let clean = tokio::select! {
-        copied = tokio::io::copy_bidirectional(&mut tcp, &mut stream) => copied.is_ok(),
-        () = uplink.gone(live.generation) => false,
-        () = entry.closed.cancelled() => false,
+    let ended = async {
+        tokio::select! {
+            () = uplink.gone(live.generation) => "the box's connection ended",
+            () = entry.closed.cancelled() => "the box took the address over",
+        }
     };
-    if !clean {
-        let reason = if entry.closed.is_cancelled() {
-            "the box took the address over"
-        } else {
-            "the box's connection ended"
-        };
-        stream.reset(reason);
-        let _ = tcp.set_zero_linger();
-    }
+    let _ = splice_until(stream, tcp, "boxd", ended).await;
 }
 
 /// Counts the failure, logs it, then resets the box's connection: a program

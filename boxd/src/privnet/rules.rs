@@ -34,10 +34,10 @@
 
 use super::addresses::{DNS_ADDR, RANGE};
 use super::error::SetupError;
+use crate::command::run;
+use crate::net::{NIC, allowed_from_cmdline};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
-use std::process::Stdio;
-use tokio::io::AsyncWriteExt;
 
 /// One rule: connections to `addr:port` go to 127.0.0.1:`entry_port` (an
 /// entry of boxd's, or the box's own process for a declared service in box
@@ -48,10 +48,6 @@ pub struct Redirect {
     pub port: u16,
     pub entry_port: u16,
 }
-
-/// The name of the box's network card (the images keep kernel names:
-/// `net.ifnames=0`, or no udev at all).
-pub const NIC: &str = "eth0";
 
 /// Private and link-local ranges: never reached through the network card.
 pub const PRIVATE: &str =
@@ -173,7 +169,7 @@ pub async fn apply(
     literals: &[Ipv4Addr],
 ) -> Result<(), SetupError> {
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
-    let allowed = crate::net::allowed_from_cmdline(&cmdline).map_err(SetupError::Allowed)?;
+    let allowed = allowed_from_cmdline(&cmdline).map_err(SetupError::Allowed)?;
     run(
         "nft",
         &["-f", "-"],
@@ -182,42 +178,6 @@ pub async fn apply(
     .await
     .map(drop)
     .map_err(SetupError::Rules)
-}
-
-/// Runs a command, feeding it `input`; its stdout, or why it failed.
-pub async fn run(program: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("{program}: {e}"))?;
-    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
-        stdin
-            .write_all(input.as_bytes())
-            .await
-            .map_err(|e| format!("{program}: {e}"))?;
-    }
-    let out = child
-        .wait_with_output()
-        .await
-        .map_err(|e| format!("{program}: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{program} {}: {} {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
 }
 
 #[cfg(test)]

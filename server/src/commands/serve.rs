@@ -38,7 +38,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let bound = listener.local_addr()?;
     let url = config.public_url_for(bound);
-    psbx_actors::connectors::warn_if_insecure(&url, "starting");
+    psbx_actors::public_url::warn_if_insecure(&url, "starting");
 
     let database = Database::open(&config, Opener::Server)?;
     tracing::info!(database = %database.location, "database ready");

@@ -6,8 +6,8 @@
 use super::ConfigError;
 use super::sections::bounded;
 use psbx_actors::boxnet::policy::EgressPolicy;
+use psbx_actors::hypervisor::AccelChoice;
 use psbx_actors::settings::{BoxSettings, SIZES, Unit};
-use psbx_libvirt::AccelChoice;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 

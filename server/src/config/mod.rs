@@ -406,7 +406,7 @@ pub fn redact_url(raw: &str) -> String {
 #[allow(clippy::result_large_err)] // figment::Jail's closures return figment::Error
 mod tests {
     use super::*;
-    use psbx_libvirt::AccelChoice;
+    use psbx_actors::hypervisor::AccelChoice;
 
     #[test]
     fn by_default_no_box_is_promised_more_disk_than_is_free() {

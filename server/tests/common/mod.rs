@@ -193,11 +193,11 @@ pub fn serve_on_fake_host(
             let secrets = Secrets::new(store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
             let fake = Connected {
                 host: Arc::new(fake),
-                resources: psbx_libvirt::HostResources {
+                resources: psbx_actors::hypervisor::HostResources {
                     cpus: 8,
                     memory_mib: 8192,
                 },
-                accel: psbx_libvirt::Accel::Tcg,
+                accel: psbx_actors::hypervisor::Accel::Tcg,
             };
             let parts = app::Parts::new(store, secrets, Default::default(), &url, server_id)
                 .with_host(HostChoice::Hypervisor(fake));

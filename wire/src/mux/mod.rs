@@ -19,5 +19,6 @@ mod wakers;
 pub use config::{BeforeHello, Config, INITIAL_WINDOW, Role, TUNNEL_STREAMS};
 pub use driver::Driver;
 pub use error::{ConfigError, ControlError, OpenError, ProtocolError, SessionError, StreamError};
-pub use session::{Incoming, Session, Stats};
+pub use session::{Incoming, Session};
+pub use state::Stats;
 pub use stream::{ReadHalf, Stream, WriteHalf};

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::poll_fn;
@@ -15,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::config::{BeforeHello, Config, Role};
 use super::driver::Driver;
 use super::error::{ControlError, OpenError, ProtocolError, SessionError};
-use super::state::Shared;
+use super::state::{Shared, Stats};
 use super::stream::{Handle, Stream};
 use crate::codec::{self, CodecError, MessageSink, MessageSource};
 use crate::frame::Frame;
@@ -37,21 +36,6 @@ impl Drop for SessionHandle {
     fn drop(&mut self) {
         self.shared.lock().handles_gone();
     }
-}
-
-/// A snapshot of a session's counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stats {
-    /// Streams open (or being opened or accepted).
-    pub streams: usize,
-    /// Received bytes waiting to be read, all streams.
-    pub buffered: usize,
-    /// The sum of the streams' receive windows (at most the memory budget).
-    pub committed: usize,
-    /// Bytes of frames waiting for the transport.
-    pub queued: usize,
-    /// The last measured round trip (`PING` to `PONG`).
-    pub rtt: Option<Duration>,
 }
 
 /// A stream the peer opened, to accept or refuse. Dropping it refuses it

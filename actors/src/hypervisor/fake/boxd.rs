@@ -234,24 +234,27 @@ async fn hold(incoming: Incoming, mut power: watch::Receiver<Power>) {
 
 /// A `port:<n>` stream: a connection to port `n` on the test machine's
 /// loopback (the fake box's "loopback"), refused with 502 when nothing
-/// listens there, like boxd's; bytes pass both ways while the domain runs.
+/// listens there, like boxd's; spliced as boxd splices it while the domain
+/// runs.
 async fn port(incoming: Incoming, mut power: watch::Receiver<Power>) {
     let port = match psbx_wire::boxd::Service::parse(incoming.target()) {
         Some(psbx_wire::boxd::Service::Port(port)) => port,
         _ => 0,
     };
-    let Ok(mut upstream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+    let Ok(upstream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
         incoming.refuse(
             psbx_wire::frame::code::BAD_GATEWAY,
             &format!("nothing listens on port {port}"),
         );
         return;
     };
-    let mut stream = incoming.accept();
-    tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut stream, &mut upstream) => {}
-        _ = power.wait_for(|p| !matches!(p, Power::Running { .. })) => {}
-    }
+    let stopped = async {
+        let _ = power
+            .wait_for(|p| !matches!(p, Power::Running { .. }))
+            .await;
+        "the box stopped"
+    };
+    let _ = psbx_wire::splice::splice_until(incoming.accept(), upstream, "boxd", stopped).await;
 }
 
 /// The fake boxd's screenshot and poster: a 64x48 PNG of one colour (#3366cc).
