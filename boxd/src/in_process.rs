@@ -146,7 +146,17 @@ mod tests {
         // /work is its work directory; commands get the claim's environment.
         let ran = records(fetch(&session, "exec", &exec("pwd; echo $TOKEN", false)).await);
         let expected = format!("{}\nfrom-the-claim\n", work.display());
-        assert_eq!(ran[0], Record::Stdout(expected.into_bytes()), "{ran:?}");
+        // However the pipe cut it into chunks (two writes may come as two).
+        let stdout: Vec<u8> = ran
+            .iter()
+            .filter_map(|r| match r {
+                Record::Stdout(b) => Some(b.as_slice()),
+                _ => None,
+            })
+            .flatten()
+            .copied()
+            .collect();
+        assert_eq!(stdout, expected.into_bytes(), "{ran:?}");
 
         // A background command logs under the run directory.
         let started = records(fetch(&session, "exec", &exec("echo up; sleep 60", true)).await);
