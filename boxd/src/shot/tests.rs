@@ -299,7 +299,14 @@ async fn a_recording_of_the_display_plays_for_its_seconds() {
     assert_eq!(taken.header.mime, "video/webm");
     assert_eq!((taken.header.width, taken.header.height), (1280, 720));
     let ms = taken.header.duration_ms.unwrap();
-    assert!((1500..=2600).contains(&ms), "{ms} ms");
+    // Seen once in a while at 1,400 ms on a loaded machine (cause not found
+    // yet): the frames' times say whether frames went missing at the start,
+    // in the middle or at the end.
+    assert!(
+        (1500..=2600).contains(&ms),
+        "{ms} ms; frames at (s): {}",
+        frame_times(&taken.file)
+    );
     // ffprobe reads it back (the header's facts came from it, check anew).
     let probed = record::probe(&taken.file).await.unwrap();
     assert_eq!(probed.duration_ms, ms);
@@ -328,7 +335,14 @@ async fn a_recording_of_a_page_shows_the_page_at_the_top_left() {
     assert_eq!(taken.header.mime, "video/mp4");
     assert_eq!((taken.header.width, taken.header.height), (800, 600));
     let ms = taken.header.duration_ms.unwrap();
-    assert!((1500..=2600).contains(&ms), "{ms} ms");
+    // Seen once in a while at 1,400 ms on a loaded machine (cause not found
+    // yet): the frames' times say whether frames went missing at the start,
+    // in the middle or at the end.
+    assert!(
+        (1500..=2600).contains(&ms),
+        "{ms} ms; frames at (s): {}",
+        frame_times(&taken.file)
+    );
     let poster = taken.poster.unwrap();
     let (top, bottom) = (pixel(&poster, 20, 20), pixel(&poster, 780, 580));
     assert!(near(top, [0, 0, 255], 40), "the band: {top:?}");
@@ -343,4 +357,18 @@ fn png_sizes_are_read_from_the_header() {
     assert_eq!(png_size(&head), Some((1280, 720)));
     assert_eq!(png_size(&head[..20]), None);
     assert_eq!(png_size(b"GIF89a..................."), None);
+}
+
+/// The presentation times of a video's frames, as ffprobe reads them.
+fn frame_times(video: &std::path::Path) -> String {
+    let out = std::process::Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", "v:0"])
+        .args(["-show_entries", "frame=pts_time", "-of", "csv=p=0"])
+        .arg(video)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
