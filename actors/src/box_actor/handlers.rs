@@ -1,9 +1,11 @@
 //! The messages a BoxActor answers: `Status` (thaws first when asked; asks
 //! boxd how it is), `Keep`, `Stop`, `Channel` (thaws when asked and hands out
-//! the link to boxd and the mask, in one turn), `Rewire` (new declared services or links: boxd first, then
-//! the stored spec), `Forget` (ended outside the actor), `Freeze` (the host's
-//! pressure), and its own timers' `Idle` and `Expire` (neither ends a box a
-//! lease holds awake: `lease.rs`).
+//! the link to boxd and the mask, in one turn), `Rewire` (new declared
+//! services or links: boxd first, then the stored spec), each also
+//! `ForAccount` (the API's, answered for the box's own account only),
+//! `Forget` (ended outside the actor), `Freeze` (the host's pressure), and its
+//! own timers' `Idle` and `Expire` (neither ends a box a lease holds awake:
+//! `lease.rs`).
 
 use super::{BoxActor, BoxSnapshot, PING_TIMEOUT};
 use crate::blocking::blocking;
