@@ -258,12 +258,9 @@ impl Boxes {
         e: actix::MailboxError,
     ) -> Result<BoxRecord, BoxError> {
         tracing::debug!(box_id = id, error = %e, "the box actor went away while asked");
-        let record = self.record(account, id).await?;
-        if record.state.is_terminal() {
-            Ok(record)
-        } else {
-            Err(BoxError::Boxd(LinkError::Closed))
-        }
+        self.settled(account, id)
+            .await?
+            .ok_or(BoxError::Boxd(LinkError::Closed))
     }
 
     /// The reading with the state of each box its links point at (`gone`
