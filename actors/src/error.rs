@@ -45,6 +45,16 @@ pub enum BoxError {
     /// No libvirt host is available to run boxes.
     #[error("{0}")]
     NoHost(String),
+    /// The box's host has no node acting for it now (its node stopped, or
+    /// died and its lease ran out, or this node lost the lease): HTTP 503
+    /// `host_unavailable`. The box is as it was; it answers again once its
+    /// node holds the host's lease.
+    #[error(
+        "the box's host {0} is unavailable: no psbx node holds it now (its node stopped or \
+         lost touch with the database); the box is kept as it was and answers again once its \
+         node is back"
+    )]
+    HostUnavailable(String),
     /// The box is still being made (`creating`, `booting`): it takes calls
     /// once it runs (HTTP 409 `box_starting`).
     #[error("box {id} is {state}: it takes calls once it is running; retry in a few seconds")]

@@ -20,7 +20,9 @@ use psbx_actors::boxes::{Boxes, CreateRequest, EXEC_GRACE};
 use psbx_actors::environments::Environments;
 use psbx_actors::error::BoxError;
 use psbx_actors::exec::run::ExecEvent;
-use psbx_actors::host::{BoxServices, Connected, CreateBox, HostStart, PoolLevels, supervise};
+use psbx_actors::host::{
+    BoxServices, Connected, CreateBox, HostIdentity, HostStart, PoolLevels, supervise,
+};
 use psbx_actors::hypervisor::Hypervisor;
 use psbx_actors::hypervisor::fake::{Call, FakeHypervisor};
 use psbx_actors::ids::{AccountId, BoxId};
@@ -50,7 +52,7 @@ struct World {
     store: Store,
     fake: FakeHypervisor,
     settings: BoxSettings,
-    server_id: String,
+    server_id: psbx_actors::ids::ServerId,
     installation: String,
     account: AccountId,
     _dir: tempfile::TempDir,
@@ -68,7 +70,7 @@ fn world(pool_size: usize) -> World {
     let db = TestDatabase::new();
     let store = Store::open(db.url(), PoolOptions::short_lived(4)).unwrap();
     let account = store.bootstrap().unwrap().unwrap().account.id;
-    let server_id = store.register_server("test", "0").unwrap().id.to_string();
+    let server_id = store.register_server("test", "0").unwrap().id;
     let installation = store.installation_id().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("images").join("test");
@@ -135,7 +137,12 @@ impl World {
             connected,
             self.store.clone(),
             self.settings.clone(),
-            self.server_id.clone(),
+            // Named by its URI, as the rows these tests write name it.
+            HostIdentity {
+                name: self.fake.uri().to_owned(),
+                server_id: self.server_id.clone(),
+                lease: Duration::from_secs(30),
+            },
             BoxServices::new(self.secrets(), Default::default(), self.store.clone()),
         )
         .await

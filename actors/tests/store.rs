@@ -553,3 +553,191 @@ fn an_unknown_stored_name_is_unreadable() {
         other => panic!("an unknown state was read as {other:?}"),
     }
 }
+
+fn claim<'a>(
+    name: &'a str,
+    server_id: &'a psbx_actors::ids::ServerId,
+    lease: std::time::Duration,
+) -> psbx_actors::store::HostClaim<'a> {
+    psbx_actors::store::HostClaim {
+        name,
+        uri: "qemu:///system",
+        server_id,
+        accel: "tcg",
+        cpus: 4,
+        memory_mib: 8192,
+        lease,
+    }
+}
+
+#[test]
+fn a_host_is_leased_by_one_node_renewed_released_and_taken_after_it_runs_out() {
+    use psbx_actors::store::Room;
+    use std::time::Duration;
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let a = store.register_server("machine-a", "0").unwrap().id;
+    let b = store.register_server("machine-b", "0").unwrap().id;
+    let long = Duration::from_secs(60);
+
+    // Two hosts on one libvirtd: each its own mark, the first the installation's.
+    let host_a = store
+        .take_host(&claim("host-a", &a, long))
+        .unwrap()
+        .unwrap();
+    let host_b = store
+        .take_host(&claim("host-b", &b, long))
+        .unwrap()
+        .unwrap();
+    assert_eq!(host_a.owner, store.installation_id().unwrap());
+    assert_ne!(host_a.owner, host_b.owner);
+
+    // Held: another node is refused and told who holds it.
+    let held = store
+        .take_host(&claim("host-a", &b, long))
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        (held.server_id.as_ref(), held.hostname.as_deref()),
+        (Some(&a), Some("machine-a"))
+    );
+    // Its holder takes it again (a restart) under a new epoch.
+    let again = store
+        .take_host(&claim("host-a", &a, long))
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.epoch, host_a.epoch + 1);
+    assert_eq!(again.owner, host_a.owner);
+    // Renewals go through at the holder's epoch only.
+    let room = Room::default();
+    assert!(
+        store
+            .renew_host("host-a", &a, again.epoch, long, &room)
+            .unwrap()
+    );
+    assert!(
+        !store
+            .renew_host("host-a", &a, host_a.epoch, long, &room)
+            .unwrap()
+    );
+    assert!(
+        !store
+            .renew_host("host-a", &b, again.epoch, long, &room)
+            .unwrap()
+    );
+
+    // A released lease is free at once.
+    store.release_host("host-a", &a, again.epoch).unwrap();
+    let listed = store.list_hosts().unwrap();
+    let row = listed.iter().find(|h| h.name == "host-a").unwrap();
+    assert!(!row.leased, "{row:?}");
+    let by_b = store
+        .take_host(&claim("host-a", &b, long))
+        .unwrap()
+        .unwrap();
+    assert_eq!(by_b.epoch, again.epoch + 1);
+    // The old holder's renewal now fails: it is fenced.
+    assert!(
+        !store
+            .renew_host("host-a", &a, again.epoch, long, &room)
+            .unwrap()
+    );
+
+    // A lease that runs out is free without a release.
+    let short = Duration::from_millis(300);
+    assert!(
+        store
+            .renew_host("host-a", &b, by_b.epoch, short, &room)
+            .unwrap()
+    );
+    assert!(
+        store
+            .take_host(&claim("host-a", &a, long))
+            .unwrap()
+            .is_err()
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(store.take_host(&claim("host-a", &a, long)).unwrap().is_ok());
+}
+
+#[test]
+fn a_host_recorded_by_its_uri_takes_the_nodes_name_with_its_boxes() {
+    use std::time::Duration;
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let a = store.register_server("machine-a", "0").unwrap().id;
+    let installation = store.installation_id().unwrap();
+    // As the migration leaves a host of an earlier version.
+    db.execute(&format!(
+        "INSERT INTO hosts (uri, name, owner, server_id, accel, cpus, memory_mib) \
+         VALUES ('qemu:///system', 'qemu:///system', '{installation}', '{a}', 'tcg', 4, 8192)"
+    ));
+    db.execute(
+        "INSERT INTO boxes (id, host, state, image, size, vcpus, memory_mib, disk_gb, keep_secs) \
+         VALUES ('box_old1', 'qemu:///system', 'pooled', 'test', 1, 1, 512, 4, 0)",
+    );
+    let taken = store
+        .take_host(&claim("machine-a", &a, Duration::from_secs(60)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(taken.owner, installation, "its domains keep their mark");
+    assert_eq!(store.live_boxes_on_host("machine-a").unwrap().len(), 1);
+    assert_eq!(store.list_hosts().unwrap().len(), 1);
+}
+
+#[test]
+fn placements_at_once_never_take_more_room_than_a_host_published() {
+    use psbx_actors::store::Room;
+    use std::time::Duration;
+    let db = TestDatabase::new();
+    let store = store(&db);
+    let long = Duration::from_secs(60);
+    let mut epochs = Vec::new();
+    for (host, machine) in [("host-a", "a"), ("host-b", "b")] {
+        let id = store.register_server(machine, "0").unwrap().id;
+        let taken = store.take_host(&claim(host, &id, long)).unwrap().unwrap();
+        epochs.push((host, id, taken.epoch));
+    }
+    // host-a has room for three boxes of 1 GiB, host-b for two; host-b has
+    // one in its pool.
+    for ((host, id, epoch), (mib, pooled)) in epochs.iter().zip([(3072, 0), (2048, 1)]) {
+        let room = Room {
+            free_cpus: 16.0,
+            free_memory_mib: mib,
+            pool: [(1, pooled)].into_iter().collect(),
+        };
+        assert!(store.renew_host(host, id, *epoch, long, &room).unwrap());
+    }
+    // Eight placements at once, from eight connections.
+    let placed: Vec<Option<String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let store = Store::open(db.url(), PoolOptions::short_lived(1)).unwrap();
+                s.spawn(move || store.place_box(1, 1, 1024, &[]).unwrap().map(|p| p.host))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let on = |host: &str| placed.iter().filter(|p| p.as_deref() == Some(host)).count();
+    // Three cold on host-a, the pooled one and two cold on host-b; two refused.
+    assert_eq!(
+        (on("host-a"), on("host-b"), on("")),
+        (3, 3, 0),
+        "{placed:?}"
+    );
+    assert_eq!(placed.iter().filter(|p| p.is_none()).count(), 2);
+    // A draining host takes nothing; one tried already is passed over.
+    let (host, id, epoch) = &epochs[0];
+    let room = Room {
+        free_cpus: 16.0,
+        free_memory_mib: 4096,
+        pool: Default::default(),
+    };
+    assert!(store.renew_host(host, id, *epoch, long, &room).unwrap());
+    assert_eq!(
+        store.place_box(1, 1, 1024, &["host-a".to_owned()]).unwrap(),
+        None
+    );
+    assert!(store.set_host_draining("host-a", true).unwrap());
+    assert_eq!(store.place_box(1, 1, 1024, &[]).unwrap(), None);
+}

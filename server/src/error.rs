@@ -70,7 +70,7 @@ impl utoipa::IntoResponses for BoxCallErrors {
                 "The box cannot be reached now: the connection to boxd broke or is closed (`box_channel_lost`), \
                    the box network rules are not in place (`box_network_unavailable`), the host refused to thaw \
                    or freeze it and it is as it was (`box_step_failed`), this server runs no boxes \
-                   (`boxes_unavailable`), or the database does not answer (`database_unavailable`)",
+                   (`boxes_unavailable`), no node holds the box's host now (`host_unavailable`), or the database does not answer (`database_unavailable`)",
             ),
             (
                 504,
@@ -403,6 +403,10 @@ impl From<psbx_actors::error::BoxError> for ApiError {
                 message,
             )
             .hint("the operator should check the server log and libvirt"),
+            E::HostUnavailable(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "host_unavailable", e.to_string())
+                    .hint("retry in a minute; `psbx hosts list` shows the operator which node holds each host")
+            }
             E::ChannelLost(_) => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "box_channel_lost", e.to_string())
                     .hint("run it again once the box answers; `GET /v1/boxes/{id}/processes` lists its background commands")

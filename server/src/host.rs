@@ -9,7 +9,7 @@
 use crate::config::Config;
 use psbx_actors::box_role::BoxRole;
 use psbx_actors::connectors::Hub;
-use psbx_actors::host::{BoxServices, Connected, HostStart, start_host, supervise};
+use psbx_actors::host::{BoxServices, Connected, HostIdentity, HostStart, start_host, supervise};
 use psbx_actors::ids::ServerId;
 use psbx_actors::oidc::Issuer;
 use psbx_actors::secrets::Secrets;
@@ -55,19 +55,23 @@ pub async fn start(
     services: BoxServices,
 ) -> anyhow::Result<Result<HostStart, String>> {
     let settings = config.boxes.settings(config.shared_dir())?;
-    let server_id = server_id.to_string();
+    let identity = HostIdentity {
+        name: config.cluster.host_name()?,
+        server_id: server_id.clone(),
+        lease: config.cluster.lease()?,
+    };
     let (uri, started) = match choice {
         HostChoice::Off(why) => return Ok(Err(why)),
         HostChoice::Libvirt { uri } => {
             let accel = config.boxes.accel;
-            let started = start_host(store, settings, uri.clone(), accel, server_id, services);
+            let started = start_host(store, settings, uri.clone(), accel, identity, services);
             (uri, started.await)
         }
         HostChoice::Hypervisor(connected) => {
             let uri = connected.host.uri().to_owned();
             (
                 uri,
-                supervise(connected, store, settings, server_id, services).await,
+                supervise(connected, store, settings, identity, services).await,
             )
         }
     };

@@ -144,10 +144,11 @@ async fn a_link_is_stored_hashed_its_page_is_safe_and_its_terminal_opens_once() 
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     assert_eq!(code(&test::read_body(res).await), "not_websocket");
 
-    // The first WebSocket spends the link (no host here: no terminal opens).
+    // The first WebSocket spends the link (no host here, and no node holds
+    // the box's: no terminal opens).
     let res = test::call_service(&app, upgrade(&path).to_request()).await;
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(code(&test::read_body(res).await), "boxes_unavailable");
+    assert_eq!(code(&test::read_body(res).await), "host_unavailable");
     assert_eq!(
         db_count(&f, "used_at IS NOT NULL"),
         1,

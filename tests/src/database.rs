@@ -50,6 +50,15 @@ impl TestDatabase {
         &self.name
     }
 
+    /// Runs one SQL statement on this test's database (rows as an earlier
+    /// version left them, say).
+    pub fn execute(&self, sql: &str) {
+        let mut conn = PgConnection::establish(&self.url).expect("the test database");
+        diesel::sql_query(sql)
+            .execute(&mut conn)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
     /// Adds a second account with this id (`acct_...`), for tests of account
     /// scoping; returns the id.
     pub fn add_account(&self, id: &str) -> String {

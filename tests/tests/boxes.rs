@@ -459,7 +459,19 @@ fn boxes_start_from_the_pool_and_the_pool_leaves_with_the_server() {
     let (ok, out, err) = s.cli(&["hosts", "list"]);
     assert!(ok, "{err}");
     assert!(
-        out.contains("qemu:///system") && out.contains("tcg") && out.contains("1 running"),
+        out.contains("held #") && out.contains("tcg") && out.contains("1 running"),
+        "{out}"
+    );
+    let (ok, out, err) = s.cli(&["hosts", "list", "--json"]);
+    assert!(ok, "{err}");
+    let host: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (&host["uri"], &host["leased"], &host["boxes"]["running"]),
+        (
+            &serde_json::json!("qemu:///system"),
+            &serde_json::json!(true),
+            &serde_json::json!(1)
+        ),
         "{out}"
     );
     let (ok, out, err) = s.cli(&["boxes", "stop", &pooled_id]);

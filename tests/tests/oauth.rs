@@ -880,7 +880,7 @@ fn an_oauth_token_works_on_v1_for_its_own_account_only() {
     assert_eq!(default["boxes"], json!([]), "{default}");
     for (id, account) in [("box_mine1", "default"), ("box_theirs1", "other")] {
         s.sql(&format!(
-            "INSERT INTO boxes (id, account_id, host_uri, state, image, size, vcpus, memory_mib, \
+            "INSERT INTO boxes (id, account_id, host, state, image, size, vcpus, memory_mib, \
              disk_gb, keep_secs, stopped_at) SELECT '{id}', id, 'test:///', 'stopped', 'debian', 1, \
              1, 1024, 8, 0, now() FROM accounts WHERE name = '{account}'"
         ));

@@ -495,6 +495,9 @@ impl Handler<Idle> for BoxActor {
             // Re-armed since this timer fired (activity crossed it).
             return AtomicResponse::new(Box::pin(ready(())));
         }
+        if let Some(later) = self.fenced(ctx) {
+            return later;
+        }
         if self.leases.active() {
             return AtomicResponse::new(self.held_awake());
         }
@@ -506,6 +509,9 @@ impl Handler<Expire> for BoxActor {
     type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, _: Expire, ctx: &mut Context<Self>) -> Self::Result {
+        if let Some(later) = self.fenced(ctx) {
+            return later;
+        }
         if self.leases.active() {
             return AtomicResponse::new(self.held_awake());
         }
@@ -518,6 +524,17 @@ impl Handler<Expire> for BoxActor {
 }
 
 impl BoxActor {
+    /// A timer fired while this node does not hold the host's lease: it
+    /// acts on nothing and looks again later (`machine::HostLease`).
+    fn fenced(&mut self, ctx: &mut Context<Self>) -> Option<AtomicResponse<Self, ()>> {
+        if self.machine.lease.is_held() {
+            return None;
+        }
+        tracing::info!(box_id = %self.record.id, "a timer fired without the host's lease: looking again later");
+        ctx.run_later(HELD_RETRY, |act, ctx| act.arm_timers(ctx));
+        Some(AtomicResponse::new(Box::pin(ready(()))))
+    }
+
     /// A timer fired on a box a lease holds: it counts as active now (its
     /// stored activity moves and the timers re-arm from it).
     fn held_awake(&mut self) -> ResponseActFuture<Self, ()> {

@@ -195,13 +195,20 @@ impl Boxes {
         if let Ok(host) = &self.host
             && let Some(addr) = host.registry.actor(&box_id)
         {
+            host.machine.lease.check()?;
             return Ok(Ok(addr));
         }
         let record = self.record(account, id).await?;
         if record.state.is_terminal() {
             return Ok(Err(record));
         }
-        let host = self.host()?;
+        // Another host's box: its node answers for it (the server forwards
+        // the call there); here, only that its host is not this one.
+        let host = match &self.host {
+            Ok(host) if host.machine.name == record.host => host,
+            _ => return Err(BoxError::HostUnavailable(record.host)),
+        };
+        host.machine.lease.check()?;
         host.registry.actor(&record.id).map(Ok).ok_or_else(|| {
             // Its actor starts once boxd has said hello.
             if matches!(record.state, BoxState::Creating | BoxState::Booting) {

@@ -87,7 +87,7 @@ fn reserve_new(machine: &Machine, size: u32, state: BoxState) -> Result<NewBox, 
     machine.reserve(&id, unit)?;
     Ok(NewBox::for_size(
         id,
-        machine.host.uri(),
+        &machine.name,
         &machine.settings.image,
         state,
         size,
@@ -197,6 +197,9 @@ impl Handler<CreateBox> for HostSupervisor {
     type Result = ResponseActFuture<Self, Result<BoxSnapshot, BoxError>>;
 
     fn handle(&mut self, mut msg: CreateBox, ctx: &mut Context<Self>) -> Self::Result {
+        if let Err(e) = self.parts.machine.lease.check() {
+            return Box::pin(fut::ready(Err(e)));
+        }
         let pooled = self.pool.get_mut(&msg.size).and_then(|q| q.pop_front());
         if pooled.is_some() {
             ctx.notify(Refill);
@@ -330,6 +333,12 @@ impl Handler<Refill> for HostSupervisor {
     type Result = ();
 
     fn handle(&mut self, _: Refill, ctx: &mut Context<Self>) {
+        // Not without the host's lease: the next renewal's refill comes
+        // with the pool boot's retry.
+        if !self.parts.machine.lease.is_held() {
+            ctx.notify_later(Refill, POOL_RETRY);
+            return;
+        }
         let settings = &self.parts.machine.settings;
         for size in settings.pool_unit_sizes.clone() {
             let have = self.pool.get(&size).map_or(0, |q| q.len());

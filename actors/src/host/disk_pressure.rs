@@ -108,7 +108,7 @@ pub(super) fn sample(
     // is left to its own step; the next sample looks again).
     let running: Vec<BoxId> = machine
         .store
-        .live_boxes_on_host(machine.host.uri())?
+        .live_boxes_on_host(&machine.name)?
         .into_iter()
         .filter(|r| r.state == crate::box_state::BoxState::Running)
         .map(|r| r.id)

@@ -17,6 +17,7 @@
 pub mod at_rest;
 mod create;
 pub mod disk_pressure;
+mod lease;
 pub mod links;
 mod pressure;
 mod reconcile;
@@ -25,7 +26,7 @@ mod start;
 pub mod switch;
 
 pub use create::CreateBox;
-pub use start::{BoxServices, Connected, HostStart, start_host, supervise};
+pub use start::{BoxServices, Connected, HostIdentity, HostStart, start_host, supervise};
 
 use crate::box_actor::{BoxActor, Hosting};
 use crate::boxd_link::BoxdLink;
@@ -110,14 +111,17 @@ pub struct HostSupervisor {
     /// With `boxes.network` off: the rules kept for the boxes that still run
     /// with a card (started while it was on).
     leftover_network: Arc<Mutex<Option<Arc<BoxNetwork>>>>,
+    /// The renewal of the host's lease (`lease.rs`).
+    renewal: lease::Renewal,
 }
 
 /// How long a failed pool boot waits before the next try.
 const POOL_RETRY: Duration = Duration::from_secs(30);
 
 impl HostSupervisor {
-    fn new(parts: HostParts) -> Self {
+    fn new(parts: HostParts, lease: Duration) -> Self {
         Self {
+            renewal: lease::Renewal::new(lease),
             parts,
             pool: HashMap::new(),
             filling: HashSet::new(),
@@ -135,8 +139,12 @@ impl Actor for HostSupervisor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.notify(create::Refill);
+        ctx.run_interval(lease::renew_every(self.renewal.lease), |act, ctx| {
+            act.renew_lease(ctx);
+        });
         ctx.run_interval(pressure::SAMPLE_EVERY, |act, ctx| {
-            if act.sampling {
+            // A node without the host's lease acts on none of its boxes.
+            if act.sampling || !act.parts.machine.lease.is_held() {
                 return;
             }
             act.sampling = true;
@@ -157,7 +165,7 @@ impl Actor for HostSupervisor {
             ctx.spawn(fut);
         });
         ctx.run_interval(disk_pressure::SAMPLE_EVERY, |act, ctx| {
-            if act.disk_sampling {
+            if act.disk_sampling || !act.parts.machine.lease.is_held() {
                 return;
             }
             act.disk_sampling = true;
@@ -211,7 +219,7 @@ fn keep_leftover_rules(
     machine: &Machine,
     leftover: &Mutex<Option<Arc<BoxNetwork>>>,
 ) -> Result<(), BoxError> {
-    let uids = crate::jail::UidRange::of(&machine.installation);
+    let uids = crate::jail::UidRange::of(&machine.owner);
     let mut kept = leftover
         .lock()
         .map_err(|_| BoxError::Internal("leftover network poisoned".into()))?;
@@ -224,7 +232,7 @@ fn keep_leftover_rules(
     }
     if kept.is_none() {
         let network = BoxNetwork::new(
-            &machine.installation,
+            &machine.owner,
             machine.host.uri(),
             uids,
             machine.settings.egress.clone(),
@@ -280,9 +288,10 @@ impl Handler<Shutdown> for HostSupervisor {
         self.pool.clear();
         ctx.stop();
         let machine = self.parts.machine.clone();
+        let machine_after = machine.clone();
         Box::pin(async move {
             let result = crate::blocking::blocking(move || {
-                for row in machine.store.live_boxes_on_host(machine.host.uri())? {
+                for row in machine.store.live_boxes_on_host(&machine.name)? {
                     if row.state == crate::box_state::BoxState::Pooled {
                         machine.teardown(&row.id)?;
                         machine.store.delete_pooled_box(&row.id)?;
@@ -293,7 +302,7 @@ impl Handler<Shutdown> for HostSupervisor {
                         .host
                         .list()?
                         .into_iter()
-                        .filter(|d| d.owner.as_deref() == Some(machine.installation.as_str()))
+                        .filter(|d| d.owner.as_deref() == Some(machine.owner.as_str()))
                         .filter(|d| matches!(d.status, psbx_libvirt::DomainStatus::Running | psbx_libvirt::DomainStatus::Paused))
                         .count();
                     if running == 0 {
@@ -309,6 +318,14 @@ impl Handler<Shutdown> for HostSupervisor {
             if let Err(e) = result {
                 tracing::warn!(error = %e, "could not remove the pool's boxes");
             }
+            // Other nodes answer `host_unavailable` for the boxes left
+            // running until this node (or its successor) takes the host.
+            let m = machine_after.clone();
+            let _ = crate::blocking::blocking(move || {
+                HostSupervisor::release_lease(&m);
+                Ok::<_, BoxError>(())
+            })
+            .await;
         })
     }
 }
@@ -322,6 +339,13 @@ impl Handler<PoolLevels> for HostSupervisor {
     type Result = Vec<(u32, usize)>;
 
     fn handle(&mut self, _: PoolLevels, _: &mut Context<Self>) -> Self::Result {
+        self.pool_levels()
+    }
+}
+
+impl HostSupervisor {
+    /// Clean boxes in the pool, by size.
+    fn pool_levels(&self) -> Vec<(u32, usize)> {
         let mut levels: Vec<(u32, usize)> = self.pool.iter().map(|(s, q)| (*s, q.len())).collect();
         levels.sort_unstable();
         levels

@@ -68,7 +68,7 @@ pub(super) fn sample(machine: &Machine) -> Result<Option<Pressure>, BoxError> {
     }
     let candidates = machine
         .store
-        .live_boxes_on_host(machine.host.uri())?
+        .live_boxes_on_host(&machine.name)?
         .into_iter()
         .filter(|r| r.state == crate::box_state::BoxState::Running)
         .map(|r| Candidate {

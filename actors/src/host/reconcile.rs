@@ -32,11 +32,11 @@ pub(super) fn reconcile(machine: &Machine) -> Result<Vec<Adopt>, BoxError> {
         .host
         .list()?
         .into_iter()
-        .filter(|d| d.owner.as_deref() == Some(machine.installation.as_str()))
+        .filter(|d| d.owner.as_deref() == Some(machine.owner.as_str()))
         .map(|d| (d.name, d.status))
         .collect();
     let mut adopt = Vec::new();
-    for row in machine.store.live_boxes_on_host(machine.host.uri())? {
+    for row in machine.store.live_boxes_on_host(&machine.name)? {
         let status = domains.remove(&Machine::domain_name(&row.id));
         match (row.state, status) {
             (BoxState::Pooled, _) => {

@@ -1,5 +1,6 @@
-//! Bringing a host under supervision: connect, settle KVM or TCG, record the
-//! host, reconcile, adopt the live boxes, start the supervisor (and its pool).
+//! Bringing a host under supervision: connect, settle KVM or TCG, take the
+//! host's lease (`lease.rs`), reconcile, adopt the live boxes, start the
+//! supervisor (and its pool).
 
 use super::reconcile::{self, Adopt};
 use super::registry::Registry;
@@ -11,9 +12,10 @@ use crate::boxnet::BoxNetwork;
 use crate::connectors::{Hub, Router};
 use crate::error::{BoxError, io_error};
 use crate::hypervisor::Hypervisor;
+use crate::ids::ServerId;
 use crate::jail::{Jails, UidRange};
 use crate::machine::meminfo::HostMemory;
-use crate::machine::{HostFacts, Machine};
+use crate::machine::{HostFacts, HostLease, Machine};
 use crate::secrets::Secrets;
 use crate::settings::BoxSettings;
 use crate::store::Store;
@@ -72,12 +74,24 @@ impl BoxServices {
     }
 }
 
+/// Which host a node supervises, as whom, and how long its lease lasts
+/// between renewals (DESIGN.md §8).
+#[derive(Debug, Clone)]
+pub struct HostIdentity {
+    /// The host's name (`cluster.host`): its row in `hosts`.
+    pub name: String,
+    /// This node.
+    pub server_id: ServerId,
+    /// How long the lease lasts without a renewal (`cluster.lease`).
+    pub lease: Duration,
+}
+
 pub async fn start_host(
     store: Store,
     settings: BoxSettings,
     uri: String,
     accel: AccelChoice,
-    server_id: String,
+    identity: HostIdentity,
     services: BoxServices,
 ) -> Result<HostStart, BoxError> {
     let probe_settings = settings.clone();
@@ -106,7 +120,7 @@ pub async fn start_host(
         resources,
         accel,
     };
-    supervise(connected, store, settings, server_id, services).await
+    supervise(connected, store, settings, identity, services).await
 }
 
 /// [`start_host`] after the connection: record the host, reconcile, adopt
@@ -115,7 +129,7 @@ pub async fn supervise(
     connected: Connected,
     store: Store,
     settings: BoxSettings,
-    server_id: String,
+    identity: HostIdentity,
     services: BoxServices,
 ) -> Result<HostStart, BoxError> {
     let Connected {
@@ -127,15 +141,19 @@ pub async fn supervise(
         Accel::Kvm => "kvm",
         Accel::Tcg => "tcg",
     };
-    let (s, uri, sid) = (store.clone(), host.uri().to_owned(), server_id.clone());
-    let installation = blocking(move || {
-        s.upsert_host(&uri, &sid, accel_name, resources.cpus, resources.memory_mib)?;
-        s.installation_id()
-    })
+    let taken = super::lease::take(
+        &store,
+        &identity,
+        host.uri(),
+        accel_name,
+        (resources.cpus, resources.memory_mib),
+    )
     .await?;
+    let owner = taken.owner;
+    let lease = Arc::new(HostLease::held(&identity.name, taken.epoch));
     // Each box's QEMU gets a uid of its own where psbx can hand them out.
     let jails = if host.uri() == "qemu:///system" {
-        let (inst, dir) = (installation.clone(), settings.boxes_dir.clone());
+        let (inst, dir) = (owner.clone(), settings.boxes_dir.clone());
         let jails = blocking(move || Jails::new(&inst, &dir).map_err(BoxError::from)).await?;
         let range = jails.range();
         tracing::info!(
@@ -148,9 +166,9 @@ pub async fn supervise(
         None
     };
     let network = if settings.network {
-        let (inst, uri) = (installation.clone(), host.uri().to_owned());
+        let (inst, uri) = (owner.clone(), host.uri().to_owned());
         let (policy, resolvers) = (settings.egress.clone(), settings.resolvers.clone());
-        let uids = UidRange::of(&installation);
+        let uids = UidRange::of(&owner);
         let network = blocking(move || {
             let network = BoxNetwork::new(&inst, &uri, uids, policy, resolvers)?;
             network.ensure()?;
@@ -168,8 +186,10 @@ pub async fn supervise(
     };
     let facts = HostFacts {
         accel,
-        server_id,
-        installation,
+        server_id: identity.server_id.clone(),
+        name: identity.name.clone(),
+        owner,
+        lease,
         cpus: resources.cpus,
         memory_mib: resources.memory_mib,
         network,
@@ -200,13 +220,14 @@ pub async fn supervise(
         adopt_box(&parts, box_).await;
     }
     tracing::info!(
+        host = %parts.machine.name,
         uri = %parts.machine.host.uri(),
         accel = accel_name,
         cpus = resources.cpus,
         memory_mib = resources.memory_mib,
         "supervising libvirt host"
     );
-    let supervisor = HostSupervisor::new(parts.clone()).start();
+    let supervisor = HostSupervisor::new(parts.clone(), identity.lease).start();
     let HostParts {
         machine,
         registry,

@@ -16,6 +16,7 @@
 
 pub mod capacity;
 pub mod disk_key;
+pub mod lease;
 pub mod ledger;
 pub mod meminfo;
 
@@ -32,6 +33,7 @@ use crate::secrets::Secrets;
 use crate::settings::BoxSettings;
 use crate::store::{BoxRecord, Store, Transition};
 use capacity::{Ledger, Limits};
+pub use lease::HostLease;
 use psbx_libvirt::{Accel, Boot, Controllers, Disk, DomainSpec, Nic, Tune};
 use psbx_wire::boxd::BoxInfo;
 use std::path::{Path, PathBuf};
@@ -44,9 +46,15 @@ pub struct Machine {
     pub store: Store,
     pub settings: BoxSettings,
     pub accel: Accel,
-    pub server_id: String,
-    /// This installation's id: the owner written into every domain's metadata.
-    pub installation: String,
+    pub server_id: crate::ids::ServerId,
+    /// The host's name: its row in `hosts`, the `host` of its boxes' rows.
+    pub name: String,
+    /// The host's mark (`hosts.owner`), written into every domain's
+    /// metadata; it also names the box network's table and picks the uid
+    /// range, so hosts sharing one libvirtd never touch each other's boxes.
+    pub owner: String,
+    /// Whether this node holds the host's lease (`lease.rs`).
+    pub lease: Arc<HostLease>,
     /// The account secrets: the vault that seals each box's disk key.
     pub secrets: Secrets,
     /// The host's rules for boxes' network cards (none: boxes have no card).
@@ -64,8 +72,10 @@ const MIB: u64 = 1024 * 1024;
 /// What start-up learned about the host and this installation.
 pub struct HostFacts {
     pub accel: Accel,
-    pub server_id: String,
-    pub installation: String,
+    pub server_id: crate::ids::ServerId,
+    pub name: String,
+    pub owner: String,
+    pub lease: Arc<HostLease>,
     pub cpus: u32,
     pub memory_mib: u64,
     pub network: Option<Arc<BoxNetwork>>,
@@ -93,7 +103,9 @@ impl Machine {
             settings,
             accel: facts.accel,
             server_id: facts.server_id,
-            installation: facts.installation,
+            name: facts.name,
+            owner: facts.owner,
+            lease: facts.lease,
             secrets,
             network: facts.network,
             jails: facts.jails,
@@ -173,7 +185,7 @@ impl Machine {
             console_log: Some(dir.join("console.log")),
             nic,
             run_as,
-            owner: self.installation.clone(),
+            owner: self.owner.clone(),
         }
     }
 

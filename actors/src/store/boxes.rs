@@ -17,7 +17,7 @@ use diesel::prelude::*;
 pub struct BoxRecord {
     pub id: BoxId,
     pub account_id: Option<AccountId>,
-    pub host_uri: String,
+    pub host: String,
     pub state: BoxState,
     pub failure: Option<String>,
     pub name: Option<String>,
@@ -42,7 +42,7 @@ pub struct BoxRecord {
 struct BoxRow {
     id: BoxId,
     account_id: Option<AccountId>,
-    host_uri: String,
+    host: String,
     state: String,
     failure: Option<String>,
     name: Option<String>,
@@ -79,7 +79,7 @@ impl TryFrom<BoxRow> for BoxRecord {
         Ok(Self {
             id: r.id,
             account_id: r.account_id,
-            host_uri: r.host_uri,
+            host: r.host,
             state,
             failure: r.failure,
             name: r.name,
@@ -110,7 +110,7 @@ pub type BoxCursor = (DateTime<Utc>, BoxId);
 pub struct NewBox {
     pub id: BoxId,
     pub account_id: Option<AccountId>,
-    pub host_uri: String,
+    pub host: String,
     pub state: BoxState,
     pub name: Option<String>,
     pub goal: Option<String>,
@@ -135,12 +135,12 @@ impl BoxRecord {
 }
 
 impl NewBox {
-    /// A box of `size` units (`unit`: the resources of that size) of `image` on `host_uri`,
+    /// A box of `size` units (`unit`: the resources of that size) of `image` on `host`,
     /// owned by nobody, with no name, goal or spec and nothing to keep it:
     /// a pool box as it is, or the start of a request's box.
     pub fn for_size(
         id: BoxId,
-        host_uri: &str,
+        host: &str,
         image: &str,
         state: BoxState,
         size: u32,
@@ -149,7 +149,7 @@ impl NewBox {
         Self {
             id,
             account_id: None,
-            host_uri: host_uri.to_owned(),
+            host: host.to_owned(),
             state,
             name: None,
             goal: None,
@@ -203,7 +203,7 @@ fn insert_box_row(conn: &mut diesel::PgConnection, new: &NewBox) -> Result<BoxRe
         .values((
             boxes::id.eq(new.id.as_str()),
             boxes::account_id.eq(new.account_id.as_ref().map(AccountId::as_str)),
-            boxes::host_uri.eq(&new.host_uri),
+            boxes::host.eq(&new.host),
             boxes::state.eq(new.state.as_str()),
             boxes::name.eq(&new.name),
             boxes::goal.eq(&new.goal),
@@ -287,9 +287,9 @@ impl Store {
     }
 
     /// Boxes of a host that are not over (pooled included), for reconciliation.
-    pub fn live_boxes_on_host(&self, host_uri: &str) -> Result<Vec<BoxRecord>, StoreError> {
+    pub fn live_boxes_on_host(&self, host: &str) -> Result<Vec<BoxRecord>, StoreError> {
         boxes::table
-            .filter(boxes::host_uri.eq(host_uri))
+            .filter(boxes::host.eq(host))
             .filter(boxes::state.ne_all([BoxState::Stopped.as_str(), BoxState::Failed.as_str()]))
             .select(BoxRow::as_select())
             .load(&mut self.conn()?)?

@@ -37,7 +37,7 @@ pub use environments::{
     ConnectionRecord, EnvironmentChange, EnvironmentRecord, NewService, SealedService,
     ServiceRecord, token_digest,
 };
-pub use hosts::HostRecord;
+pub use hosts::{BoxPlace, HostClaim, HostHeld, HostRecord, Placed, Room, TakenHost};
 pub use oauth::{
     ACCESS_TOKEN_TTL, CODE_TTL, CodeExchange, IssuedTokens, NewCode, OAuthClient, Refused,
 };

@@ -30,17 +30,26 @@ diesel::table! {
         started_at -> Timestamptz,
         heartbeat_at -> Timestamptz,
         stopped_at -> Nullable<Timestamptz>,
+        advertise -> Nullable<Text>,
     }
 }
 
 diesel::table! {
-    hosts (uri) {
+    hosts (name) {
         uri -> Text,
         server_id -> Nullable<Text>,
         accel -> Text,
         cpus -> Int4,
         memory_mib -> Int8,
         updated_at -> Timestamptz,
+        name -> Text,
+        owner -> Text,
+        lease_epoch -> Int8,
+        lease_expires_at -> Nullable<Timestamptz>,
+        draining -> Bool,
+        free_cpus -> Float8,
+        free_memory_mib -> Int8,
+        pool -> Jsonb,
     }
 }
 
@@ -48,7 +57,7 @@ diesel::table! {
     boxes (id) {
         id -> Text,
         account_id -> Nullable<Text>,
-        host_uri -> Text,
+        host -> Text,
         state -> Text,
         failure -> Nullable<Text>,
         name -> Nullable<Text>,

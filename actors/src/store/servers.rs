@@ -1,5 +1,6 @@
-//! Server replicas: each running `psbx serve` registers a row, heartbeats it,
-//! and marks it stopped on a clean shutdown.
+//! Server replicas (nodes): each running `psbx serve` registers a row with the
+//! address its peers reach it at, heartbeats it, and marks it stopped on a
+//! clean shutdown.
 
 use super::schema::servers;
 use super::{Store, StoreError};
@@ -17,6 +18,8 @@ pub struct Server {
     pub started_at: DateTime<Utc>,
     pub heartbeat_at: DateTime<Utc>,
     pub stopped_at: Option<DateTime<Utc>>,
+    /// Where other nodes reach its peer listener (`cluster.advertise`).
+    pub advertise: Option<String>,
 }
 
 impl Store {
@@ -31,6 +34,14 @@ impl Store {
             ))
             .returning(Server::as_returning())
             .get_result(&mut self.conn()?)?)
+    }
+
+    /// Records where other nodes reach this one's peer listener.
+    pub fn advertise_server(&self, id: &ServerId, advertise: &str) -> Result<(), StoreError> {
+        diesel::update(servers::table.find(id.as_str()))
+            .set(servers::advertise.eq(advertise))
+            .execute(&mut self.conn()?)?;
+        Ok(())
     }
 
     pub fn heartbeat_server(&self, id: &ServerId) -> Result<(), StoreError> {

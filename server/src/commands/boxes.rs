@@ -23,13 +23,7 @@ pub enum BoxesCommand {
     },
 }
 
-#[derive(Debug, clap::Subcommand)]
-pub enum HostsCommand {
-    /// List the libvirt hosts and what runs on them.
-    List,
-}
-
-fn time(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
+pub(super) fn time(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
     t.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
         .unwrap_or_else(|| "-".to_owned())
 }
@@ -92,39 +86,4 @@ fn print_box(b: &BoxRecord, json: bool) {
             b.name.as_deref().unwrap_or("")
         );
     }
-}
-
-pub fn run_hosts(config: &Config, command: HostsCommand) -> anyhow::Result<()> {
-    let database = Database::open(config, Opener::Command)?;
-    match command {
-        HostsCommand::List => {
-            println!(
-                "{:<28} {:<5} {:>5} {:>10} {:<26} {:<21} BOXES",
-                "URI", "ACCEL", "CPUS", "MEMORY", "SERVER", "UPDATED"
-            );
-            for h in database.store.list_hosts()? {
-                let boxes = h
-                    .boxes
-                    .iter()
-                    .map(|(state, n)| format!("{n} {state}"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                println!(
-                    "{:<28} {:<5} {:>5} {:>7}MiB {:<26} {:<21} {}",
-                    h.uri,
-                    h.accel,
-                    h.cpus,
-                    h.memory_mib,
-                    h.server_id.map(|s| s.to_string()).unwrap_or_default(),
-                    time(Some(h.updated_at)),
-                    if boxes.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        boxes
-                    }
-                );
-            }
-        }
-    }
-    Ok(())
 }

@@ -2,6 +2,7 @@
 
 pub mod account;
 pub mod boxes;
+pub mod hosts;
 pub mod keys;
 pub mod mcp;
 pub mod serve;
@@ -59,9 +60,9 @@ pub enum Command {
     /// Operators' view of boxes.
     #[command(subcommand)]
     Boxes(boxes::BoxesCommand),
-    /// Operators' view of libvirt hosts.
+    /// Operators' view of libvirt hosts and their nodes; draining a host.
     #[command(subcommand)]
-    Hosts(boxes::HostsCommand),
+    Hosts(hosts::HostsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -143,7 +144,7 @@ pub fn main() -> anyhow::Result<()> {
         }
         Command::Hosts(command) => {
             crate::logging::init("warn", config.log_format);
-            boxes::run_hosts(&config, command)
+            hosts::run(&config, command)
         }
     }
 }

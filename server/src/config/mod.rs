@@ -8,9 +8,11 @@
 //! derived values (public URL) and the redacted view `psbx config show` prints.
 
 mod boxes;
+mod cluster;
 mod sections;
 
 pub use boxes::{BoxesConfig, EgressConfig};
+pub use cluster::ClusterConfig;
 pub use sections::{
     AwsConfig, BoxUrlsConfig, ConnectorsConfig, MetricsConfig, OAuthConfig, OidcConfig,
     QuotasConfig, ReviewsConfig, TakeoverConfig,
@@ -89,6 +91,7 @@ pub struct Config {
     pub takeover: TakeoverConfig,
     pub reviews: ReviewsConfig,
     pub box_urls: BoxUrlsConfig,
+    pub cluster: ClusterConfig,
 }
 
 impl Config {
@@ -191,6 +194,7 @@ impl Default for Config {
             takeover: TakeoverConfig::default(),
             reviews: ReviewsConfig::default(),
             box_urls: BoxUrlsConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }

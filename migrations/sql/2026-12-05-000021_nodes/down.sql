@@ -1,0 +1,14 @@
+ALTER TABLE servers DROP COLUMN advertise;
+ALTER TABLE boxes RENAME COLUMN host TO host_uri;
+ALTER TABLE hosts DROP COLUMN pool;
+ALTER TABLE hosts DROP COLUMN free_memory_mib;
+ALTER TABLE hosts DROP COLUMN free_cpus;
+ALTER TABLE hosts DROP COLUMN draining;
+ALTER TABLE hosts DROP COLUMN lease_expires_at;
+ALTER TABLE hosts DROP COLUMN lease_epoch;
+DROP INDEX hosts_owner;
+ALTER TABLE hosts DROP COLUMN owner;
+ALTER TABLE hosts DROP CONSTRAINT hosts_pkey;
+DELETE FROM hosts WHERE name <> uri AND uri IN (SELECT uri FROM hosts GROUP BY uri HAVING count(*) > 1);
+ALTER TABLE hosts DROP COLUMN name;
+ALTER TABLE hosts ADD PRIMARY KEY (uri);
