@@ -16,7 +16,7 @@ use super::super::config::INITIAL_WINDOW;
 use super::super::error::{ProtocolError, SessionError};
 use super::super::wakers;
 use super::Inner;
-use super::stream_state::{Phase, RecvEnd, StreamState};
+use super::stream_state::{Phase, RecvHalf, SendHalf, StreamState};
 use crate::frame::{Frame, FrameType, code};
 
 /// Received payloads shorter than this are copied out of the read buffer, so
@@ -159,7 +159,7 @@ impl Inner {
         } else {
             // The opener gave up waiting.
             if refused.is_none() {
-                st.local_reset = Some("open abandoned".to_owned());
+                st.send_half = SendHalf::Reset("open abandoned".to_owned());
                 self.push_bulk(Frame::Rst {
                     stream,
                     reason: "open abandoned".to_owned(),
@@ -182,10 +182,10 @@ impl Inner {
         if st.phase == Phase::Opening {
             return Err(ProtocolError::Unexpected { stream, kind }.into());
         }
-        if st.local_reset.is_some() {
+        if st.reset_here() {
             return Ok(());
         }
-        if st.recv_end != RecvEnd::Open {
+        if st.recv_half != RecvHalf::Open {
             return Err(ProtocolError::AfterEnd { stream, kind }.into());
         }
         let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
@@ -217,7 +217,7 @@ impl Inner {
         let Some(st) = self.streams.get_mut(&stream) else {
             return Ok(());
         };
-        if st.local_reset.is_some() || st.peer_reset.is_some() {
+        if st.reset_here() || st.reset_by_peer() {
             return Ok(());
         }
         st.credit = st
@@ -239,13 +239,13 @@ impl Inner {
         if st.phase == Phase::Opening {
             return Err(ProtocolError::Unexpected { stream, kind }.into());
         }
-        if st.local_reset.is_some() {
+        if st.reset_here() {
             return Ok(());
         }
-        if st.recv_end != RecvEnd::Open {
+        if st.recv_half != RecvHalf::Open {
             return Err(ProtocolError::AfterEnd { stream, kind }.into());
         }
-        st.recv_end = RecvEnd::Fin;
+        st.recv_half = RecvHalf::Fin;
         wakers::wake(&mut st.read_waker);
         Ok(())
     }
@@ -261,16 +261,17 @@ impl Inner {
         if st.phase == Phase::Opening {
             return Err(ProtocolError::Unexpected { stream, kind }.into());
         }
-        if st.peer_reset.is_some() {
-            return Err(ProtocolError::AfterEnd { stream, kind }.into());
-        }
-        if st.local_reset.is_some() {
+        let after_fin = match st.recv_half {
+            RecvHalf::Open => false,
+            RecvHalf::Fin => true,
+            RecvHalf::Reset { .. } => {
+                return Err(ProtocolError::AfterEnd { stream, kind }.into());
+            }
+        };
+        if st.reset_here() {
             return Ok(());
         }
-        if st.recv_end == RecvEnd::Open {
-            st.recv_end = RecvEnd::Reset(reason.clone());
-        }
-        st.peer_reset = Some(reason);
+        st.recv_half = RecvHalf::Reset { reason, after_fin };
         st.wake_all();
         if st.phase == Phase::Incoming {
             let before = self.accept_queue.len();

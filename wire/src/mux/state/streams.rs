@@ -17,7 +17,7 @@ use tokio::io::ReadBuf;
 use super::super::config::INITIAL_WINDOW;
 use super::super::error::{OpenError, StreamError};
 use super::super::wakers;
-use super::stream_state::{Phase, RecvEnd, StreamState};
+use super::stream_state::{Phase, RecvHalf, SendHalf, StreamState};
 use super::{Inner, ended, gone};
 use crate::frame::{Frame, check_target, clip_reason, code};
 
@@ -86,7 +86,7 @@ impl Inner {
             && st.phase == Phase::Incoming
         {
             st.phase = Phase::Open;
-            if live && st.peer_reset.is_none() {
+            if live && !st.reset_by_peer() {
                 self.push_bulk(Frame::OpenOk { stream: id });
             }
         }
@@ -101,7 +101,7 @@ impl Inner {
         if let Some(st) = self.streams.get(&id)
             && st.phase == Phase::Incoming
         {
-            if self.end.is_none() && st.peer_reset.is_none() {
+            if self.end.is_none() && !st.reset_by_peer() {
                 self.push_bulk(Frame::OpenErr {
                     stream: id,
                     code,
@@ -133,13 +133,13 @@ impl Inner {
         let Some(st) = self.streams.get_mut(&id) else {
             return Poll::Ready(Err(gone()));
         };
-        if let Some(reason) = &st.local_reset {
+        if let SendHalf::Reset(reason) = &st.send_half {
             return Poll::Ready(Err(StreamError::ResetLocally(reason.clone()).into()));
         }
         if !st.queue.is_empty() {
             let (value, n) = take(&mut st.queue);
             st.recv.consume(u32::try_from(n).unwrap_or(u32::MAX));
-            let grant = if st.recv_end == RecvEnd::Open && self.end.is_none() {
+            let grant = if st.recv_half == RecvHalf::Open && self.end.is_none() {
                 st.recv.grant(max_window, headroom)
             } else {
                 None
@@ -154,15 +154,19 @@ impl Inner {
             }
             return Poll::Ready(Ok(Some(value)));
         }
-        match &st.recv_end {
-            RecvEnd::Fin => Poll::Ready(Ok(None)),
-            RecvEnd::Reset(reason) => {
-                Poll::Ready(Err(StreamError::ResetByPeer(reason.clone()).into()))
-            }
-            RecvEnd::Open if self.end.is_some() => {
+        match &st.recv_half {
+            RecvHalf::Fin
+            | RecvHalf::Reset {
+                after_fin: true, ..
+            } => Poll::Ready(Ok(None)),
+            RecvHalf::Reset {
+                reason,
+                after_fin: false,
+            } => Poll::Ready(Err(StreamError::ResetByPeer(reason.clone()).into())),
+            RecvHalf::Open if self.end.is_some() => {
                 Poll::Ready(Err(StreamError::SessionEnded(ended(&self.end)).into()))
             }
-            RecvEnd::Open => {
+            RecvHalf::Open => {
                 wakers::set(&mut st.read_waker, cx.waker());
                 Poll::Pending
             }
@@ -217,16 +221,13 @@ impl Inner {
         let Some(st) = self.streams.get_mut(&id) else {
             return Poll::Ready(Err(gone()));
         };
-        if let Some(reason) = &st.local_reset {
-            return Poll::Ready(Err(StreamError::ResetLocally(reason.clone()).into()));
-        }
-        if let Some(reason) = &st.peer_reset {
-            return Poll::Ready(Err(StreamError::ResetByPeer(reason.clone()).into()));
+        if let Some(e) = st.reset_error() {
+            return Poll::Ready(Err(e.into()));
         }
         if self.end.is_some() || self.closing {
             return Poll::Ready(Err(StreamError::SessionEnded(ended(&self.end)).into()));
         }
-        if st.sent_fin {
+        if st.send_half == SendHalf::Fin {
             return Poll::Ready(Err(StreamError::WriteAfterShutdown.into()));
         }
         if want == 0 {
@@ -257,19 +258,18 @@ impl Inner {
         let Some(st) = self.streams.get_mut(&id) else {
             return Err(gone());
         };
-        if let Some(reason) = &st.local_reset {
-            return Err(StreamError::ResetLocally(reason.clone()).into());
-        }
-        if st.sent_fin {
+        // A second shutdown is fine even after the peer's reset: our `FIN`
+        // went first.
+        if st.send_half == SendHalf::Fin {
             return Ok(());
         }
-        if let Some(reason) = &st.peer_reset {
-            return Err(StreamError::ResetByPeer(reason.clone()).into());
+        if let Some(e) = st.reset_error() {
+            return Err(e.into());
         }
         if self.end.is_some() {
             return Err(StreamError::SessionEnded(ended(&self.end)).into());
         }
-        st.sent_fin = true;
+        st.send_half = SendHalf::Fin;
         self.push_bulk(Frame::Fin { stream: id });
         Ok(())
     }
@@ -279,11 +279,11 @@ impl Inner {
         let Some(st) = self.streams.get_mut(&id) else {
             return;
         };
-        if st.local_reset.is_some() || st.phase != Phase::Open {
+        if st.reset_here() || st.phase != Phase::Open {
             return;
         }
-        let send = live && st.peer_reset.is_none();
-        st.local_reset = Some(reason.to_owned());
+        let send = live && !st.reset_by_peer();
+        st.send_half = SendHalf::Reset(reason.to_owned());
         let dropped = st.recv.discard();
         st.queue.clear();
         st.wake_all();
@@ -308,7 +308,7 @@ impl Inner {
             Phase::Opening if live => return,
             Phase::Opening => {}
             Phase::Incoming => {
-                if live && st.peer_reset.is_none() {
+                if live && !st.reset_by_peer() {
                     self.push_bulk(Frame::OpenErr {
                         stream: id,
                         code: code::UNAVAILABLE,
@@ -318,7 +318,7 @@ impl Inner {
             }
             Phase::Open => {
                 if live && !st.finished() {
-                    st.local_reset = Some("stream dropped".to_owned());
+                    st.send_half = SendHalf::Reset("stream dropped".to_owned());
                     self.push_bulk(Frame::Rst {
                         stream: id,
                         reason: "stream dropped".to_owned(),
