@@ -58,6 +58,8 @@ pub struct AppState {
     pub issuer: psbx_actors::oidc::Issuer,
     /// The AWS calls made for accounts.
     pub aws: crate::aws::Aws,
+    /// The links to the other nodes (none: one node).
+    pub peers: Option<Arc<crate::cluster::peers::Peers>>,
 }
 
 /// What the application is made of besides its configuration.
@@ -72,6 +74,8 @@ pub struct Parts {
     pub server_id: ServerId,
     /// Where boxes run; none unless the caller chose a host.
     pub host: HostChoice,
+    /// The links to the other nodes (none: one node).
+    pub peers: Option<Arc<crate::cluster::peers::Peers>>,
 }
 
 impl Parts {
@@ -83,6 +87,15 @@ impl Parts {
             url: url.to_owned(),
             server_id,
             host: HostChoice::Off("this server was started without a box host".to_owned()),
+            peers: None,
+        }
+    }
+
+    /// With links to other nodes.
+    pub fn with_peers(self, peers: Arc<crate::cluster::peers::Peers>) -> Self {
+        Self {
+            peers: Some(peers),
+            ..self
         }
     }
 
@@ -120,6 +133,7 @@ impl AppState {
             url,
             server_id,
             host,
+            peers,
         } = parts;
         // The host's box role signs with it too.
         let issuer = issuer_for(config, &store, &secrets, &url)?;
@@ -177,6 +191,7 @@ impl AppState {
             box_access: psbx_actors::box_access::BoxAccess::new(store.clone()),
             issuer,
             aws: crate::aws::Aws::new(&config.aws),
+            peers,
             trusted_proxies: crate::client_addr::TrustedProxies::parse(&config.trusted_proxies)?,
             shots,
             reviews,
@@ -278,6 +293,7 @@ pub fn build(
     .app_data(web::Data::new(state.reviews))
     .app_data(web::Data::new(state.issuer))
     .app_data(web::Data::new(state.aws))
+    .app_data(web::Data::new(state.peers))
     // Every body has a limit; past it, 413 `payload_too_large`
     // (`limits::body`; the streamed uploads count their own).
     .app_data(crate::limits::body::json_config())
@@ -297,6 +313,8 @@ pub fn build(
     .default_service(web::to(not_found))
     // Box hosts first: no request for a box URL reaches psbx's own routes.
     .wrap(from_fn(crate::box_urls::route))
+    // Before them, a request for a box another node holds goes there.
+    .wrap(from_fn(crate::cluster::forward::route))
     .wrap(from_fn(metrics::track))
     .wrap(TracingLogger::<crate::request_span::RedactedSpan>::new())
     // Outermost: a connection past its requests in flight costs nothing more.

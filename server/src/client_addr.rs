@@ -2,6 +2,9 @@
 //! one of the operator's `trusted_proxies`, the address that proxy (and the
 //! trusted proxies before it) forwarded in `X-Forwarded-For`.
 //!
+//! A request another node forwarded (on this node's private peer socket,
+//! `cluster::forward`) names its client in the one entry that node wrote.
+//!
 //! [`client_ip`] walks `X-Forwarded-For` from the right and takes the first
 //! address that is not itself a trusted proxy; entries left of it are what
 //! the client claimed and are never believed. All of them trusted: the
@@ -88,6 +91,15 @@ fn forwarded_entry(text: &str) -> Option<IpAddr> {
 /// The client's address (see the module doc): `None` when the request has no
 /// peer (in-process tests) or a trusted proxy forwarded something unreadable.
 pub fn client_ip(req: &actix_web::HttpRequest, trusted: &TrustedProxies) -> Option<IpAddr> {
+    // Forwarded by another node (its private socket has no peer address):
+    // the client is the entry that node wrote, last.
+    if req
+        .conn_data::<crate::cluster::forward::PeerConnection>()
+        .is_some()
+    {
+        let last = req.headers().get_all("x-forwarded-for").last()?;
+        return forwarded_entry(last.to_str().ok()?.rsplit(',').next()?);
+    }
     let peer = unmapped(req.peer_addr()?.ip());
     if !trusted.contains(peer) {
         return Some(peer);

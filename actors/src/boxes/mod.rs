@@ -96,6 +96,18 @@ pub struct Boxes {
 /// when the command has ended, or at the first error.
 pub type Events<T> = BoxStream<'static, Result<T, BoxError>>;
 
+/// Which node answers for a box ([`Boxes::answered_by`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answerer {
+    Here,
+    /// The node holding the box's host, reached at `at`.
+    Node {
+        host: String,
+        node: crate::ids::ServerId,
+        at: String,
+    },
+}
+
 /// While held, the box counts as active (a terminal, a command waited on):
 /// the box does not freeze under it. It is a lease on the box's actor
 /// (`box_actor/lease.rs`): no task, one message when taken and one when
@@ -161,6 +173,33 @@ impl Boxes {
 
     pub fn settings(&self) -> &BoxSettings {
         &self.settings
+    }
+
+    /// Which node answers for box `id` (DESIGN.md §8): this one when its
+    /// actor lives here (no database read), when it is over or unknown
+    /// (the answer comes from its row), or when its host is this node's or
+    /// has no node now (the answer is `host_unavailable`); else the node
+    /// holding its host's lease, and where that node listens for peers.
+    pub async fn answered_by(&self, id: &BoxId) -> Result<Answerer, BoxError> {
+        if let Ok(host) = &self.host
+            && host.registry.actor(id).is_some()
+        {
+            return Ok(Answerer::Here);
+        }
+        let (store, owned) = (self.store.clone(), id.clone());
+        let place = blocking(move || store.box_place(&owned)).await?;
+        let mine = self.host.as_ref().ok().map(|h| h.machine.name.as_str());
+        Ok(match place {
+            Some(place) if Some(place.host.as_str()) != mine => match place.holder {
+                Some((node, Some(at))) => Answerer::Node {
+                    host: place.host,
+                    node,
+                    at,
+                },
+                _ => Answerer::Here,
+            },
+            _ => Answerer::Here,
+        })
     }
 
     /// The account's box as stored (no actor is asked: stopped boxes too).

@@ -17,26 +17,26 @@
 //! environment), or is answered 503 at once ([`pages::crowded`]); the box is
 //! thawed if frozen (this counts as activity) and a `port:<n>` stream opened
 //! to the port in the box ([`pages::nothing_listens`] when nothing listens
-//! there); the request is forwarded on it ([`forward`]).
+//! there); the request is forwarded on it (`crate::proxy`).
 //!
 //! Box-URL request lines are logged without their path ([`is_box_request`]):
 //! a box app's paths may carry its own tokens.
 
-mod forward;
 pub mod pages;
 mod site;
 
 pub use site::warn_if_shared_site;
 
 use crate::client_addr::{TrustedProxies, client_ip};
+use crate::proxy::{Forwarding, Hop};
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{RequestHead, ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, web};
 use psbx_actors::box_access::BoxAccess;
-use psbx_actors::box_urls::port_in_box;
+use psbx_actors::box_urls::{UrlLimits, port_in_box};
 use psbx_actors::boxd_link::LinkError;
-use psbx_actors::boxes::Boxes;
+use psbx_actors::boxes::{Awake, Boxes, Traffic};
 use psbx_actors::error::BoxError;
 use psbx_wire::frame::code;
 
@@ -158,15 +158,54 @@ async fn serve(
         Err(BoxError::Over { .. } | BoxError::NotFound(_)) => return pages::not_found(),
         Err(e) => return unavailable(&e),
     };
-    let who = forward::Forwarding {
-        peer_is_proxy: peer.is_some_and(|p| trusted.contains(p)),
+    // Forwarded by another node: its forwarding headers are the client's.
+    let from_node = req
+        .conn_data::<crate::cluster::forward::PeerConnection>()
+        .is_some();
+    let who = Forwarding {
+        peer_is_proxy: from_node || peer.is_some_and(|p| trusted.contains(p)),
         peer,
         secure: req.app_config().secure(),
         host,
     };
-    let target = forward::Target { box_id, port };
-    let limits = boxes.url_limits();
-    forward::forward(req, payload, (stream, awake), &who, &target, &limits).await
+    let hop = BoxHop {
+        awake,
+        box_id: box_id.to_owned(),
+        port,
+        limits: boxes.url_limits(),
+    };
+    crate::proxy::forward(req, payload, stream, &who, hop).await
+}
+
+/// A box URL's hop: the box held awake while bytes flow, its time limits,
+/// the box's cookies kept to its host, and the box URL's error pages.
+struct BoxHop {
+    awake: Awake,
+    box_id: String,
+    port: u16,
+    limits: UrlLimits,
+}
+
+impl Hop for BoxHop {
+    fn traffic(&self) -> Option<Traffic> {
+        self.awake.traffic()
+    }
+
+    fn idle(&self) -> (std::time::Duration, std::time::Duration) {
+        (self.limits.body_idle, self.limits.websocket_idle)
+    }
+
+    fn own_cookies(&self) -> bool {
+        true
+    }
+
+    fn bad_answer(&self) -> HttpResponse {
+        pages::bad_answer(&self.box_id, self.port)
+    }
+
+    fn body_stalled(&self) -> HttpResponse {
+        pages::body_stalled(self.limits.body_idle)
+    }
 }
 
 /// A failure on psbx's side, logged with its cause; the page says only what

@@ -52,6 +52,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let server = store.register_server(&hostname, env!("CARGO_PKG_VERSION"))?;
     let box_settings = config.boxes.settings(config.shared_dir())?;
     let vault = Vault::open_or_create(&config.master_key_path())?;
+    let node = crate::cluster::bind(&config, &store, &vault, &server.id)?;
     let secrets = Secrets::new(store.clone(), vault)?;
 
     if config.boxes.enabled {
@@ -72,25 +73,36 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 "boxes are disabled in this server's configuration (boxes.enabled)".to_owned(),
             )
         };
-        let parts = app::Parts::new(store.clone(), secrets, hub.clone(), &url, server.id.clone())
-            .with_host(host);
+        let mut parts =
+            app::Parts::new(store.clone(), secrets, hub.clone(), &url, server.id.clone())
+                .with_host(host);
+        let mut peer_socket = None;
+        if let Some(node) = node {
+            parts = parts.with_peers(node.peers.clone());
+            let listener = tokio::net::TcpListener::from_std(node.listener)?;
+            actix_web::rt::spawn(node.peers.clone().listen(listener));
+            peer_socket = Some(node.socket);
+        }
         let state = AppState::assemble(&config, parts).await?;
         let boxes = state.boxes.clone();
         let shots = state.shots.clone();
         // Our own signal handling, installed before we say we listen: a stop
         // signal arriving at any moment after that is a clean shutdown.
         let mut http = HttpServer::new(move || app::build(state.clone()))
-            .on_connect(crate::limits::streams::on_connect)
+            .on_connect(crate::cluster::forward::on_connect)
             .shutdown_timeout(SHUTDOWN_GRACE)
             .disable_signals();
         if let Some(workers) = config.http_workers {
             http = http.workers(workers.max(1));
         }
-        let http = match tls {
+        let mut http = match tls {
             Some(tls) => http.listen_rustls_0_23(listener, tls)?,
             None => http.listen(listener)?,
+        };
+        if let Some(socket) = peer_socket {
+            http = http.listen_uds(socket)?;
         }
-        .run();
+        let http = http.run();
         let stop_on_signal = stop_on_signal(http.handle(), hub.clone())?;
         let (stop_heartbeat, heartbeat_stops) = tokio::sync::oneshot::channel();
         let heartbeat = actix_web::rt::spawn(heartbeat(

@@ -1,17 +1,22 @@
-//! One request of a box URL, forwarded over a `port:<n>` stream of the box's
-//! channel as HTTP/1.1 (hyper's client connection on the stream), and its
-//! answer streamed back: bodies are never held whole (flow control of the
-//! wire stream and of the client's connection sets the pace), `101 Switching
-//! Protocols` turns both into a byte pipe (WebSocket and other upgrades),
-//! but only when the client asked for that very upgrade: any other `101` is
-//! a bad answer (502), so that a box cannot turn a plain request into a
-//! tunnel through a front proxy.
+//! One request forwarded over a wire stream as HTTP/1.1 (hyper's client
+//! connection on the stream), and its answer streamed back: a box URL's
+//! request over a `port:<n>` stream of the box's channel
+//! (`box_urls/mod.rs`), and a request for a box on another node over an
+//! `http` stream of the peer link (`cluster/forward.rs`). What differs per
+//! hop is a [`Hop`]: what it holds until the answer ends, its time limits,
+//! its error pages, and whether cookies are kept to their host.
 //!
-//! Quiet connections do not hold the box's channel: a request body that
-//! sends nothing for `box_urls.body_idle_timeout` is cut (408), an upgraded
-//! connection with no byte either way for `box_urls.websocket_idle_timeout`
-//! is closed, and the box counts the connection as activity only while
-//! bytes flow ([`Traffic`]).
+//! Bodies are never held whole (flow control of the wire stream and of the
+//! client's connection sets the pace), `101 Switching Protocols` turns both
+//! into a byte pipe (WebSocket and other upgrades), but only when the client
+//! asked for that very upgrade: any other `101` is a bad answer (502), so
+//! that a box cannot turn a plain request into a tunnel through a front
+//! proxy.
+//!
+//! Quiet connections do not hold the stream: a request body that sends
+//! nothing for the hop's body idle time is cut (408), an upgraded connection
+//! with no byte either way for its WebSocket idle time is closed, and a box
+//! counts the connection as activity only while bytes flow ([`Traffic`]).
 //!
 //! Headers pass as they are except the hop-by-hop ones (RFC 9110 §7.6.1:
 //! `Connection` and what it names, `Keep-Alive`, `TE`, `Trailer`,
@@ -21,13 +26,13 @@
 //! `X-Forwarded-Host`. A request over HTTP/2 gets the `Host` its
 //! `:authority` names.
 //!
-//! The box's `Set-Cookie` headers lose their `Domain` attribute
-//! ([`without_domain`]): a cookie a box sets is its host's only, never
-//! every box's under the box domain (scripts in the page can still set one;
-//! README "Box URLs"). Hand-written rather than the `cookie` crate's
-//! parse-and-print, which would drop attributes it does not know.
+//! A box's `Set-Cookie` headers lose their `Domain` attribute
+//! ([`without_domain`]; [`Hop::own_cookies`]): a cookie a box sets is its
+//! host's only, never every box's under the box domain (scripts in the page
+//! can still set one; README "Box URLs"). Hand-written rather than the
+//! `cookie` crate's parse-and-print, which would drop attributes it does not
+//! know.
 
-use super::pages;
 use actix_web::http::header::{self as actix_header, HeaderMap as ActixHeaders};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
@@ -35,8 +40,7 @@ use futures_util::StreamExt;
 use http_body_util::{BodyExt, Either, Empty, StreamBody};
 use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
-use psbx_actors::box_urls::UrlLimits;
-use psbx_actors::boxes::{Awake, Traffic};
+use psbx_actors::boxes::Traffic;
 use psbx_wire::mux::Stream;
 use std::cell::Cell;
 use std::net::IpAddr;
@@ -72,40 +76,49 @@ pub struct Forwarding {
     pub host: String,
 }
 
-/// What the request is after: the box it goes to, for the error pages.
-pub struct Target<'a> {
-    pub box_id: &'a str,
-    pub port: u16,
+/// What one kind of hop holds, allows and answers.
+pub trait Hop: 'static {
+    /// The box's activity marker, told of each byte (box URLs).
+    fn traffic(&self) -> Option<Traffic>;
+    /// How long a request body may send nothing, and an upgraded
+    /// connection carry nothing either way.
+    fn idle(&self) -> (Duration, Duration);
+    /// Whether `Set-Cookie` loses its `Domain` (a box's answer).
+    fn own_cookies(&self) -> bool;
+    /// The answer when the other end gave no usable HTTP answer.
+    fn bad_answer(&self) -> HttpResponse;
+    /// The answer when the request's body stalled past its idle time.
+    fn body_stalled(&self) -> HttpResponse;
 }
 
 type LocalBody =
     futures_util::stream::LocalBoxStream<'static, Result<Frame<Bytes>, std::io::Error>>;
 type RequestBody = Either<Empty<Bytes>, StreamBody<LocalBody>>;
 
-/// Forwards the request on `stream`; `awake` is held until the answer ends.
-pub async fn forward(
+/// Forwards the request on `stream`; `hop` is held until the answer ends.
+pub async fn forward<H: Hop>(
     req: &HttpRequest,
     payload: web::Payload,
-    (stream, awake): (Stream, Awake),
+    stream: Stream,
     who: &Forwarding,
-    target: &Target<'_>,
-    limits: &UrlLimits,
+    hop: H,
 ) -> HttpResponse {
     let upgrade = upgrade_of(req.headers());
-    let traffic = awake.traffic();
+    let traffic = hop.traffic();
+    let (body_idle, websocket_idle) = hop.idle();
     let stalled = Rc::new(Cell::new(false));
     let (body, payload): (RequestBody, Option<web::Payload>) =
         if upgrade.is_some() || !has_body(req) {
             (Either::Left(Empty::new()), Some(payload))
         } else {
-            let body = body_of(payload, limits.body_idle, traffic.clone(), stalled.clone());
+            let body = body_of(payload, body_idle, traffic.clone(), stalled.clone());
             (Either::Right(StreamBody::new(body)), None)
         };
     let request = match request_of(req, body, upgrade.as_deref(), who) {
         Ok(request) => request,
         Err(e) => {
-            tracing::debug!(error = %e, "a box URL request that cannot be forwarded");
-            return pages::bad_answer(target.box_id, target.port);
+            tracing::debug!(error = %e, "a request that cannot be forwarded");
+            return hop.bad_answer();
         }
     };
     let (mut sender, connection) = match hyper::client::conn::http1::Builder::new()
@@ -113,18 +126,17 @@ pub async fn forward(
         .await
     {
         Ok(pair) => pair,
-        Err(_) => return pages::bad_answer(target.box_id, target.port),
+        Err(_) => return hop.bad_answer(),
     };
     actix_web::rt::spawn(async move {
         let _ = connection.with_upgrades().await;
     });
     let mut response = match sender.send_request(request).await {
         Ok(response) => response,
-        Err(_) if stalled.get() => return pages::body_stalled(limits.body_idle),
+        Err(_) if stalled.get() => return hop.body_stalled(),
         Err(e) => {
-            tracing::debug!(error = %e, box_id = target.box_id, port = target.port,
-                "the box's program gave no HTTP answer");
-            return pages::bad_answer(target.box_id, target.port);
+            tracing::debug!(error = %e, "the other end gave no HTTP answer");
+            return hop.bad_answer();
         }
     };
     let status = actix_web::http::StatusCode::from_u16(response.status().as_u16())
@@ -137,7 +149,7 @@ pub async fn forward(
         if ends_here(lower, &named) {
             continue;
         }
-        let value = if name == hyper::header::SET_COOKIE {
+        let value = if name == hyper::header::SET_COOKIE && hop.own_cookies() {
             without_domain(value.as_bytes())
         } else {
             value.as_bytes().to_vec()
@@ -157,24 +169,15 @@ pub async fn forward(
                 .is_some_and(|u| u.eq_ignore_ascii_case(p))
         });
         let (Some(protocol), Some(payload)) = (protocol, payload) else {
-            tracing::debug!(
-                box_id = target.box_id,
-                port = target.port,
-                "a 101 the client did not ask for"
-            );
-            return pages::bad_answer(target.box_id, target.port);
+            tracing::debug!("a 101 the client did not ask for");
+            return hop.bad_answer();
         };
         let upgraded = match hyper::upgrade::on(&mut response).await {
             Ok(upgraded) => upgraded,
-            Err(_) => return pages::bad_answer(target.box_id, target.port),
+            Err(_) => return hop.bad_answer(),
         };
         builder.upgrade(protocol);
-        return builder.streaming(pipe(
-            TokioIo::new(upgraded),
-            payload,
-            awake,
-            limits.websocket_idle,
-        ));
+        return builder.streaming(pipe(TokioIo::new(upgraded), payload, hop, websocket_idle));
     }
     let length = response
         .headers()
@@ -188,7 +191,7 @@ pub async fn forward(
         return builder.body(actix_web::body::None::new());
     }
     let body = response.into_body().into_data_stream().map(move |chunk| {
-        if let Some(traffic) = awake.traffic() {
+        if let Some(traffic) = hop.traffic() {
             traffic.saw();
         }
         chunk.map_err(|e| std::io::Error::other(e.to_string()))
@@ -412,18 +415,18 @@ fn names_in<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
 }
 
 /// An upgraded connection: the client's bytes (the request payload, which
-/// after an upgrade is the raw connection) go to the box, the box's bytes
-/// come back as the answer's body; the box stays awake while bytes flow.
+/// after an upgrade is the raw connection) go to the other end, its bytes
+/// come back as the answer's body; a box stays awake while bytes flow.
 /// With no byte either way for `idle`, both directions end.
-fn pipe(
+fn pipe<H: Hop>(
     upgraded: TokioIo<hyper::upgrade::Upgraded>,
     mut payload: web::Payload,
-    awake: Awake,
+    hop: H,
     idle: Duration,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + 'static {
     let (from_box, mut to_box) = tokio::io::split(upgraded);
     let last = Rc::new(Cell::new(Instant::now()));
-    let traffic = awake.traffic();
+    let traffic = hop.traffic();
     let seen = {
         let last = last.clone();
         move || {
@@ -452,8 +455,8 @@ fn pipe(
         let _ = to_box.shutdown().await;
     });
     futures_util::stream::unfold(
-        (from_box, awake, seen, last),
-        move |(mut from_box, awake, seen, last)| async move {
+        (from_box, hop, seen, last),
+        move |(mut from_box, hop, seen, last)| async move {
             let mut buf = vec![0u8; UPGRADED_READ];
             loop {
                 match tokio::time::timeout_at(last.get() + idle, from_box.read(&mut buf)).await {
@@ -461,7 +464,7 @@ fn pipe(
                     Ok(Ok(n)) => {
                         seen();
                         buf.truncate(n);
-                        return Some((Ok(Bytes::from(buf)), (from_box, awake, seen, last)));
+                        return Some((Ok(Bytes::from(buf)), (from_box, hop, seen, last)));
                     }
                     Err(_) if last.get() + idle > Instant::now() => {}
                     Err(_) => return None,
