@@ -207,10 +207,6 @@ pub struct Reviews {
     answered: Arc<watch::Sender<u64>>,
 }
 
-fn review_id(id: &str) -> Result<ReviewId, ReviewError> {
-    ReviewId::parse(id).map_err(|_| ReviewError::NotFound(id.to_owned()))
-}
-
 fn invalid(message: impl Into<String>) -> ReviewError {
     ReviewError::Invalid(message.into())
 }
@@ -267,7 +263,7 @@ impl Reviews {
     pub async fn hand_over(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         new: NewReview,
     ) -> Result<Review, ReviewError> {
         let title = bounded("title", &new.title, TITLE_MAX)?;
@@ -324,24 +320,23 @@ impl Reviews {
     }
 
     /// One of the account's reviews.
-    pub async fn get(&self, account: &AccountId, id: &str) -> Result<Review, ReviewError> {
+    pub async fn get(&self, account: &AccountId, id: &ReviewId) -> Result<Review, ReviewError> {
         let row = self.row(account, id).await?;
         self.dressed(row).await
     }
 
-    async fn row(&self, account: &AccountId, id: &str) -> Result<ReviewRow, ReviewError> {
-        let rid = review_id(id)?;
-        let (store, account) = (self.store.clone(), account.clone());
+    async fn row(&self, account: &AccountId, id: &ReviewId) -> Result<ReviewRow, ReviewError> {
+        let (store, account, rid) = (self.store.clone(), account.clone(), id.clone());
         blocking(move || store.review(&account, &rid))
             .await?
-            .ok_or_else(|| ReviewError::NotFound(id.to_owned()))
+            .ok_or_else(|| ReviewError::NotFound(id.to_string()))
     }
 
     /// The box's latest review, if it was ever handed over.
     pub async fn latest(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
     ) -> Result<Option<Review>, ReviewError> {
         let box_id = self.boxes.record(account, id).await?.id;
         let (store, account) = (self.store.clone(), account.clone());
@@ -419,7 +414,7 @@ impl Reviews {
     pub async fn answer(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &ReviewId,
         by: &Answerer,
         approved: bool,
         items: Vec<NewItem>,
@@ -562,7 +557,7 @@ impl Reviews {
     pub async fn wait(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &ReviewId,
         wait: Duration,
     ) -> Result<Review, ReviewError> {
         let deadline = tokio::time::Instant::now() + wait;

@@ -883,7 +883,7 @@ async fn following_keeps_a_box_awake_only_while_someone_reads() {
     let w = world(0);
     let (boxes, id) = started_box(&w).await;
     // Read: the box stays up past its idle time (boxd never ends the log).
-    let mut chunks = boxes.follow(&w.account, id.as_str(), 7, 0).await.unwrap();
+    let mut chunks = boxes.follow(&w.account, &id, 7, 0).await.unwrap();
     assert_eq!(chunks.next().await.unwrap().unwrap(), b"working\n");
     let state = state_after(&w, &id, IDLE + 2 * MINUTE).await;
     assert_eq!(state, BoxState::Running, "frozen under a reader");
@@ -899,7 +899,7 @@ async fn an_exec_whose_caller_left_does_not_keep_a_box_awake() {
     let w = world(0);
     let (boxes, id) = started_box(&w).await;
     let request = exec_request("sleep infinity", None, false);
-    let mut events = boxes.exec(&w.account, id.as_str(), request).await.unwrap();
+    let mut events = boxes.exec(&w.account, &id, request).await.unwrap();
     assert_eq!(events.next().await.unwrap().unwrap(), ExecEvent::Started(7));
     drop(events);
     let state = state_after(&w, &id, IDLE + 2 * MINUTE).await;
@@ -916,7 +916,7 @@ async fn a_command_waited_on_holds_its_box_past_its_idle_time_and_its_keep() {
     let made = create(&host, &w, 1, keep.as_secs() as i64).await.unwrap();
     let (boxes, id) = (w.boxes(host), made.record.id);
     let request = exec_request("sleep infinity", None, false);
-    let mut events = boxes.exec(&w.account, id.as_str(), request).await.unwrap();
+    let mut events = boxes.exec(&w.account, &id, request).await.unwrap();
     assert_eq!(events.next().await.unwrap().unwrap(), ExecEvent::Started(7));
     let held_from = w.row(&id).last_activity_at;
     // Its lease: neither the expiry nor the idle timer ends it while waited on.
@@ -957,19 +957,16 @@ async fn a_call_on_a_live_box_asks_its_actor_and_not_its_row() {
     .execute(&mut conn)
     .unwrap();
     let request = exec_request("true", None, true);
-    let mut events = boxes
-        .exec(&w.account, id.as_str(), request.clone())
-        .await
-        .unwrap();
+    let mut events = boxes.exec(&w.account, &id, request.clone()).await.unwrap();
     assert_eq!(events.next().await.unwrap().unwrap(), ExecEvent::Started(7));
     drop(events);
     // The actor answers for the account itself: another account's call is
     // not found, as it would be by the row.
     let other = AccountId::parse("acct_someoneelse").unwrap();
     for result in [
-        boxes.exec(&other, id.as_str(), request).await.map(drop),
-        boxes.get(&other, id.as_str(), false).await.map(drop),
-        boxes.stop(&other, id.as_str()).await.map(drop),
+        boxes.exec(&other, &id, request).await.map(drop),
+        boxes.get(&other, &id, false).await.map(drop),
+        boxes.stop(&other, &id).await.map(drop),
     ] {
         assert!(
             matches!(&result, Err(BoxError::NotFound(found)) if found == id.as_str()),
@@ -978,7 +975,7 @@ async fn a_call_on_a_live_box_asks_its_actor_and_not_its_row() {
     }
     assert_eq!(
         boxes
-            .get(&w.account, id.as_str(), false)
+            .get(&w.account, &id, false)
             .await
             .unwrap()
             .snapshot
@@ -995,7 +992,7 @@ async fn the_server_ends_an_exec_boxd_never_ends_at_its_limit_and_grace() {
     let (boxes, id) = started_box(&w).await;
     let request = exec_request("sleep 60", Some(60), false);
     let started = tokio::time::Instant::now();
-    let mut events = boxes.exec(&w.account, id.as_str(), request).await.unwrap();
+    let mut events = boxes.exec(&w.account, &id, request).await.unwrap();
     assert_eq!(events.next().await.unwrap().unwrap(), ExecEvent::Started(7));
     assert_eq!(
         events.next().await.unwrap().unwrap(),
@@ -1226,10 +1223,7 @@ async fn shots_come_back_from_boxd_whole_and_bad_ones_are_refused_before_it() {
         url: Some("http://localhost:3000/".into()),
         ..ShotRequest::default()
     };
-    let shot = boxes
-        .shot(&w.account, id.as_str(), &page, spool)
-        .await
-        .unwrap();
+    let shot = boxes.shot(&w.account, &id, &page, spool).await.unwrap();
     assert_eq!(shot.file.read().await.unwrap(), SHOT_PNG);
     assert!(shot.poster.is_none());
     assert_eq!(
@@ -1246,7 +1240,7 @@ async fn shots_come_back_from_boxd_whole_and_bad_ones_are_refused_before_it() {
         ..ShotRequest::default()
     };
     let shot = boxes
-        .shot(&w.account, id.as_str(), &recording, spool)
+        .shot(&w.account, &id, &recording, spool)
         .await
         .unwrap();
     assert_eq!(shot.file.read().await.unwrap(), FAKE_VIDEO);
@@ -1259,19 +1253,13 @@ async fn shots_come_back_from_boxd_whole_and_bad_ones_are_refused_before_it() {
         width: 10_000,
         ..ShotRequest::default()
     };
-    let e = boxes
-        .shot(&w.account, id.as_str(), &wide, spool)
-        .await
-        .unwrap_err();
+    let e = boxes.shot(&w.account, &id, &wide, spool).await.unwrap_err();
     assert!(
         matches!(&e, BoxError::Invalid(m) if m.contains("width")),
         "{e}"
     );
     let stranger = AccountId::generate().unwrap();
-    let e = boxes
-        .shot(&stranger, id.as_str(), &page, spool)
-        .await
-        .unwrap_err();
+    let e = boxes.shot(&stranger, &id, &page, spool).await.unwrap_err();
     assert!(matches!(e, BoxError::NotFound(_)), "{e}");
 }
 
@@ -1286,9 +1274,9 @@ async fn a_box_still_booting_reads_as_stored_and_calls_on_it_are_refused_as_star
     // Written after the supervisor adopted what was there: as a start under way.
     let id = w.put_row(BoxState::Booting, 3600, 0);
     let boxes = w.boxes(host);
-    let read = boxes.get(&w.account, id.as_str(), false).await.unwrap();
+    let read = boxes.get(&w.account, &id, false).await.unwrap();
     assert_eq!(read.snapshot.record.state, BoxState::Booting);
-    let e = boxes.keep(&w.account, id.as_str(), "2h").await.unwrap_err();
+    let e = boxes.keep(&w.account, &id, "2h").await.unwrap_err();
     assert!(
         matches!(
             e,
@@ -1420,9 +1408,7 @@ async fn step(w: &World, host: &HostStart, boxes: &Boxes, tracked: &mut Vec<Trac
         Op::Exec(i) => match pick(i) {
             Some(i) => {
                 let request = exec_request("sleep 1", None, true);
-                let done = boxes
-                    .exec(&w.account, tracked[i].id.as_str(), request)
-                    .await;
+                let done = boxes.exec(&w.account, &tracked[i].id, request).await;
                 if done.is_ok() {
                     tracked[i].idle = Duration::ZERO;
                 }
@@ -1432,7 +1418,7 @@ async fn step(w: &World, host: &HostStart, boxes: &Boxes, tracked: &mut Vec<Trac
         },
         Op::Read(i) => match pick(i) {
             Some(i) => {
-                let read = boxes.get(&w.account, tracked[i].id.as_str(), true).await;
+                let read = boxes.get(&w.account, &tracked[i].id, true).await;
                 // A stopped box reads as stored: that is no use of it.
                 if read
                     .as_ref()
@@ -1453,10 +1439,7 @@ async fn step(w: &World, host: &HostStart, boxes: &Boxes, tracked: &mut Vec<Trac
         Op::Stop(i) => match pick(i) {
             Some(i) => {
                 tracked[i].stopped_by_test = true;
-                boxes
-                    .stop(&w.account, tracked[i].id.as_str())
-                    .await
-                    .map(drop)
+                boxes.stop(&w.account, &tracked[i].id).await.map(drop)
             }
             None => Ok(()),
         },

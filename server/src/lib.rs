@@ -15,6 +15,7 @@ pub mod database;
 pub mod embedded_pg;
 pub mod error;
 pub mod host;
+pub mod ids;
 pub mod limits;
 pub mod logging;
 pub mod mcp;

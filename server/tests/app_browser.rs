@@ -239,7 +239,7 @@ fn a_person_circles_whats_wrong_sends_it_and_shuts_the_box_down() {
     let image_id = stored[0].shot_id.clone().expect("the item's image");
     let (_, mime, png) = s
         .runtime
-        .block_on(s.shots.file(&s.account, image_id.as_str(), Part::Full))
+        .block_on(s.shots.file(&s.account, &image_id, Part::Full))
         .unwrap();
     assert_eq!(mime, "image/png");
     let drawn = image::load_from_memory(&png).unwrap().to_rgba8();

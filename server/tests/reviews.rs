@@ -11,7 +11,7 @@ use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
 use base64::Engine;
 use psbx_actors::box_state::BoxState;
-use psbx_actors::ids::BoxId;
+use psbx_actors::ids::{BoxId, ShotId};
 use psbx_actors::shots::{NewFiles, StoredKind};
 use psbx_server::app;
 use psbx_server::config::Config;
@@ -154,7 +154,11 @@ async fn a_review_waits_for_its_answer_keeps_its_box_s_shots_and_is_answered_onc
         actix_web::rt::spawn(async move {
             app_state
                 .reviews
-                .wait(&account, &rid, std::time::Duration::from_secs(30))
+                .wait(
+                    &account,
+                    &rid.parse().unwrap(),
+                    std::time::Duration::from_secs(30),
+                )
                 .await
         })
     };
@@ -315,6 +319,7 @@ async fn a_stopped_box_s_shots_are_deleted_but_those_a_review_keeps() {
     assert_eq!(files(&gone), 0);
     assert_eq!(files(&kept), 1);
     let account = f.first.account.id.clone();
+    let (gone, kept): (ShotId, ShotId) = (gone.parse().unwrap(), kept.parse().unwrap());
     assert!(state.shots.get(&account, &gone).await.is_err());
     assert!(state.shots.get(&account, &kept).await.is_ok());
 
@@ -330,7 +335,7 @@ async fn a_stopped_box_s_shots_are_deleted_but_those_a_review_keeps() {
     assert_eq!(res.status(), StatusCode::OK);
     let deleted: Value = test::read_body_json(res).await;
     assert_eq!(deleted["deleted"], 1);
-    assert_eq!(files(&kept), 0);
+    assert_eq!(files(kept.as_str()), 0);
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -359,7 +364,7 @@ async fn another_account_s_reviews_and_shots_are_404() {
         .reviews
         .hand_over(
             &f.first.account.id,
-            &id,
+            &id.parse().unwrap(),
             psbx_actors::reviews::NewReview {
                 title: "mine".into(),
                 ..Default::default()
@@ -445,7 +450,7 @@ async fn an_answered_review_s_files_go_after_the_review_retention() {
             .reviews
             .hand_over(
                 &account,
-                &id,
+                &id.parse().unwrap(),
                 psbx_actors::reviews::NewReview {
                     title: format!("{days} days ago"),
                     ..Default::default()
@@ -499,13 +504,9 @@ async fn an_answered_review_s_files_go_after_the_review_retention() {
     // the review with them (its box is over); the 6-day-old one stays whole.
     assert_eq!(state.shots.sweep().await.unwrap(), 2);
     assert_eq!((files(&old.2), files(&old.3)), (0, 0));
-    assert!(state.reviews.get(&account, old.1.as_str()).await.is_err());
+    assert!(state.reviews.get(&account, &old.1).await.is_err());
     assert_eq!((files(&recent.2), files(&recent.3)), (1, 1));
-    let kept = state
-        .reviews
-        .get(&account, recent.1.as_str())
-        .await
-        .unwrap();
+    let kept = state.reviews.get(&account, &recent.1).await.unwrap();
     assert_eq!(kept.shots.len(), 1);
     assert!(kept.items[0].image.is_some());
     assert_eq!(state.shots.sweep().await.unwrap(), 0);
@@ -526,7 +527,7 @@ async fn an_answer_whose_images_pass_max_shot_bytes_is_429_and_stores_nothing() 
         .reviews
         .hand_over(
             &f.first.account.id,
-            &id,
+            &id.parse().unwrap(),
             psbx_actors::reviews::NewReview {
                 title: "look".into(),
                 ..Default::default()

@@ -10,7 +10,7 @@ use crate::duration;
 use crate::environments::claim::{EnvironmentClaim, seal_mask};
 use crate::error::BoxError;
 use crate::host::CreateBox;
-use crate::ids::AccountId;
+use crate::ids::{AccountId, BoxId};
 use crate::secrets::SecretError;
 use crate::settings::SIZES;
 use crate::spec::BoxSpec;
@@ -60,7 +60,7 @@ impl Boxes {
 
     /// A box a link may point at: the account's, not over.
     async fn linkable(&self, account: &AccountId, id: &str) -> Result<BoxRecord, BoxError> {
-        let record = self.record(account, id).await?;
+        let record = self.linked_record(account, id).await?;
         if record.state.is_terminal() {
             return Err(BoxError::Invalid(format!(
                 "box {id} is {}: a link must point at a box that runs",
@@ -187,7 +187,7 @@ impl Boxes {
     pub async fn get(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         thaw: bool,
     ) -> Result<BoxReading, BoxError> {
         let snapshot = match self.actor(account, id).await {
@@ -226,7 +226,7 @@ impl Boxes {
     pub async fn keep(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         keep: &str,
     ) -> Result<BoxReading, BoxError> {
         let keep_secs = self.keep_secs(keep)?;
@@ -244,12 +244,12 @@ impl Boxes {
     pub async fn wire(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         change: WireChange,
     ) -> Result<BoxReading, BoxError> {
         crate::wiring::check_change(&change).map_err(BoxError::Invalid)?;
         for link in &change.links {
-            if link.box_id == id {
+            if link.box_id == id.as_str() {
                 return Err(BoxError::Invalid(format!(
                     "box {id} cannot link to itself: declare the name as a service instead"
                 )));
@@ -269,7 +269,7 @@ impl Boxes {
     }
 
     /// Stops a box for good. Stopping a box that is over answers its record.
-    pub async fn stop(&self, account: &AccountId, id: &str) -> Result<BoxReading, BoxError> {
+    pub async fn stop(&self, account: &AccountId, id: &BoxId) -> Result<BoxReading, BoxError> {
         match self.actor(account, id).await? {
             Err(record) => Ok(self.snapshot_of_row(record)),
             Ok(addr) => match addr

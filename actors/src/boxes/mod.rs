@@ -1,6 +1,10 @@
 //! The boxes of an account, as the API sees them: validation of requests,
 //! account scoping (another account's box is "not found"), and the route to
-//! the host supervisor or the box's actor.
+//! the host supervisor or the box's actor. Calls take the box as a typed
+//! [`BoxId`]: the server reads ids where requests carry them
+//! (`server/src/ids`), and answers a malformed one as it answers a box that
+//! is not found here. Only a link's box comes as the request wrote it
+//! ([`crate::spec::LinkSpec`]), and is read here the same way.
 //!
 //! `Boxes` is one façade over several files, one per kind of call: this one
 //! holds the type and how a box is found (the registry first, then the
@@ -203,13 +207,18 @@ impl Boxes {
     }
 
     /// The account's box as stored (no actor is asked: stopped boxes too).
-    pub async fn record(&self, account: &AccountId, id: &str) -> Result<BoxRecord, BoxError> {
-        let not_found = || BoxError::NotFound(id.to_owned());
-        let id = BoxId::parse(id).map_err(|_| not_found())?;
-        let (store, account) = (self.store.clone(), account.clone());
-        blocking(move || store.account_box(&account, &id))
+    pub async fn record(&self, account: &AccountId, id: &BoxId) -> Result<BoxRecord, BoxError> {
+        let (store, account, box_id) = (self.store.clone(), account.clone(), id.clone());
+        blocking(move || store.account_box(&account, &box_id))
             .await?
-            .ok_or_else(not_found)
+            .ok_or_else(|| BoxError::NotFound(id.to_string()))
+    }
+
+    /// The account's box a link names ([`crate::spec::LinkSpec`] holds the
+    /// id as the request gave it): a malformed id names no box.
+    async fn linked_record(&self, account: &AccountId, id: &str) -> Result<BoxRecord, BoxError> {
+        let box_id = BoxId::parse(id).map_err(|_| BoxError::NotFound(id.to_owned()))?;
+        self.record(account, &box_id).await
     }
 
     fn snapshot_of_row(&self, record: BoxRecord) -> BoxReading {
@@ -228,11 +237,10 @@ impl Boxes {
     async fn actor(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
     ) -> Result<Result<actix::Addr<BoxActor>, BoxRecord>, BoxError> {
-        let box_id = BoxId::parse(id).map_err(|_| BoxError::NotFound(id.to_owned()))?;
         if let Ok(host) = &self.host
-            && let Some(addr) = host.registry.actor(&box_id)
+            && let Some(addr) = host.registry.actor(id)
         {
             host.machine.lease.check()?;
             return Ok(Ok(addr));
@@ -266,7 +274,11 @@ impl Boxes {
     /// The box's row when it has ended outside its actor (an operator's
     /// `psbx boxes stop`): its actor is let go, and the caller answers as for
     /// any box that is over. `None` while the row says it lives.
-    async fn settled(&self, account: &AccountId, id: &str) -> Result<Option<BoxRecord>, BoxError> {
+    async fn settled(
+        &self,
+        account: &AccountId,
+        id: &BoxId,
+    ) -> Result<Option<BoxRecord>, BoxError> {
         let record = self.record(account, id).await?;
         if !record.state.is_terminal() {
             return Ok(None);
@@ -282,7 +294,7 @@ impl Boxes {
     /// A call's error, once a closed link is looked into: the link of a box
     /// stopped outside its actor is closed, and the call answers as for any
     /// box that is over ([`Boxes::settled`]).
-    async fn noticed(&self, account: &AccountId, id: &str, e: BoxError) -> BoxError {
+    async fn noticed(&self, account: &AccountId, id: &BoxId, e: BoxError) -> BoxError {
         if !matches!(e, BoxError::Boxd(LinkError::Closed)) {
             return e;
         }
@@ -300,10 +312,10 @@ impl Boxes {
     async fn after_gone(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         e: actix::MailboxError,
     ) -> Result<BoxRecord, BoxError> {
-        tracing::debug!(box_id = id, error = %e, "the box actor went away while asked");
+        tracing::debug!(box_id = %id, error = %e, "the box actor went away while asked");
         self.settled(account, id)
             .await?
             .ok_or(BoxError::Boxd(LinkError::Closed))
@@ -320,7 +332,7 @@ impl Boxes {
             if reading.linked.contains_key(&link.box_id) {
                 continue;
             }
-            let state = match self.record(&account, &link.box_id).await {
+            let state = match self.linked_record(&account, &link.box_id).await {
                 Ok(record) => record.state.to_string(),
                 Err(BoxError::NotFound(_)) => "gone".to_owned(),
                 Err(_) => "unknown".to_owned(),

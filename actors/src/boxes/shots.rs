@@ -13,7 +13,7 @@
 use super::{Boxes, SERVICE};
 use crate::error::BoxError;
 use crate::exec::mask::Masker;
-use crate::ids::AccountId;
+use crate::ids::{AccountId, BoxId};
 use psbx_wire::boxd::shot::MAX_FILE_BYTES;
 use psbx_wire::boxd::{ShotAnswer, ShotHeader, ShotRequest, Streamed};
 use psbx_wire::mux::Stream;
@@ -63,7 +63,7 @@ impl Boxes {
     pub async fn shot(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         request: &ShotRequest,
         spool: &Path,
     ) -> Result<ShotFile, BoxError> {
@@ -84,7 +84,7 @@ impl Boxes {
 /// Sends the request and reads the answer.
 async fn take(
     mut stream: Stream,
-    id: &str,
+    id: &BoxId,
     request: &ShotRequest,
     masker: &Masker,
     spool: &Path,

@@ -8,7 +8,7 @@ use super::{Boxes, SERVICE};
 use crate::boxd_link::LinkError;
 use crate::error::BoxError;
 use crate::error::io_error;
-use crate::ids::AccountId;
+use crate::ids::{AccountId, BoxId};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use psbx_wire::boxd::{Service, Streamed, SyncDone, SyncRequest};
@@ -34,7 +34,7 @@ impl Boxes {
     pub async fn sync<E: std::fmt::Display>(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         dest: &str,
         upload: impl Stream<Item = Result<Bytes, E>>,
     ) -> Result<Synced, BoxError> {

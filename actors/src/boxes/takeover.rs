@@ -139,7 +139,7 @@ impl Boxes {
     pub async fn takeover_link(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
     ) -> Result<TakeoverLink, BoxError> {
         let record = self.record(account, id).await?;
         if record.state.is_terminal() {
@@ -176,7 +176,7 @@ impl Boxes {
     pub async fn terminals(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
     ) -> Result<Vec<TerminalView>, BoxError> {
         let record = self.record(account, id).await?;
         Ok(self.terminals.list(account, &record.id))
@@ -187,7 +187,7 @@ impl Boxes {
     pub async fn close_terminals(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         terminal: Option<&TerminalId>,
     ) -> Result<Vec<TerminalView>, BoxError> {
         let record = self.record(account, id).await?;
@@ -217,7 +217,7 @@ impl Boxes {
             Err(LinkState::Valid { .. }) => return Err(TakeoverError::Expired),
             Err(LinkState::Unknown) => return Err(TakeoverError::Unknown),
         };
-        let (addr, link, _) = self.channel(&account, box_id.as_str()).await?;
+        let (addr, link, _) = self.channel(&account, &box_id).await?;
         let mut stream = link
             .open(PtyRequest::SERVICE, SERVICE)
             .await

@@ -76,7 +76,7 @@ impl Boxes {
     pub async fn rotate_url_key(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
     ) -> Result<BoxReading, BoxError> {
         if self.urls.is_none() {
             return Err(BoxError::NoHost(

@@ -10,7 +10,7 @@ use crate::error::BoxError;
 use crate::exec::bounded::Bounded;
 use crate::exec::mask::{MaskStream, Masker};
 use crate::exec::run::{Command, ExecEvent};
-use crate::ids::AccountId;
+use crate::ids::{AccountId, BoxId};
 use futures_util::StreamExt;
 use psbx_wire::boxd::{ExecRequest, Logs, Process, ProcessesRequest, Signal, Streamed};
 use psbx_wire::mux::Stream;
@@ -27,7 +27,7 @@ impl Boxes {
     pub async fn channel(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
     ) -> Result<
         (
             actix::Addr<crate::box_actor::BoxActor>,
@@ -63,7 +63,7 @@ impl Boxes {
     pub async fn exec(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         request: ExecRequest,
     ) -> Result<Events<ExecEvent>, BoxError> {
         let (addr, link, masker) = self.channel(account, id).await?;
@@ -112,7 +112,11 @@ impl Boxes {
     }
 
     /// The box's background commands.
-    pub async fn processes(&self, account: &AccountId, id: &str) -> Result<Vec<Process>, BoxError> {
+    pub async fn processes(
+        &self,
+        account: &AccountId,
+        id: &BoxId,
+    ) -> Result<Vec<Process>, BoxError> {
         let (_, link, masker) = self.channel(account, id).await?;
         let mut processes = match link.call(&ProcessesRequest, SERVICE).await {
             Ok(processes) => processes,
@@ -131,7 +135,7 @@ impl Boxes {
     pub async fn signal(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         pid: u32,
         signal: i32,
     ) -> Result<(), BoxError> {
@@ -144,7 +148,7 @@ impl Boxes {
             Ok(())
         } else {
             Err(BoxError::ProcessNotFound {
-                id: id.to_owned(),
+                id: id.to_string(),
                 pid,
             })
         }
@@ -154,7 +158,7 @@ impl Boxes {
     pub async fn logs(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         pid: u32,
         keep: usize,
     ) -> Result<Bounded, BoxError> {
@@ -189,7 +193,7 @@ impl Boxes {
     pub async fn follow(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         pid: u32,
         offset: u64,
     ) -> Result<Events<Vec<u8>>, BoxError> {
@@ -202,7 +206,7 @@ impl Boxes {
             stream,
             mask: MaskStream::new(masker),
             chunk: vec![0u8; 64 * 1024],
-            id: id.to_owned(),
+            id: id.clone(),
             pid,
             _awake: self.awake(addr),
         };
@@ -226,7 +230,7 @@ impl Boxes {
     pub async fn process(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         pid: u32,
     ) -> Result<Process, BoxError> {
         self.processes(account, id)
@@ -234,7 +238,7 @@ impl Boxes {
             .into_iter()
             .find(|p| p.pid == pid)
             .ok_or_else(|| BoxError::ProcessNotFound {
-                id: id.to_owned(),
+                id: id.to_string(),
                 pid,
             })
     }
@@ -254,7 +258,7 @@ struct Following {
     stream: Stream,
     mask: MaskStream,
     chunk: Vec<u8>,
-    id: String,
+    id: BoxId,
     pid: u32,
     _awake: Awake,
 }
@@ -262,7 +266,7 @@ struct Following {
 /// A stream of a background command's log from boxd.
 async fn open_log(
     link: &LinkHandle,
-    id: &str,
+    id: &BoxId,
     pid: u32,
     offset: u64,
     follow: bool,
@@ -286,10 +290,10 @@ async fn open_log(
 
 /// boxd resets the log stream of a process it does not know; any other
 /// failure is the channel's.
-fn no_process(id: &str, pid: u32, e: std::io::Error) -> BoxError {
+fn no_process(id: &BoxId, pid: u32, e: std::io::Error) -> BoxError {
     if e.kind() == std::io::ErrorKind::ConnectionReset {
         BoxError::ProcessNotFound {
-            id: id.to_owned(),
+            id: id.to_string(),
             pid,
         }
     } else {

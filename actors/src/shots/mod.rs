@@ -273,14 +273,6 @@ fn key(row: &ShotRow, part: Part) -> String {
     format!("{}.{}", row.storage_key, part.suffix())
 }
 
-fn box_id(id: &str) -> Result<BoxId, ShotError> {
-    BoxId::parse(id).map_err(|_| ShotError::Box(BoxError::NotFound(id.to_owned())))
-}
-
-fn shot_id(id: &str) -> Result<ShotId, ShotError> {
-    ShotId::parse(id).map_err(|_| ShotError::NotFound(id.to_owned()))
-}
-
 impl Shots {
     pub fn new(store: Store, boxes: Arc<Boxes>, storage: Arc<dyn ShotStorage>) -> Self {
         Self {
@@ -302,7 +294,7 @@ impl Shots {
     pub async fn take(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &BoxId,
         request: ShotRequest,
     ) -> Result<Shot, ShotError> {
         request.check().map_err(ShotError::Invalid)?;
@@ -513,11 +505,14 @@ impl Shots {
     }
 
     /// The box's own shots, oldest first, and the bytes the account's shots take.
-    pub async fn list(&self, account: &AccountId, id: &str) -> Result<(Vec<Shot>, u64), ShotError> {
-        let box_id = box_id(id)?;
+    pub async fn list(
+        &self,
+        account: &AccountId,
+        id: &BoxId,
+    ) -> Result<(Vec<Shot>, u64), ShotError> {
         // The box must be the account's (stopped ones too: a review keeps theirs).
         self.boxes.record(account, id).await?;
-        let (store, account) = (self.store.clone(), account.clone());
+        let (store, account, box_id) = (self.store.clone(), account.clone(), id.clone());
         let (rows, total) = blocking(move || {
             Ok::<_, StoreError>((
                 store.box_shots(&account, &box_id)?,
@@ -534,23 +529,22 @@ impl Shots {
     }
 
     /// One of the account's shots.
-    pub async fn get(&self, account: &AccountId, id: &str) -> Result<Shot, ShotError> {
+    pub async fn get(&self, account: &AccountId, id: &ShotId) -> Result<Shot, ShotError> {
         Ok(Shot::try_from(self.row(account, id).await?)?)
     }
 
-    async fn row(&self, account: &AccountId, id: &str) -> Result<ShotRow, ShotError> {
-        let shot = shot_id(id)?;
-        let (store, account) = (self.store.clone(), account.clone());
+    async fn row(&self, account: &AccountId, id: &ShotId) -> Result<ShotRow, ShotError> {
+        let (store, account, shot) = (self.store.clone(), account.clone(), id.clone());
         blocking(move || store.shot(&account, &shot))
             .await?
-            .ok_or_else(|| ShotError::NotFound(id.to_owned()))
+            .ok_or_else(|| ShotError::NotFound(id.to_string()))
     }
 
     /// A file of one of the account's shots, with its media type.
     pub async fn file(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &ShotId,
         part: Part,
     ) -> Result<(Shot, String, Vec<u8>), ShotError> {
         let row = self.row(account, id).await?;
@@ -560,7 +554,7 @@ impl Shots {
     }
 
     /// The file that answers for `part` of the shot, and its media type.
-    fn served_part(row: &ShotRow, id: &str, part: Part) -> Result<(Part, String), ShotError> {
+    fn served_part(row: &ShotRow, id: &ShotId, part: Part) -> Result<(Part, String), ShotError> {
         Ok(match part {
             Part::Full => (Part::Full, row.mime.clone()),
             Part::Poster if row.poster_bytes == 0 => {
@@ -584,7 +578,7 @@ impl Shots {
     pub async fn open(
         &self,
         account: &AccountId,
-        id: &str,
+        id: &ShotId,
         part: Part,
     ) -> Result<(Shot, String, u64, storage::FileReader), ShotError> {
         let row = self.row(account, id).await?;
@@ -594,21 +588,25 @@ impl Shots {
     }
 
     /// Deletes one of the box's own shots.
-    pub async fn delete(&self, account: &AccountId, id: &str, shot: &str) -> Result<(), ShotError> {
-        let (box_id, shot_id) = (box_id(id)?, shot_id(shot)?);
+    pub async fn delete(
+        &self,
+        account: &AccountId,
+        id: &BoxId,
+        shot: &ShotId,
+    ) -> Result<(), ShotError> {
         let (store, account) = (self.store.clone(), account.clone());
+        let (box_id, shot_id) = (id.clone(), shot.clone());
         let row = blocking(move || store.delete_shot(&account, &box_id, &shot_id))
             .await?
-            .ok_or_else(|| ShotError::NotFound(shot.to_owned()))?;
+            .ok_or_else(|| ShotError::NotFound(shot.to_string()))?;
         self.delete_files(&row).await;
         Ok(())
     }
 
     /// Deletes all of the box's own shots, those a review keeps included; how many.
-    pub async fn delete_all(&self, account: &AccountId, id: &str) -> Result<usize, ShotError> {
-        let box_id = box_id(id)?;
+    pub async fn delete_all(&self, account: &AccountId, id: &BoxId) -> Result<usize, ShotError> {
         self.boxes.record(account, id).await?;
-        let (store, account) = (self.store.clone(), account.clone());
+        let (store, account, box_id) = (self.store.clone(), account.clone(), id.clone());
         let rows = blocking(move || store.delete_box_shots(&account, &box_id)).await?;
         for row in &rows {
             self.delete_files(row).await;

@@ -9,6 +9,7 @@
 //! call is a task reading the followed log.
 
 use super::reply::{box_failed, failed, structured};
+use crate::ids::RequestId;
 use crate::views::exec::{OutputView, failure_texts, private_endpoint_hint};
 use futures_util::StreamExt;
 use psbx_actors::boxes::Boxes;
@@ -16,6 +17,7 @@ use psbx_actors::error::BoxError;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
 use psbx_actors::exec::spec::ExecSpec;
+use psbx_actors::ids::BoxId;
 use psbx_actors::store::Principal;
 use psbx_wire::boxd::{ExecRequest, Exit};
 use rmcp::RoleServer;
@@ -110,8 +112,13 @@ pub async fn call(
             "wait_s must be at most {MAX_WAIT_S} seconds; to wait longer, call again with the pid"
         ));
     }
+    // A malformed id fails as an unknown box does (`crate::ids`).
+    let id = match BoxId::read(&a.id) {
+        Ok(id) => id,
+        Err(e) => return box_failed(e),
+    };
     if let Some(note) = &a.note {
-        tracing::info!(box_id = %a.id, note = %note.chars().take(200).collect::<String>(), "exec (mcp)");
+        tracing::info!(box_id = %id, note = %note.chars().take(200).collect::<String>(), "exec (mcp)");
     }
     let pid = match (a.pid, a.cmd) {
         (Some(pid), _) => pid,
@@ -120,7 +127,7 @@ pub async fn call(
                 Ok(request) => request,
                 Err(e) => return failed(e.to_string()),
             };
-            match start(boxes, &who, &a.id, request).await {
+            match start(boxes, &who, &id, request).await {
                 Ok(pid) => pid,
                 Err(result) => return result,
             }
@@ -133,7 +140,7 @@ pub async fn call(
     };
     if background {
         // Where boxd writes its output, as boxd says.
-        let log = match boxes.process(&who.account_id, &a.id, pid).await {
+        let log = match boxes.process(&who.account_id, &id, pid).await {
             Ok(process) => process.log,
             Err(e) => return box_failed(e),
         };
@@ -142,14 +149,14 @@ pub async fn call(
             &serde_json::json!({ "pid": pid, "background": true, "running": true, "log": log }),
         );
     }
-    follow(boxes, &who, &a.id, pid, wait, ctx).await
+    follow(boxes, &who, &id, pid, wait, ctx).await
 }
 
 /// Starts a command in the background; its process id.
 async fn start(
     boxes: &Boxes,
     who: &Principal,
-    id: &str,
+    id: &BoxId,
     request: ExecRequest,
 ) -> Result<u32, CallToolResult> {
     let mut events = boxes
@@ -169,7 +176,7 @@ async fn start(
 async fn follow(
     boxes: &Boxes,
     who: &Principal,
-    id: &str,
+    id: &BoxId,
     pid: u32,
     wait: u64,
     ctx: RequestContext<RoleServer>,

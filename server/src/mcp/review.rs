@@ -7,13 +7,14 @@
 //! after the wait ran out is kept, and the next call (or `sandbox_status`)
 //! returns it.
 
-use super::reply::{account, failed, structured, unauthenticated};
+use super::reply::{account, box_failed, failed, structured, unauthenticated};
 use super::tools::PsbxMcp;
+use crate::ids::RequestId;
 use crate::views::reviews::{MAX_WAIT_S, ReviewView};
 use crate::views::shots::{ShotView, TakeShot};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use psbx_actors::ids::AccountId;
+use psbx_actors::ids::{AccountId, BoxId};
 use psbx_actors::reviews::{NewReview, Review, ReviewError, ReviewState};
 use psbx_actors::shots::{Part, Shot, ShotError, StoredKind};
 use rmcp::handler::server::wrapper::Parameters;
@@ -55,7 +56,7 @@ pub struct ReviewArgs {
 
 fn shot_failed(e: ShotError) -> CallToolResult {
     match e {
-        ShotError::Box(inner) => super::reply::box_failed(inner),
+        ShotError::Box(inner) => box_failed(inner),
         ShotError::NotFound(_) => failed(format!("{e}.")),
         e => failed(format!("{e}.")),
     }
@@ -63,7 +64,7 @@ fn shot_failed(e: ShotError) -> CallToolResult {
 
 pub(super) fn review_failed(e: ReviewError) -> CallToolResult {
     match e {
-        ReviewError::Box(inner) => super::reply::box_failed(inner),
+        ReviewError::Box(inner) => box_failed(inner),
         ReviewError::Shot(inner) => shot_failed(inner),
         ReviewError::NotFound(_) => failed(format!(
             "{e}. sandbox_review with a title hands a box over."
@@ -75,11 +76,7 @@ pub(super) fn review_failed(e: ReviewError) -> CallToolResult {
 impl PsbxMcp {
     /// The preview of a shot as image content, if it can be read.
     async fn preview(&self, account: &AccountId, shot: &Shot) -> Option<ContentBlock> {
-        match self
-            .shots
-            .file(account, shot.id.as_str(), Part::Preview)
-            .await
-        {
+        match self.shots.file(account, &shot.id, Part::Preview).await {
             Ok((_, mime, bytes)) => Some(ContentBlock::image(STANDARD.encode(bytes), mime)),
             Err(e) => {
                 tracing::warn!(shot = %shot.id, error = %e, "could not read a shot's preview");
@@ -156,9 +153,14 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
+        // A malformed id fails as an unknown box does (`crate::ids`).
+        let id = match BoxId::read(&a.id) {
+            Ok(id) => id,
+            Err(e) => return Ok(box_failed(e)),
+        };
         let shot = match self
             .shots
-            .take(&who.account_id, &a.id, a.shot.request())
+            .take(&who.account_id, &id, a.shot.request())
             .await
         {
             Ok(shot) => shot,
@@ -208,6 +210,11 @@ impl PsbxMcp {
                 "wait_s must be at most {MAX_WAIT_S} seconds; call again to wait longer"
             )));
         }
+        // A malformed id fails as an unknown box does (`crate::ids`).
+        let id = match BoxId::read(&a.id) {
+            Ok(id) => id,
+            Err(e) => return Ok(box_failed(e)),
+        };
         let review = match a.title {
             Some(title) => {
                 let new = NewReview {
@@ -215,9 +222,9 @@ impl PsbxMcp {
                     summary: a.summary.unwrap_or_default(),
                     urls: a.urls.unwrap_or_default(),
                 };
-                self.reviews.hand_over(&who.account_id, &a.id, new).await
+                self.reviews.hand_over(&who.account_id, &id, new).await
             }
-            None => match self.reviews.latest(&who.account_id, &a.id).await {
+            None => match self.reviews.latest(&who.account_id, &id).await {
                 Ok(Some(review)) => Ok(review),
                 Ok(None) => {
                     return Ok(failed(format!(
@@ -237,11 +244,7 @@ impl PsbxMcp {
         let deadline = started + Duration::from_secs(wait);
         while review.state == ReviewState::Waiting && tokio::time::Instant::now() < deadline {
             let step = PROGRESS_EVERY.min(deadline - tokio::time::Instant::now());
-            review = match self
-                .reviews
-                .wait(&who.account_id, review.id.as_str(), step)
-                .await
-            {
+            review = match self.reviews.wait(&who.account_id, &review.id, step).await {
                 Ok(review) => review,
                 Err(e) => return Ok(review_failed(e)),
             };

@@ -6,8 +6,10 @@
 //! `psbx mcp`, the local stdio server, implements this tool itself instead.
 
 use super::tools::PsbxMcp;
+use crate::ids::RequestId;
 use crate::views::exec::sync_dest;
 use psbx_actors::boxes::Boxes;
+use psbx_actors::ids::BoxId;
 use psbx_actors::store::{Principal, Store};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock};
@@ -133,7 +135,12 @@ impl PsbxMcp {
             )));
         }
         let sync = &self.sync;
-        let box_id = match sync.boxes.get(&who.account_id, &a.id, false).await {
+        // A malformed id fails as an unknown box does (`crate::ids`).
+        let read = match BoxId::read(&a.id) {
+            Ok(id) => sync.boxes.get(&who.account_id, &id, false).await,
+            Err(e) => Err(e),
+        };
+        let box_id = match read {
             Ok(read) if read.snapshot.record.state.is_terminal() => {
                 return Ok(failed(format!(
                     "box {} is {}: start a new one with sandbox_start",

@@ -5,6 +5,7 @@
 use super::exec::{self, ExecArgs};
 use super::reply::{account, box_failed, failed, structured, unauthenticated};
 use super::schema;
+use crate::ids::RequestId;
 use crate::server_info::ServerInfo;
 use crate::views::boxes::{BoxView, ServiceSpec, StartWiring, start_spec};
 use crate::views::environments::{EnvironmentList, EnvironmentView};
@@ -15,6 +16,7 @@ use psbx_actors::boxd_link::LinkError;
 use psbx_actors::boxes::{BoxReading, Boxes, CreateRequest};
 use psbx_actors::environments::Environments;
 use psbx_actors::error::BoxError;
+use psbx_actors::ids::BoxId;
 use psbx_actors::reviews::Reviews;
 use psbx_actors::shots::Shots;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -291,7 +293,12 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
-        let reading = match self.boxes.get(&who.account_id, &a.id, true).await {
+        // A malformed id fails as an unknown box does (`crate::ids`).
+        let id = match BoxId::read(&a.id) {
+            Ok(id) => id,
+            Err(e) => return Ok(box_failed(e)),
+        };
+        let reading = match self.boxes.get(&who.account_id, &id, true).await {
             Ok(reading) => reading,
             Err(e) => return Ok(box_failed(e)),
         };
@@ -300,7 +307,7 @@ impl PsbxMcp {
         // A box stopping or freezing under the call still has a status: its
         // commands are then said to be unlisted, not the call failed.
         let (processes, processes_unavailable) = if running {
-            match self.boxes.processes(&who.account_id, &a.id).await {
+            match self.boxes.processes(&who.account_id, &id).await {
                 Ok(list) => (list.into_iter().map(ProcessView::from).collect(), None),
                 Err(
                     e @ (BoxError::Boxd(LinkError::Closed | LinkError::NoAnswer(_))
@@ -314,14 +321,14 @@ impl PsbxMcp {
             (Vec::new(), None)
         };
         let takeover = if a.takeover.unwrap_or(false) {
-            match self.boxes.takeover_link(&who.account_id, &a.id).await {
+            match self.boxes.takeover_link(&who.account_id, &id).await {
                 Ok(link) => Some(crate::views::takeover::TakeoverView::new(link, &self.info)),
                 Err(e) => return Ok(box_failed(e)),
             }
         } else {
             None
         };
-        let review = match self.reviews.latest(&who.account_id, &a.id).await {
+        let review = match self.reviews.latest(&who.account_id, &id).await {
             Ok(review) => review,
             Err(e) => return Ok(super::review::review_failed(e)),
         };
@@ -381,6 +388,11 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
+        // A malformed id fails as an unknown box does (`crate::ids`).
+        let id = match BoxId::read(&a.id) {
+            Ok(id) => id,
+            Err(e) => return Ok(box_failed(e)),
+        };
         let change = WireBody {
             service: a.service,
             mode: a.mode,
@@ -395,7 +407,7 @@ impl PsbxMcp {
             Err(e) => return Ok(failed(e.message())),
         };
         Ok(box_result(
-            self.boxes.wire(&who.account_id, &a.id, change).await,
+            self.boxes.wire(&who.account_id, &id, change).await,
             &self.environments,
         )
         .await)
@@ -410,8 +422,13 @@ impl PsbxMcp {
         let Some(who) = account(&ctx) else {
             return Ok(unauthenticated());
         };
+        // A malformed id fails as an unknown box does (`crate::ids`).
+        let id = match BoxId::read(&a.id) {
+            Ok(id) => id,
+            Err(e) => return Ok(box_failed(e)),
+        };
         Ok(box_result(
-            self.boxes.stop(&who.account_id, &a.id).await,
+            self.boxes.stop(&who.account_id, &id).await,
             &self.environments,
         )
         .await)

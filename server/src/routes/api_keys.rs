@@ -4,6 +4,8 @@
 use super::paging::{self, ListQuery};
 use crate::auth::Auth;
 use crate::error::{ApiError, blocking};
+use crate::ids::{IdPath, RequestId};
+use crate::views::paths::ApiKeyPath;
 use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::{DateTime, Utc};
 use psbx_actors::ids::ApiKeyId;
@@ -116,7 +118,7 @@ pub async fn create(
 #[utoipa::path(
     tag = "api-keys",
     operation_id = "revokeApiKey",
-    params(("id" = String, Path, description = "The key's id, `key_...`")),
+    params(ApiKeyPath),
     security(("api_key" = [])),
     responses(
         (status = 204, description = "Revoked: the key stops working at once"),
@@ -127,21 +129,13 @@ pub async fn create(
 pub async fn revoke(
     Auth(who): Auth,
     store: web::Data<Store>,
-    id: web::Path<String>,
+    id: IdPath<ApiKeyId>,
 ) -> Result<HttpResponse, ApiError> {
     let id = id.into_inner();
-    let not_found = || {
-        ApiError::not_found(
-            "api_key_not_found",
-            format!("no API key {id:?} in this account"),
-        )
-        .hint("`GET /v1/api-keys` lists the keys that exist")
-    };
-    let key_id = ApiKeyId::parse(&id).map_err(|_| not_found())?;
-    let store = store.into_inner();
+    let (store, key_id) = (store.into_inner(), id.clone());
     if blocking(move || store.revoke_api_key(&who.account_id, &key_id)).await? {
         Ok(HttpResponse::NoContent().finish())
     } else {
-        Err(not_found())
+        Err(ApiKeyId::not_found(id.as_str()))
     }
 }

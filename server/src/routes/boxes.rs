@@ -4,7 +4,9 @@
 use super::paging::{self, ListQuery};
 use crate::auth::Auth;
 use crate::error::ApiError;
+use crate::ids::IdPath;
 use crate::views::boxes::{BoxList, BoxView, KeepBody, StartBox, StartWiring, start_spec};
+use crate::views::paths::BoxPath;
 use crate::views::patterns;
 use actix_web::{HttpResponse, delete, get, post, web};
 use psbx_actors::boxes::{Boxes, CreateRequest};
@@ -83,7 +85,7 @@ pub async fn list(
 #[utoipa::path(
     tag = "boxes",
     operation_id = "getBox",
-    params(("id" = String, Path, description = "`box_...`")),
+    params(BoxPath),
     security(("api_key" = [])),
     responses(
         (status = 200, description = "The box; a frozen box is thawed first", body = BoxView),
@@ -95,7 +97,7 @@ pub async fn get(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
     envs: web::Data<Environments>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
 ) -> Result<web::Json<BoxView>, ApiError> {
     let snapshot = boxes.get(&who.account_id, &id, true).await?;
     Ok(web::Json(BoxView::live(snapshot, &envs).await))
@@ -104,7 +106,7 @@ pub async fn get(
 #[utoipa::path(
     tag = "boxes",
     operation_id = "keepBox",
-    params(("id" = String, Path, description = "`box_...`")),
+    params(BoxPath),
     request_body = KeepBody,
     security(("api_key" = [])),
     responses(
@@ -116,7 +118,7 @@ pub async fn get(
 pub async fn keep(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
     body: web::Json<KeepBody>,
 ) -> Result<web::Json<BoxView>, ApiError> {
     Ok(web::Json(
@@ -127,7 +129,7 @@ pub async fn keep(
 #[utoipa::path(
     tag = "boxes",
     operation_id = "stopBox",
-    params(("id" = String, Path, description = "`box_...`")),
+    params(BoxPath),
     security(("api_key" = [])),
     responses(
         (status = 200, description = "Stopped: its disk and saved memory are deleted", body = BoxView),
@@ -138,7 +140,7 @@ pub async fn keep(
 pub async fn stop(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
 ) -> Result<web::Json<BoxView>, ApiError> {
     Ok(web::Json(boxes.stop(&who.account_id, &id).await?.into()))
 }

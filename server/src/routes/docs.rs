@@ -327,6 +327,43 @@ mod tests {
     }
 
     #[test]
+    fn every_path_parameter_is_listed_and_described_and_each_id_patterned() {
+        let doc = document();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            let names = path
+                .split('/')
+                .filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'));
+            for name in names {
+                // The ids `ids::IdPath` reads: a box's, a shot's, a review's, a key's.
+                let id = match name {
+                    "id" => ["/v1/boxes/", "/v1/reviews/", "/v1/api-keys/"]
+                        .iter()
+                        .any(|p| path.starts_with(p)),
+                    "shot" => true,
+                    _ => false,
+                };
+                for (method, operation) in item.as_object().unwrap() {
+                    let param = operation["parameters"]
+                        .as_array()
+                        .and_then(|all| all.iter().find(|p| p["in"] == "path" && p["name"] == name))
+                        .unwrap_or_else(|| panic!("{method} {path}: {{{name}}} is not listed"));
+                    assert_eq!(param["required"], true, "{method} {path}: {name}");
+                    assert!(
+                        param["description"].as_str().is_some_and(|d| !d.is_empty()),
+                        "{method} {path}: {name} is not described"
+                    );
+                    if id {
+                        assert!(
+                            param["schema"]["pattern"].is_string(),
+                            "{method} {path}: {name} has no pattern"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn request_bodies_refuse_unknown_fields_in_the_document_too() {
         let doc = document();
         for schema in [

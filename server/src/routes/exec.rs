@@ -7,16 +7,19 @@
 
 use crate::auth::Auth;
 use crate::error::{ApiError, BoxCallErrors};
+use crate::ids::IdPath;
 use crate::views::exec::{
     ExecBody, ExecQuery, ExecResult, ExitView, OutputView, ProcessList, ProcessView, SignalName,
     SignalQuery, SyncQuery, Synced, failure_texts, private_endpoint_hint, request, sync_dest,
 };
+use crate::views::paths::{BoxPath, ProcessPath};
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, web};
 use futures_util::StreamExt;
 use psbx_actors::boxes::Boxes;
 use psbx_actors::exec::bounded::Bounded;
 use psbx_actors::exec::run::ExecEvent;
+use psbx_actors::ids::BoxId;
 
 /// Output kept of each of stdout and stderr in a JSON result: head and tail.
 const KEEP: usize = 32 * 1024;
@@ -24,7 +27,7 @@ const KEEP: usize = 32 * 1024;
 #[utoipa::path(
     tag = "boxes",
     operation_id = "exec",
-    params(("id" = String, Path, description = "`box_...`"), ExecQuery),
+    params(BoxPath, ExecQuery),
     request_body = ExecBody,
     security(("api_key" = [])),
     responses(
@@ -37,13 +40,13 @@ const KEEP: usize = 32 * 1024;
 pub async fn exec(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
     query: web::Query<ExecQuery>,
     body: web::Json<ExecBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     if let Some(note) = &body.note {
-        tracing::info!(box_id = %id, note = %note.chars().take(200).collect::<String>(), "exec");
+        tracing::info!(box_id = %*id, note = %note.chars().take(200).collect::<String>(), "exec");
     }
     let request = request(body)?;
     let background = request.background;
@@ -116,7 +119,7 @@ pub async fn exec(
 #[utoipa::path(
     tag = "boxes",
     operation_id = "listProcesses",
-    params(("id" = String, Path)),
+    params(BoxPath),
     security(("api_key" = [])),
     responses((status = 200, body = ProcessList), BoxCallErrors)
 )]
@@ -124,7 +127,7 @@ pub async fn exec(
 pub async fn processes(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
 ) -> Result<web::Json<ProcessList>, ApiError> {
     let list = boxes.processes(&who.account_id, &id).await?;
     Ok(web::Json(ProcessList {
@@ -135,7 +138,7 @@ pub async fn processes(
 #[utoipa::path(
     tag = "boxes",
     operation_id = "processLogs",
-    params(("id" = String, Path), ("pid" = u32, Path, maximum = 4294967295.0)),
+    params(ProcessPath),
     security(("api_key" = [])),
     responses((status = 200, body = OutputView), BoxCallErrors)
 )]
@@ -143,7 +146,7 @@ pub async fn processes(
 pub async fn logs(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
-    path: web::Path<(String, u32)>,
+    path: IdPath<(BoxId, u32)>,
 ) -> Result<web::Json<OutputView>, ApiError> {
     let (id, pid) = path.into_inner();
     let kept = boxes.logs(&who.account_id, &id, pid, 4 * KEEP).await?;
@@ -153,7 +156,7 @@ pub async fn logs(
 #[utoipa::path(
     tag = "boxes",
     operation_id = "signalProcess",
-    params(("id" = String, Path), ("pid" = u32, Path, maximum = 4294967295.0), SignalQuery),
+    params(ProcessPath, SignalQuery),
     security(("api_key" = [])),
     responses((status = 204), BoxCallErrors)
 )]
@@ -161,7 +164,7 @@ pub async fn logs(
 pub async fn signal(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
-    path: web::Path<(String, u32)>,
+    path: IdPath<(BoxId, u32)>,
     query: web::Query<SignalQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (id, pid) = path.into_inner();
@@ -178,7 +181,7 @@ pub async fn signal(
 #[utoipa::path(
     tag = "boxes",
     operation_id = "sync",
-    params(("id" = String, Path), SyncQuery),
+    params(BoxPath, SyncQuery),
     request_body(content = String, content_type = "application/x-tar", description = "A tar stream"),
     security(("api_key" = [])),
     responses((status = 200, description = "Unpacked", body = Synced),
@@ -190,7 +193,7 @@ pub async fn signal(
 pub async fn sync(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
     query: web::Query<SyncQuery>,
     req: actix_web::HttpRequest,
     payload: web::Payload,

@@ -6,13 +6,16 @@
 
 use crate::auth::Auth;
 use crate::error::{ApiError, BoxCallErrors, error_responses};
+use crate::ids::IdPath;
 use crate::server_info::ServerInfo;
+use crate::views::paths::{BoxPath, ReviewPath};
 use crate::views::reviews::{
     Answer, HandOver, ListQuery, MAX_WAIT_S, ReviewList, ReviewView, WaitQuery, state,
 };
 use actix_web::{HttpResponse, get, post, web};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use psbx_actors::ids::{BoxId, ReviewId};
 use psbx_actors::reviews::{Answerer, NewItem, NewReview, Reviews};
 use psbx_actors::store::Credential;
 use std::collections::BTreeMap;
@@ -38,7 +41,7 @@ impl utoipa::IntoResponses for ReviewErrors {
 #[utoipa::path(
     tag = "reviews",
     operation_id = "handOverBox",
-    params(("id" = String, Path, description = "`box_...`")),
+    params(BoxPath),
     request_body = HandOver,
     security(("api_key" = [])),
     responses(
@@ -52,7 +55,7 @@ pub async fn hand_over(
     Auth(who): Auth,
     reviews: web::Data<Reviews>,
     info: web::Data<ServerInfo>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
     body: web::Json<HandOver>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
@@ -98,7 +101,7 @@ pub async fn list(
 #[utoipa::path(
     tag = "reviews",
     operation_id = "getReview",
-    params(("id" = String, Path, description = "`rev_...`"), WaitQuery),
+    params(ReviewPath, WaitQuery),
     security(("api_key" = [])),
     responses((status = 200, description = "The review; with `wait_s`, once it is answered or the wait is up", body = ReviewView), ReviewErrors)
 )]
@@ -107,7 +110,7 @@ pub async fn get(
     Auth(who): Auth,
     reviews: web::Data<Reviews>,
     info: web::Data<ServerInfo>,
-    id: web::Path<String>,
+    id: IdPath<ReviewId>,
     query: web::Query<WaitQuery>,
 ) -> Result<web::Json<ReviewView>, ApiError> {
     let wait = query.wait_s.unwrap_or(0);
@@ -126,7 +129,7 @@ pub async fn get(
 #[utoipa::path(
     tag = "reviews",
     operation_id = "answerReview",
-    params(("id" = String, Path, description = "`rev_...`")),
+    params(ReviewPath),
     request_body = Answer,
     security(("api_key" = [])),
     responses(
@@ -140,7 +143,7 @@ pub async fn answer(
     Auth(who): Auth,
     reviews: web::Data<Reviews>,
     info: web::Data<ServerInfo>,
-    id: web::Path<String>,
+    id: IdPath<ReviewId>,
     payload: web::Payload,
 ) -> Result<web::Json<ReviewView>, ApiError> {
     let body: Answer =

@@ -85,7 +85,7 @@ pub async fn put(
 #[utoipa::path(
     tag = "secrets",
     operation_id = "deleteSecret",
-    params(("name" = String, Path)),
+    params(("name" = String, Path, description = "The secret's name, as `GET /v1/secrets` lists it")),
     security(("api_key" = [])),
     responses((status = 204, description = "Deleted"), (status = 404, description = "No such secret in this account (`secret_not_found`)", body = crate::error::ErrorBody))
 )]

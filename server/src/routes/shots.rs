@@ -6,10 +6,13 @@
 
 use crate::auth::Auth;
 use crate::error::{ApiError, BoxCallErrors, error_responses};
+use crate::ids::{IdPath, RequestId};
 use crate::server_info::ServerInfo;
+use crate::views::paths::{BoxPath, ShotPath};
 use crate::views::shots::{Deleted, FileQuery, ShotList, ShotView, TakeShot, part};
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, web};
+use psbx_actors::ids::{BoxId, ShotId};
 use psbx_actors::shots::storage::FileReader;
 use psbx_actors::shots::{Shot, Shots};
 use std::collections::BTreeMap;
@@ -69,7 +72,7 @@ impl utoipa::IntoResponses for TakeErrors {
 #[utoipa::path(
     tag = "shots",
     operation_id = "takeShot",
-    params(("id" = String, Path, description = "`box_...`")),
+    params(BoxPath),
     request_body = TakeShot,
     security(("api_key" = [])),
     responses(
@@ -83,7 +86,7 @@ pub async fn take(
     Auth(who): Auth,
     shots: web::Data<Shots>,
     info: web::Data<ServerInfo>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
     body: Option<web::Json<TakeShot>>,
 ) -> Result<HttpResponse, ApiError> {
     let request = body
@@ -97,7 +100,7 @@ pub async fn take(
 #[utoipa::path(
     tag = "shots",
     operation_id = "listShots",
-    params(("id" = String, Path, description = "`box_...`")),
+    params(BoxPath),
     security(("api_key" = [])),
     responses(
         (status = 200, description = "The box's screenshots and recordings, oldest first", body = ShotList),
@@ -109,7 +112,7 @@ pub async fn list(
     Auth(who): Auth,
     shots: web::Data<Shots>,
     info: web::Data<ServerInfo>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
 ) -> Result<web::Json<ShotList>, ApiError> {
     let (listed, account_stored_bytes) = shots.list(&who.account_id, &id).await?;
     Ok(web::Json(ShotList {
@@ -123,12 +126,12 @@ pub async fn list(
 async fn of_box(
     shots: &Shots,
     who: &psbx_actors::store::Principal,
-    id: &str,
-    shot: &str,
+    id: &BoxId,
+    shot: &ShotId,
 ) -> Result<Shot, ApiError> {
     let found = shots.get(&who.account_id, shot).await?;
-    if found.box_id.as_str() != id {
-        return Err(psbx_actors::shots::ShotError::NotFound(shot.to_owned()).into());
+    if found.box_id != *id {
+        return Err(ShotId::not_found(shot.as_str()).into());
     }
     Ok(found)
 }
@@ -136,7 +139,7 @@ async fn of_box(
 #[utoipa::path(
     tag = "shots",
     operation_id = "getShot",
-    params(("id" = String, Path, description = "`box_...`"), ("shot" = String, Path, description = "`shot_...`")),
+    params(ShotPath),
     security(("api_key" = [])),
     responses((status = 200, body = ShotView), ShotErrors)
 )]
@@ -145,7 +148,7 @@ pub async fn get(
     Auth(who): Auth,
     shots: web::Data<Shots>,
     info: web::Data<ServerInfo>,
-    path: web::Path<(String, String)>,
+    path: IdPath<(BoxId, ShotId)>,
 ) -> Result<web::Json<ShotView>, ApiError> {
     let (id, shot) = path.into_inner();
     let found = of_box(&shots, &who, &id, &shot).await?;
@@ -182,7 +185,7 @@ pub fn pieces(
 #[utoipa::path(
     tag = "shots",
     operation_id = "getShotFile",
-    params(("id" = String, Path, description = "`box_...`"), ("shot" = String, Path, description = "`shot_...`"), FileQuery),
+    params(ShotPath, FileQuery),
     security(("api_key" = [])),
     responses(
         (status = 200, description = "The file: PNG, WebM or MP4 (`preview` and `poster`: PNG)",
@@ -195,7 +198,7 @@ pub fn pieces(
 pub async fn file(
     Auth(who): Auth,
     shots: web::Data<Shots>,
-    path: web::Path<(String, String)>,
+    path: IdPath<(BoxId, ShotId)>,
     query: web::Query<FileQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (id, shot) = path.into_inner();
@@ -208,7 +211,7 @@ pub async fn file(
 #[utoipa::path(
     tag = "shots",
     operation_id = "deleteShot",
-    params(("id" = String, Path, description = "`box_...`"), ("shot" = String, Path, description = "`shot_...`")),
+    params(ShotPath),
     security(("api_key" = [])),
     responses((status = 204, description = "Deleted, files and all"), ShotErrors)
 )]
@@ -216,7 +219,7 @@ pub async fn file(
 pub async fn remove(
     Auth(who): Auth,
     shots: web::Data<Shots>,
-    path: web::Path<(String, String)>,
+    path: IdPath<(BoxId, ShotId)>,
 ) -> Result<HttpResponse, ApiError> {
     let (id, shot) = path.into_inner();
     shots.delete(&who.account_id, &id, &shot).await?;
@@ -226,7 +229,7 @@ pub async fn remove(
 #[utoipa::path(
     tag = "shots",
     operation_id = "deleteShots",
-    params(("id" = String, Path, description = "`box_...`")),
+    params(BoxPath),
     security(("api_key" = [])),
     responses(
         (status = 200, description = "All of the box's screenshots and recordings deleted, those a review keeps \
@@ -238,7 +241,7 @@ pub async fn remove(
 pub async fn remove_all(
     Auth(who): Auth,
     shots: web::Data<Shots>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
 ) -> Result<web::Json<Deleted>, ApiError> {
     let deleted = shots.delete_all(&who.account_id, &id).await?;
     Ok(web::Json(Deleted { deleted }))

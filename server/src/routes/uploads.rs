@@ -56,12 +56,7 @@ async fn receive(
     };
     let (limited, payload) = body::Limited::wrap(payload, body::UPLOAD_LIMIT);
     let done = boxes
-        .sync(
-            &target.account_id,
-            target.box_id.as_str(),
-            &target.dest,
-            payload,
-        )
+        .sync(&target.account_id, &target.box_id, &target.dest, payload)
         .await
         .map_err(|e| limited.or(e.into()))?;
     tracing::info!(box_id = %target.box_id, files = done.files, bytes = done.bytes, "upload unpacked");

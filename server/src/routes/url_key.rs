@@ -5,15 +5,18 @@
 
 use crate::auth::Auth;
 use crate::error::ApiError;
+use crate::ids::IdPath;
+use crate::views::paths::BoxPath;
 use actix_web::{post, web};
 use psbx_actors::boxes::Boxes;
+use psbx_actors::ids::BoxId;
 
 use crate::views::boxes::BoxView;
 
 #[utoipa::path(
     tag = "boxes",
     operation_id = "rotateBoxUrlKey",
-    params(("id" = String, Path, description = "`box_...`")),
+    params(BoxPath),
     security(("api_key" = [])),
     responses(
         (status = 200, description = "The box with its new URLs (`url`, and each service's \
@@ -25,7 +28,7 @@ use crate::views::boxes::BoxView;
 pub async fn rotate(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
 ) -> Result<web::Json<BoxView>, ApiError> {
     Ok(web::Json(
         boxes.rotate_url_key(&who.account_id, &id).await?.into(),

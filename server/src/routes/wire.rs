@@ -7,16 +7,19 @@
 
 use crate::auth::Auth;
 use crate::error::ApiError;
+use crate::ids::IdPath;
 use crate::views::boxes::BoxView;
+use crate::views::paths::BoxPath;
 use crate::views::wire::WireBody;
 use actix_web::{post, web};
 use psbx_actors::boxes::Boxes;
 use psbx_actors::environments::Environments;
+use psbx_actors::ids::BoxId;
 
 #[utoipa::path(
     tag = "boxes",
     operation_id = "wireBox",
-    params(("id" = String, Path, description = "`box_...`")),
+    params(BoxPath),
     request_body = WireBody,
     security(("api_key" = [])),
     responses(
@@ -31,7 +34,7 @@ pub async fn wire(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
     envs: web::Data<Environments>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
     body: web::Json<WireBody>,
 ) -> Result<web::Json<BoxView>, ApiError> {
     let change = body.into_inner().change()?;

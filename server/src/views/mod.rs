@@ -6,11 +6,13 @@
 //! itself into the actors' types (`start_spec`, `WireBody::change`).
 //!
 //! `patterns` and `whole` hold what the bodies' fields are checked against:
-//! the OpenAPI document's text patterns, and its integers.
+//! the OpenAPI document's text patterns, and its integers; `paths` the ids in
+//! the routes' paths, as the document lists them.
 
 pub mod boxes;
 pub mod environments;
 pub mod exec;
+pub mod paths;
 pub mod patterns;
 pub mod reviews;
 pub mod shots;

@@ -6,9 +6,11 @@
 
 use super::layout::{self, PageError, escape};
 use super::session::{self, CsrfForm, SessionError, Signed};
+use crate::ids::IdPath;
 use actix_web::http::header::LOCATION;
 use actix_web::{HttpRequest, HttpResponse, web};
 use psbx_actors::boxes::{BoxReading, Boxes};
+use psbx_actors::ids::BoxId;
 
 /// How many boxes the list shows (newest first).
 const LISTED: u32 = 50;
@@ -84,7 +86,7 @@ pub async fn stop(
     req: HttpRequest,
     who: Signed,
     boxes: web::Data<Boxes>,
-    id: web::Path<String>,
+    id: IdPath<BoxId, PageError>,
     form: web::Form<CsrfForm>,
 ) -> Result<HttpResponse, SessionError> {
     session::check_post(&req, form.csrf.as_deref())?;

@@ -23,12 +23,14 @@
 use super::layout::{self, PageError, escape};
 use super::session::{self, SessionError, Signed};
 use crate::error::ApiError;
+use crate::ids::IdPath;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, LOCATION};
 use actix_web::{HttpRequest, HttpResponse, web};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use psbx_actors::boxes::Boxes;
+use psbx_actors::ids::{BoxId, ReviewId, ShotId};
 use psbx_actors::reviews::{Answerer, NewItem, Review, ReviewState, Reviews};
 use psbx_actors::shots::{Part, Shot, Shots, StoredKind};
 use psbx_wire::boxd::ShotRequest;
@@ -166,7 +168,7 @@ fn shot_figure(shot: &Shot, n: usize, can_draw: bool) -> String {
 
 /// What the page shows of the box: its state as stored (reading a page
 /// neither asks boxd nor counts as the box's activity).
-async fn box_state(boxes: &Boxes, who: &Signed, box_id: &str) -> Option<String> {
+async fn box_state(boxes: &Boxes, who: &Signed, box_id: &BoxId) -> Option<String> {
     boxes
         .record(&who.account.id, box_id)
         .await
@@ -179,14 +181,14 @@ pub async fn show(
     who: Signed,
     reviews: web::Data<Reviews>,
     boxes: web::Data<Boxes>,
-    id: web::Path<String>,
+    id: IdPath<ReviewId, PageError>,
 ) -> Result<HttpResponse, PageError> {
     let review = reviews
         .get(&who.account.id, &id)
         .await
         .map_err(ApiError::from)?;
     let waiting = review.state == ReviewState::Waiting;
-    let box_state = box_state(&boxes, &who, review.box_id.as_str()).await;
+    let box_state = box_state(&boxes, &who, &review.box_id).await;
     let box_live = box_state
         .as_deref()
         .is_some_and(|s| !matches!(s, "stopped" | "failed"));
@@ -376,7 +378,7 @@ pub async fn take_shot(
     who: Signed,
     reviews: web::Data<Reviews>,
     shots: web::Data<Shots>,
-    id: web::Path<String>,
+    id: IdPath<ReviewId, PageError>,
     form: web::Form<ShotForm>,
 ) -> Result<HttpResponse, SessionError> {
     let form = form.into_inner();
@@ -402,7 +404,7 @@ pub async fn take_shot(
         ..ShotRequest::default()
     };
     let shot = shots
-        .take(&who.account.id, review.box_id.as_str(), request)
+        .take(&who.account.id, &review.box_id, request)
         .await
         .map_err(|e| PageError::Api(e.into()))?;
     tracing::info!(account = %who.account.id, review = %review.id, shot = %shot.id,
@@ -445,7 +447,7 @@ pub async fn answer(
     req: HttpRequest,
     who: Signed,
     reviews: web::Data<Reviews>,
-    id: web::Path<String>,
+    id: IdPath<ReviewId>,
     body: web::Json<AnswerBody>,
 ) -> Result<HttpResponse, actix_web::Error> {
     session::check_post(&req, None)?;
@@ -510,7 +512,7 @@ fn served_as(mime: &str) -> Option<&'static str> {
 pub async fn shot_file(
     who: Signed,
     shots: web::Data<Shots>,
-    id: web::Path<String>,
+    id: IdPath<ShotId, PageError>,
     query: web::Query<PartQuery>,
 ) -> Result<HttpResponse, PageError> {
     let part = match query.part.as_deref() {

@@ -23,12 +23,14 @@ mod terminal;
 
 use crate::auth::Auth;
 use crate::error::ApiError;
+use crate::ids::IdPath;
 use crate::server_info::ServerInfo;
+use crate::views::paths::BoxPath;
 use crate::views::takeover::{TakeoverView, TerminalList};
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, delete, get, post, web};
 use psbx_actors::boxes::{Boxes, TakeoverError};
-use psbx_actors::ids::TerminalId;
+use psbx_actors::ids::{BoxId, TerminalId};
 use psbx_actors::store::LinkState;
 
 pub use terminal::terminal;
@@ -44,7 +46,7 @@ const ASK_AGAIN: &str = "ask the agent for a new takeover link (each link opens 
 #[utoipa::path(
     tag = "boxes",
     operation_id = "takeoverBox",
-    params(("id" = String, Path, description = "`box_...`")),
+    params(BoxPath),
     security(("api_key" = [])),
     responses(
         (status = 201, description = "A one-time link to a web terminal in the box, valid until `expiresAt` \
@@ -58,7 +60,7 @@ pub async fn create(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
     info: web::Data<ServerInfo>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
 ) -> Result<HttpResponse, ApiError> {
     let link = boxes.takeover_link(&who.account_id, &id).await?;
     Ok(HttpResponse::Created().json(TakeoverView::new(link, &info)))
@@ -67,7 +69,7 @@ pub async fn create(
 #[utoipa::path(
     tag = "boxes",
     operation_id = "listTerminals",
-    params(("id" = String, Path, description = "`box_...`")),
+    params(BoxPath),
     security(("api_key" = [])),
     responses(
         (status = 200, description = "The takeover terminals open in the box", body = TerminalList),
@@ -78,7 +80,7 @@ pub async fn create(
 pub async fn list_terminals(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
 ) -> Result<HttpResponse, ApiError> {
     let open = boxes.terminals(&who.account_id, &id).await?;
     Ok(HttpResponse::Ok().json(TerminalList::of(open)))
@@ -87,7 +89,7 @@ pub async fn list_terminals(
 #[utoipa::path(
     tag = "boxes",
     operation_id = "closeTerminals",
-    params(("id" = String, Path, description = "`box_...`")),
+    params(BoxPath),
     security(("api_key" = [])),
     responses(
         (status = 200, description = "The terminals closed (none when none was open): their pages \
@@ -99,7 +101,7 @@ pub async fn list_terminals(
 pub async fn close_terminals(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
-    id: web::Path<String>,
+    id: IdPath<BoxId>,
 ) -> Result<HttpResponse, ApiError> {
     let closed = boxes.close_terminals(&who.account_id, &id, None).await?;
     Ok(HttpResponse::Ok().json(TerminalList::of(closed)))
@@ -109,7 +111,7 @@ pub async fn close_terminals(
     tag = "boxes",
     operation_id = "closeTerminal",
     params(
-        ("id" = String, Path, description = "`box_...`"),
+        BoxPath,
         ("terminal" = String, Path, pattern = "^term_[A-Za-z0-9]{1,64}$", description = "`term_...`, as `GET /v1/boxes/{id}/terminals` lists it"),
     ),
     security(("api_key" = [])),
@@ -123,13 +125,9 @@ pub async fn close_terminals(
 pub async fn close_terminal(
     Auth(who): Auth,
     boxes: web::Data<Boxes>,
-    path: web::Path<(String, String)>,
+    path: IdPath<(BoxId, TerminalId)>,
 ) -> Result<HttpResponse, ApiError> {
     let (id, terminal) = path.into_inner();
-    let terminal = TerminalId::parse(&terminal).map_err(|e| {
-        ApiError::bad_request("invalid_terminal_id", e.to_string())
-            .hint("use an id from GET /v1/boxes/{id}/terminals")
-    })?;
     let closed = boxes
         .close_terminals(&who.account_id, &id, Some(&terminal))
         .await?;
