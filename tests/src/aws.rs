@@ -16,11 +16,7 @@ pub struct Moto {
 impl Moto {
     pub fn start() -> Self {
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("aws/moto_sts.py");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("a free port")
-            .local_addr()
-            .expect("its address")
-            .port();
+        let port = crate::free_port();
         let child = Command::new(crate::python::python())
             .arg(&script)
             .args(["127.0.0.1", &port.to_string()])

@@ -39,3 +39,13 @@ pub mod witness;
 
 pub use database::TestDatabase;
 pub use process::{ServerProcess, binary};
+
+/// A free TCP port on the host's loopback (free when asked: a test binds it
+/// soon after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("its address")
+        .port()
+}

@@ -70,14 +70,7 @@ fn table_present(table: &str) -> bool {
         .success()
 }
 
-/// A free TCP port on the host's loopback.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use psbx_tests::free_port;
 
 /// The packets the table's deny-list rule (`ip daddr @denied counter drop`) dropped.
 fn denied_packets(table: &str) -> u64 {

@@ -15,13 +15,7 @@ use psbx_tests::vm::BoxServer;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use psbx_tests::free_port;
 
 #[test]
 fn an_api_only_node_answers_for_a_box_on_another_node_and_says_when_its_host_is_gone() {
