@@ -76,6 +76,22 @@ impl Store {
         Ok((token, expires_at))
     }
 
+    /// The box a live, unspent token uploads into, without spending it
+    /// (which node answers the upload: `cluster::forward`).
+    pub fn upload_box(&self, presented: &str) -> Result<Option<BoxId>, StoreError> {
+        if !presented.starts_with(UploadToken::PREFIX) {
+            return Ok(None);
+        }
+        let hash = digest(presented);
+        Ok(uploads::table
+            .filter(uploads::token_sha256.eq(&hash[..]))
+            .filter(uploads::used_at.is_null())
+            .filter(uploads::expires_at.gt(diesel::dsl::now))
+            .select(uploads::box_id)
+            .first(&mut self.conn()?)
+            .optional()?)
+    }
+
     /// Spends a presented token: the first claim of a live token gets its
     /// target; every later one, or one after expiry, is refused.
     pub fn claim_upload(&self, presented: &str) -> Result<UploadClaim, StoreError> {

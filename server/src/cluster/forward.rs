@@ -9,8 +9,15 @@
 //!   shots, processes, terminals, reviews of a box, ...);
 //! * a box URL's host;
 //! * a takeover page or terminal (`/takeover/{token}`), by its link;
+//! * a one-time upload URL (`/v1/uploads/{token}`), by its token (not spent);
 //! * an MCP `tools/call` whose `arguments.id` names a box (the body is read
 //!   first: MCP bodies are small, and capped as every JSON body is).
+//!
+//! A start (`POST /v1/boxes`, MCP `sandbox_start`) is placed first
+//! (`Store::place_box`: a host with a pooled box of its size, else the most
+//! free memory) and handed to the chosen host's node, which starts it as a
+//! start of its own; its ledger admits the box last. With no host that has
+//! room, or this node's own chosen, it starts here as on one node.
 //!
 //! Everything else, and a box that is over, unknown, on this node's host or
 //! on a host no node holds, is answered here (from the row, or with 503
@@ -80,31 +87,32 @@ pub async fn route<B: MessageBody + 'static>(
         Ok(named) => named,
         Err(e) => return Ok(req.into_response(e.error_response()).map_into_right_body()),
     };
-    let Some(id) = named else {
-        return next
-            .call(req)
+    let here = |req: ServiceRequest| async {
+        next.call(req)
             .await
-            .map(ServiceResponse::map_into_left_body);
+            .map(ServiceResponse::map_into_left_body)
     };
-    let (host, node, at) = match boxes.answered_by(&id).await {
-        Ok(Answerer::Node { host, node, at }) => (host, node, at),
-        Ok(Answerer::Here) | Err(_) => {
-            return next
-                .call(req)
-                .await
-                .map(ServiceResponse::map_into_left_body);
-        }
+    let (what, host, node, at) = match named {
+        Named::Nothing => return here(req).await,
+        Named::Box(id) => match boxes.answered_by(&id).await {
+            Ok(Answerer::Node { host, node, at }) => (format!("box {id}"), host, node, at),
+            Ok(Answerer::Here) | Err(_) => return here(req).await,
+        },
+        Named::Start(size) => match place(&req, &boxes, peers.me(), size).await {
+            Some((host, node, at)) => ("a new box".to_owned(), host, node, at),
+            None => return here(req).await,
+        },
     };
     let stream = match peers.open(&node, &at, HTTP).await {
         Ok(stream) => stream,
         Err(e) => {
-            tracing::warn!(error = %e, box_id = %id, %host, "could not reach the node holding a box");
+            tracing::warn!(error = %e, %what, %host, "could not reach the node holding a box's host");
             let refused = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "host_unavailable",
                 format!(
-                    "the box's host {host} is unavailable: its node does not answer ({e}); the \
-                     box is kept as it was and answers again once its node is back"
+                    "the host {host} of {what} is unavailable: its node does not answer ({e}); \
+                     a box there is kept as it was and answers again once its node is back"
                 ),
             )
             .hint("retry in a moment; `psbx hosts list` shows the operator each host's node");
@@ -131,12 +139,76 @@ pub async fn route<B: MessageBody + 'static>(
     Ok(ServiceResponse::new(http, response).map_into_right_body())
 }
 
-/// The box a request names, if it names one (see the module doc).
-async fn named_box(req: &mut ServiceRequest, boxes: &Boxes) -> Result<Option<BoxId>, ApiError> {
-    let path = req.path();
+/// Chooses the host of a new box (`Store::place_box`): `None` when it is
+/// this node's own, when no host has room (this node answers as one host
+/// would: `host_full`, or `boxes_unavailable`), or when the store fails.
+async fn place(
+    req: &ServiceRequest,
+    boxes: &Boxes,
+    me: &psbx_actors::ids::ServerId,
+    size: u32,
+) -> Option<(String, psbx_actors::ids::ServerId, String)> {
+    let store = req.app_data::<web::Data<Store>>()?.get_ref().clone();
+    let unit = boxes.settings().resources(size);
+    let placed =
+        crate::error::blocking(move || store.place_box(size, unit.vcpus, unit.memory_mib, &[]))
+            .await;
+    match placed {
+        Ok(Some(placed)) if &placed.server_id != me => {
+            Some((placed.host, placed.server_id, placed.advertise?))
+        }
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!(error = ?e, "could not place a box; starting it here");
+            None
+        }
+    }
+}
+
+/// What a request names.
+enum Named {
+    Nothing,
+    Box(BoxId),
+    /// A start, of this size.
+    Start(u32),
+}
+
+/// The size a start's JSON body asks for (1 when it names none; an
+/// unreadable body is the route's to refuse).
+fn size_of(body: &serde_json::Value) -> u32 {
+    body["size"]
+        .as_u64()
+        .and_then(|s| u32::try_from(s).ok())
+        .filter(|s| [1, 2, 4, 8].contains(s))
+        .unwrap_or(1)
+}
+
+/// Reads a small JSON body (put back for the route), if it is one.
+async fn json_body(req: &mut ServiceRequest) -> Result<Option<serde_json::Value>, ApiError> {
+    let body = req
+        .extract::<Bytes>()
+        .await
+        .map_err(|e| ApiError::bad_request("invalid_body", e.to_string()))?;
+    let value = (body.len() <= MCP_BODY_LIMIT)
+        .then(|| serde_json::from_slice::<serde_json::Value>(&body).ok())
+        .flatten();
+    req.set_payload(actix_web::dev::Payload::from(body));
+    Ok(value)
+}
+
+/// The box a request names, or the start it asks for (see the module doc).
+async fn named_box(req: &mut ServiceRequest, boxes: &Boxes) -> Result<Named, ApiError> {
+    let path = req.path().to_owned();
+    let method = req.method().clone();
+    if path == "/v1/boxes" && method == actix_web::http::Method::POST {
+        return Ok(match json_body(req).await? {
+            Some(body) => Named::Start(size_of(&body)),
+            None => Named::Nothing,
+        });
+    }
     if let Some(rest) = path.strip_prefix("/v1/boxes/") {
         let id = rest.split('/').next().unwrap_or_default();
-        return Ok(BoxId::parse(id).ok());
+        return Ok(BoxId::parse(id).map_or(Named::Nothing, Named::Box));
     }
     if let Some(host) = req
         .headers()
@@ -145,36 +217,60 @@ async fn named_box(req: &mut ServiceRequest, boxes: &Boxes) -> Result<Option<Box
         && let Some(urls) = boxes.urls()
         && let Some(address) = urls.parse(host)
     {
-        return Ok(Some(address.id));
+        return Ok(Named::Box(address.id));
     }
     if let Some(rest) = path.strip_prefix("/takeover/") {
         let token = rest.split('/').next().unwrap_or_default().to_owned();
         let Some(store) = req.app_data::<web::Data<Store>>().cloned() else {
-            return Ok(None);
+            return Ok(Named::Nothing);
         };
         let state = crate::error::blocking(move || store.look_takeover_link(&token)).await?;
         return Ok(match state {
-            LinkState::Valid { box_id, .. } => Some(box_id),
-            _ => None,
+            LinkState::Valid { box_id, .. } => Named::Box(box_id),
+            _ => Named::Nothing,
         });
     }
-    if path == "/mcp" && req.method() == actix_web::http::Method::POST {
-        let body = req
-            .extract::<Bytes>()
-            .await
-            .map_err(|e| ApiError::bad_request("invalid_body", e.to_string()))?;
-        if body.len() > MCP_BODY_LIMIT {
-            return Ok(None);
-        }
-        let named = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .filter(|v| v["method"] == "tools/call")
-            .and_then(|v| v["params"]["arguments"]["id"].as_str().map(str::to_owned))
-            .and_then(|id| BoxId::parse(&id).ok());
-        req.set_payload(actix_web::dev::Payload::from(body));
-        return Ok(named);
+    if let Some(token) = path.strip_prefix("/v1/uploads/") {
+        let (Some(store), Ok(token)) = (
+            req.app_data::<web::Data<Store>>().cloned(),
+            urlencoding_free(token),
+        ) else {
+            return Ok(Named::Nothing);
+        };
+        let named = crate::error::blocking(move || store.upload_box(&token)).await?;
+        return Ok(named.map_or(Named::Nothing, Named::Box));
     }
-    Ok(None)
+    if path == "/mcp" && method == actix_web::http::Method::POST {
+        let Some(call) = json_body(req)
+            .await?
+            .filter(|v| v["method"] == "tools/call")
+        else {
+            return Ok(Named::Nothing);
+        };
+        let arguments = &call["params"]["arguments"];
+        if call["params"]["name"] == "sandbox_start" {
+            return Ok(Named::Start(size_of(arguments)));
+        }
+        return Ok(arguments["id"]
+            .as_str()
+            .and_then(|id| BoxId::parse(id).ok())
+            .map_or(Named::Nothing, Named::Box));
+    }
+    Ok(Named::Nothing)
+}
+
+/// An upload token as its path carries it (tokens are URL-safe: nothing to
+/// decode; anything else is no token).
+fn urlencoding_free(token: &str) -> Result<String, ()> {
+    if !token.is_empty()
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        Ok(token.to_owned())
+    } else {
+        Err(())
+    }
 }
 
 /// A hop to another node: nothing held, generous time limits (the node
