@@ -4,7 +4,7 @@
 //! that touches diesel. The crate README maps the modules.
 //!
 //! The modules sit on floors, and none imports one above it (the README says
-//! what is left around `environments/`): `ids` and `hypervisor`;
+//! what is left around `environments/`): `ids`, `hypervisor` and `storage`;
 //! `box_state`, `boxd_link` and `spec` (what the store and the actors both
 //! need); `store`; `machine` (each box's lifecycle steps, below both
 //! actors); `box_actor`; and `host`, `boxes`, `shots`, `reviews` on top. The
@@ -39,5 +39,6 @@ pub mod secrets;
 pub mod settings;
 pub mod shots;
 pub mod spec;
+pub mod storage;
 pub mod store;
 pub mod wiring;

@@ -24,7 +24,8 @@ use psbx_actors::environments::Environments;
 use psbx_actors::ids::ServerId;
 use psbx_actors::reviews::Reviews;
 use psbx_actors::secrets::Secrets;
-use psbx_actors::shots::{Shots, storage::DirStorage};
+use psbx_actors::shots::Shots;
+use psbx_actors::storage::{DirStorage, S3Storage, Storage};
 use psbx_actors::store::Store;
 use std::sync::Arc;
 use tracing_actix_web::TracingLogger;
@@ -135,6 +136,9 @@ impl AppState {
             host,
             peers,
         } = parts;
+        // First: a bucket that does not work stops the server before it
+        // starts the host or takes a request.
+        let storage = storage(config).await?;
         // The host's box role signs with it too.
         let issuer = issuer_for(config, &store, &secrets, &url)?;
         let services = crate::host::services(config, &store, &secrets, &hub, &issuer)?;
@@ -164,12 +168,8 @@ impl AppState {
             connector_image: config.connector_image.clone(),
             aws_box_role_template_url: config.aws_box_role_template_url.clone(),
         };
-        let shots = Shots::new(
-            store.clone(),
-            boxes.clone(),
-            Arc::new(DirStorage::new(config.shots_dir())),
-        )
-        .with_review_retention(config.reviews.retention()?);
+        let shots = Shots::new(store.clone(), boxes.clone(), storage)
+            .with_review_retention(config.reviews.retention()?);
         let reviews = Reviews::new(store.clone(), boxes.clone(), shots.clone());
         let (hosts, origins) = mcp_hosts(&url);
         Ok(Self {
@@ -202,6 +202,21 @@ impl AppState {
             info,
         })
     }
+}
+
+/// Where files go: the bucket of `storage.s3`, checked (a test object
+/// written, read and deleted), or the directory `shots_dir`.
+async fn storage(config: &Config) -> anyhow::Result<Arc<dyn Storage>> {
+    let Some(settings) = config.storage.s3_settings()? else {
+        return Ok(Arc::new(DirStorage::new(config.shots_dir())));
+    };
+    let place = settings.describe();
+    let s3 = S3Storage::connect(settings, config.spool_dir()).await?;
+    s3.check()
+        .await
+        .map_err(|e| anyhow::anyhow!("storage.s3 does not work: {e}"))?;
+    tracing::info!(storage = %place, "files are kept in object storage");
+    Ok(Arc::new(s3))
 }
 
 /// The Host names and Origins `/mcp` accepts: the public URL's host, and the

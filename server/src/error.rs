@@ -513,7 +513,7 @@ fn shot_failed(code: u16, reason: String) -> ApiError {
 impl From<psbx_actors::shots::ShotError> for ApiError {
     fn from(e: psbx_actors::shots::ShotError) -> Self {
         use psbx_actors::shots::ShotError as E;
-        use psbx_actors::shots::storage::StorageError;
+        use psbx_actors::storage::StorageError;
         match e {
             E::NotFound(_) => Self::not_found("shot_not_found", e.to_string())
                 .hint("`GET /v1/boxes/{id}/shots` lists a box's shots"),

@@ -295,7 +295,7 @@ async fn a_stopped_box_s_shots_are_deleted_but_those_a_review_keeps() {
     .await;
     assert_eq!(res.status(), StatusCode::NO_CONTENT);
     let files = |shot: &str| {
-        walk(dir.path())
+        common::files_under(dir.path())
             .into_iter()
             .filter(|p| p.to_string_lossy().contains(shot))
             .count()
@@ -336,19 +336,6 @@ async fn a_stopped_box_s_shots_are_deleted_but_those_a_review_keeps() {
     let deleted: Value = test::read_body_json(res).await;
     assert_eq!(deleted["deleted"], 1);
     assert_eq!(files(kept.as_str()), 0);
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
 
 #[actix_web::test]
@@ -483,7 +470,7 @@ async fn an_answered_review_s_files_go_after_the_review_retention() {
         rounds.push((id, review.id, shot, image));
     }
     let files = |shot: &str| {
-        walk(dir.path())
+        common::files_under(dir.path())
             .into_iter()
             .filter(|p| p.to_string_lossy().contains(shot))
             .count()
@@ -550,7 +537,10 @@ async fn an_answer_whose_images_pass_max_shot_bytes_is_429_and_stores_nothing() 
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     let body = test::read_body(res).await;
     assert_eq!(code(&body), "quota_exceeded");
-    assert_eq!(walk(dir.path()), Vec::<std::path::PathBuf>::new());
+    assert_eq!(
+        common::files_under(dir.path()),
+        Vec::<std::path::PathBuf>::new()
+    );
     // Still waiting: the person can answer without the image.
     let res = test::call_service(
         &app,

@@ -17,7 +17,7 @@ use psbx_server::config::{Config, QuotasConfig};
 use psbx_tests::TestDatabase;
 use serde_json::{Value, json};
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -122,7 +122,7 @@ impl Served {
 
     /// The files under the shot storage, its spool's included.
     fn files(&self) -> Vec<PathBuf> {
-        walk(&self.shots_dir)
+        common::files_under(&self.shots_dir)
     }
 }
 
@@ -138,19 +138,6 @@ impl Drop for Served {
             let _ = thread.join();
         }
     }
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
 
 fn code(answer: &Value) -> &str {

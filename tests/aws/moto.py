@@ -36,6 +36,13 @@
       {"accessKeyId", "secretAccessKey", "sessionToken", "account"}
   moto.py auth ENDPOINT on|off
       moto's IAM checks (trust policies enforced) on or off: {"auth"}
+  moto.py bucket ENDPOINT NAME
+      makes the S3 bucket NAME (in us-east-1): {"bucket"}
+  moto.py objects ENDPOINT NAME
+      the bucket's objects, and the multipart uploads begun and neither
+      completed nor aborted, read with boto3 (not with the SDK psbx uses):
+      {"objects": {key: size}, "etags": {key: etag}, "uploads": [key]}
+      (a multipart object's ETag ends in -<parts>)
 """
 
 import json
@@ -259,6 +266,22 @@ def customer_keys(endpoint):
     }
 
 
+def bucket(endpoint, name):
+    client("s3", endpoint).create_bucket(Bucket=name)
+    return {"bucket": name}
+
+
+def objects(endpoint, name):
+    s3 = client("s3", endpoint)
+    found, etags = {}, {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+        for o in page.get("Contents", []):
+            found[o["Key"]] = o["Size"]
+            etags[o["Key"]] = o["ETag"].strip('"')
+    uploads = s3.list_multipart_uploads(Bucket=name).get("Uploads", [])
+    return {"objects": found, "etags": etags, "uploads": [u["Key"] for u in uploads]}
+
+
 if __name__ == "__main__":
     what, endpoint = sys.argv[1], sys.argv[2]
     if what == "user":
@@ -278,5 +301,9 @@ if __name__ == "__main__":
     elif what == "auth":
         auth(endpoint, sys.argv[3] == "on")
         print(json.dumps({"auth": sys.argv[3]}))
+    elif what == "bucket":
+        print(json.dumps(bucket(endpoint, sys.argv[3])))
+    elif what == "objects":
+        print(json.dumps(objects(endpoint, sys.argv[3])))
     else:
         sys.exit(f"unknown step {what!r}")

@@ -17,6 +17,28 @@ pub fn python() -> PathBuf {
     venv
 }
 
+/// Fails the test, naming them, unless the venv's Python imports each of
+/// `modules` (a missing prerequisite is a failure that says what to do,
+/// never a skip).
+pub fn require_modules(modules: &[&str]) {
+    let missing: Vec<&str> = modules
+        .iter()
+        .copied()
+        .filter(|m| {
+            !Command::new(python())
+                .args(["-c", &format!("import {m}")])
+                .output()
+                .is_ok_and(|out| out.status.success())
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the venv's Python ({}) lacks {}: run scripts/setup (it installs the test's Python packages)",
+        python().display(),
+        missing.join(", ")
+    );
+}
+
 /// Runs `tests/mcp/<script>` with `args` and parses what it printed; a failing
 /// script fails the test with its stderr.
 pub fn run_json(script: &str, args: &[&str]) -> Value {

@@ -3,8 +3,9 @@
 //!
 //! [`Shots::take`] asks the box (boxd's `shot` service, through
 //! [`Boxes::shot`]) for the file, makes its preview ([`preview`]: at most
-//! 1280 px on the long side), puts the files in the [`storage`] and records
-//! the shot with its sizes (metering). A box URL of the box itself is taken
+//! 1280 px on the long side), puts the files in the storage
+//! ([`crate::storage`]: a directory, or S3-compatible object storage) and
+//! records the shot with its sizes (metering). A box URL of the box itself is taken
 //! as the port in the box it leads to (`http://127.0.0.1:<port>/path`): the
 //! box's browser cannot reach psbx's listener.
 //!
@@ -23,20 +24,19 @@
 
 pub mod ingest;
 pub mod preview;
-pub mod storage;
 
 use crate::blocking::{TaskFailed, blocking};
 use crate::box_urls::port_in_box;
 use crate::boxes::Boxes;
 use crate::error::BoxError;
 use crate::ids::{AccountId, BoxId, ReviewId, ShotId};
+use crate::storage::{FileReader, Storage, StorageError};
 use crate::store::{ShotRow, Store, StoreError, read_enum};
 use chrono::{DateTime, Utc};
 use psbx_wire::boxd::{ShotKind, ShotRequest};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use storage::{ShotStorage, StorageError};
 
 /// Shots one account may be taking at once on a server.
 pub const SHOTS_PER_ACCOUNT: usize = 4;
@@ -211,7 +211,7 @@ pub struct NewFiles {
 pub struct Shots {
     store: Store,
     boxes: Arc<Boxes>,
-    storage: Arc<dyn ShotStorage>,
+    storage: Arc<dyn Storage>,
     in_flight: Arc<InFlight>,
     review_retention: Duration,
 }
@@ -274,7 +274,7 @@ fn key(row: &ShotRow, part: Part) -> String {
 }
 
 impl Shots {
-    pub fn new(store: Store, boxes: Arc<Boxes>, storage: Arc<dyn ShotStorage>) -> Self {
+    pub fn new(store: Store, boxes: Arc<Boxes>, storage: Arc<dyn Storage>) -> Self {
         Self {
             store,
             boxes,
@@ -580,7 +580,7 @@ impl Shots {
         account: &AccountId,
         id: &ShotId,
         part: Part,
-    ) -> Result<(Shot, String, u64, storage::FileReader), ShotError> {
+    ) -> Result<(Shot, String, u64, FileReader), ShotError> {
         let row = self.row(account, id).await?;
         let (part, mime) = Self::served_part(&row, id, part)?;
         let (len, reader) = self.storage.open(&key(&row, part)).await?;

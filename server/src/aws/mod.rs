@@ -1,6 +1,7 @@
 //! The AWS calls psbx makes for an account (environments.txt, "Import
-//! service settings from AWS"): the only module that uses the AWS SDK, so its
-//! crates are built once and nothing else depends on them.
+//! service settings from AWS"): the server's only module that uses the AWS
+//! SDK, so its STS, ECS, SSM and Secrets Manager crates are used nowhere
+//! else (the S3 storage of files is `psbx_actors::storage`'s).
 //!
 //! psbx signs in to an account's AWS by assuming the read-only role the
 //! account created, with the account's ExternalId: a value derived from the

@@ -70,7 +70,8 @@ pub enum ConfigCommand {
     /// Print the effective configuration (every source applied), secrets redacted.
     Show,
     /// Print where this configuration keeps things, as `name=path` lines
-    /// (data_dir, shared_dir, images_dir, boxes_dir, shots_dir).
+    /// (data_dir, shared_dir, images_dir, boxes_dir, and shots_dir, or with
+    /// storage.s3 the bucket and spool_dir).
     Paths,
 }
 
@@ -114,7 +115,13 @@ pub fn main() -> anyhow::Result<()> {
             println!("shared_dir={}", config.shared_dir().display());
             println!("images_dir={}", boxes.images_dir.display());
             println!("boxes_dir={}", boxes.boxes_dir.display());
-            println!("shots_dir={}", config.shots_dir().display());
+            match config.storage.s3_settings()? {
+                None => println!("shots_dir={}", config.shots_dir().display()),
+                Some(s3) => {
+                    println!("storage={}", s3.describe());
+                    println!("spool_dir={}", config.spool_dir().display());
+                }
+            }
             Ok(())
         }
         Command::Keys(command) => {

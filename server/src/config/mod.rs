@@ -15,7 +15,7 @@ pub use boxes::{BoxesConfig, EgressConfig};
 pub use cluster::ClusterConfig;
 pub use sections::{
     AwsConfig, BoxUrlsConfig, ConnectorsConfig, MetricsConfig, OAuthConfig, OidcConfig,
-    QuotasConfig, ReviewsConfig, TakeoverConfig,
+    QuotasConfig, ReviewsConfig, S3Config, StorageConfig, TakeoverConfig,
 };
 
 use figment::Figment;
@@ -60,7 +60,7 @@ pub struct Config {
     /// directory is closed to other users (a clone under `/root`).
     pub shared_dir: Option<PathBuf>,
     /// Where screenshots, recordings and reviewers' images are kept (the
-    /// directory shot storage); default `<data_dir>/shots`.
+    /// directory storage); default `<data_dir>/shots`. Not with `storage.s3`.
     pub shots_dir: Option<PathBuf>,
     /// An external PostgreSQL database; when unset, psbx runs its own cluster under
     /// `data_dir/pg`. Also read from `DATABASE_URL`. Redacted in `config show`.
@@ -92,6 +92,7 @@ pub struct Config {
     pub reviews: ReviewsConfig,
     pub box_urls: BoxUrlsConfig,
     pub cluster: ClusterConfig,
+    pub storage: StorageConfig,
 }
 
 impl Config {
@@ -111,11 +112,17 @@ impl Config {
         }
     }
 
-    /// Where the shot storage keeps its files.
+    /// Where the directory storage keeps its files.
     pub fn shots_dir(&self) -> PathBuf {
         self.shots_dir
             .clone()
             .unwrap_or_else(|| self.data_dir.join("shots"))
+    }
+
+    /// Where files on their way into object storage wait, on this machine
+    /// (with `storage.s3`; the directory storage's spool is under its root).
+    pub fn spool_dir(&self) -> PathBuf {
+        self.data_dir.join("spool")
     }
 }
 
@@ -195,6 +202,7 @@ impl Default for Config {
             reviews: ReviewsConfig::default(),
             box_urls: BoxUrlsConfig::default(),
             cluster: ClusterConfig::default(),
+            storage: StorageConfig::default(),
         }
     }
 }
@@ -304,6 +312,13 @@ impl Config {
         self.takeover.link_ttl()?;
         self.box_urls.limits()?;
         self.reviews.retention()?;
+        if self.storage.s3_settings()?.is_some() && self.shots_dir.is_some() {
+            return Err(ConfigError::Invalid(
+                "shots_dir and storage.s3 exclude each other: with storage.s3 files go to the \
+                 bucket; remove shots_dir"
+                    .to_owned(),
+            ));
+        }
         crate::client_addr::TrustedProxies::parse(&self.trusted_proxies)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if self.database_pool_size == 0 {
@@ -582,6 +597,69 @@ mod tests {
             jail.create_file("psbx.toml", "trusted_proxies = [\"lb.internal\"]\n")?;
             let err = Config::load(None, &Overrides::default()).unwrap_err();
             assert!(err.to_string().contains("trusted_proxies"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn storage_s3_is_read_and_checked() {
+        figment::Jail::expect_with(|jail| {
+            let c = Config::load(None, &Overrides::default()).unwrap();
+            assert_eq!(c.storage.s3_settings().unwrap(), None);
+            jail.create_file(
+                "psbx.toml",
+                "[storage.s3]\nbucket = \"psbx-files\"\nregion = \"eu-west-1\"\n\
+                 endpoint_url = \"http://10.1.2.3:9000\"\nprefix = \"/psbx/prod/\"\n",
+            )?;
+            let c = Config::load(None, &Overrides::default()).unwrap();
+            let s3 = c.storage.s3_settings().unwrap().unwrap();
+            assert_eq!(
+                (s3.bucket.as_str(), s3.region.as_str(), s3.prefix.as_deref()),
+                ("psbx-files", "eu-west-1", Some("psbx/prod"))
+            );
+            assert_eq!(s3.endpoint_url.as_deref(), Some("http://10.1.2.3:9000"));
+            assert!(c.redacted_toml().unwrap().contains("[storage.s3]"));
+            for (toml, said) in [
+                (
+                    "bucket = \"Psbx_Files\"\nregion = \"us-east-1\"",
+                    "storage.s3.bucket",
+                ),
+                (
+                    "bucket = \"psbx\"\nregion = \"EU west\"",
+                    "storage.s3.region",
+                ),
+                ("bucket = \"psbx\"", "region"),
+                (
+                    "bucket = \"psbx\"\nregion = \"us-east-1\"\nendpoint_url = \"minio:9000\"",
+                    "storage.s3.endpoint_url",
+                ),
+                (
+                    "bucket = \"psbx\"\nregion = \"us-east-1\"\nprefix = \"a/../b\"",
+                    "storage.s3.prefix",
+                ),
+                // Credentials are never read from the file.
+                (
+                    "bucket = \"psbx\"\nregion = \"us-east-1\"\naccess_key_id = \"AKIA\"",
+                    "access_key_id",
+                ),
+            ] {
+                jail.create_file("psbx.toml", &format!("[storage.s3]\n{toml}\n"))?;
+                let err = Config::load(None, &Overrides::default()).unwrap_err();
+                assert!(err.to_string().contains(said), "{toml}: {err}");
+            }
+            jail.create_file(
+                "psbx.toml",
+                "shots_dir = \"/srv/shots\"\n[storage.s3]\nbucket = \"psbx\"\nregion = \"us-east-1\"\n",
+            )?;
+            let err = Config::load(None, &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains("exclude each other"), "{err}");
+            // From the environment too; the endpoint and prefix are optional.
+            jail.create_file("psbx.toml", "")?;
+            jail.set_env("PSBX_STORAGE__S3__BUCKET", "other-bucket");
+            jail.set_env("PSBX_STORAGE__S3__REGION", "us-east-1");
+            let c = Config::load(None, &Overrides::default()).unwrap();
+            let s3 = c.storage.s3_settings().unwrap().unwrap();
+            assert_eq!((s3.bucket.as_str(), s3.prefix), ("other-bucket", None));
             Ok(())
         });
     }

@@ -1,6 +1,6 @@
 //! The configuration's small sections, each the typed settings of one part of the
 //! server (box URLs, reviews, takeover, metrics, connectors, quotas, OAuth, AWS,
-//! OIDC) with its defaults and the checks that turn it into that part's values,
+//! OIDC, file storage) with its defaults and the checks that turn it into that part's values,
 //! and the duration bounds every section checks with ([`bounded`], [`between`]).
 
 use super::ConfigError;
@@ -100,6 +100,94 @@ impl ReviewsConfig {
             (3600, "1h"),
             (3650 * 86_400, "3650d"),
         )
+    }
+}
+
+/// Where psbx keeps files (`psbx_actors::storage`: shots, recordings, their
+/// previews and posters, reviewers' images): a directory on this machine
+/// (`shots_dir`), or with `s3` a bucket every node of an installation reads.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    pub s3: Option<S3Config>,
+}
+
+/// A bucket of S3-compatible object storage. Its credentials come from the
+/// AWS SDK's default chain (`AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`,
+/// `AWS_PROFILE`, the instance's role), never from this file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    /// The bucket's name (it must exist: psbx checks it at start).
+    pub bucket: String,
+    /// Its region, such as `eu-west-1` (what an S3-compatible server expects
+    /// otherwise, often `us-east-1`).
+    pub region: String,
+    /// An S3-compatible server (MinIO, Ceph, ...): every call goes there,
+    /// with path-style addressing. Unset: AWS's S3.
+    pub endpoint_url: Option<String>,
+    /// A folder of the bucket psbx's objects go under, such as `psbx/prod`.
+    pub prefix: Option<String>,
+}
+
+impl StorageConfig {
+    /// The bucket's settings, checked; `None` without `s3`.
+    pub fn s3_settings(&self) -> Result<Option<psbx_actors::storage::S3Settings>, ConfigError> {
+        let Some(s3) = &self.s3 else {
+            return Ok(None);
+        };
+        let bucket = &s3.bucket;
+        let named = (3..=63).contains(&bucket.len())
+            && bucket
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.".contains(&b))
+            && bucket.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && bucket.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !named {
+            return Err(ConfigError::Invalid(format!(
+                "storage.s3.bucket {bucket:?} is not a bucket name (3 to 63 lowercase letters, \
+                 digits, dots and hyphens)"
+            )));
+        }
+        let region = &s3.region;
+        if region.is_empty()
+            || !region
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err(ConfigError::Invalid(format!(
+                "storage.s3.region {region:?} is not a region name, such as eu-west-1"
+            )));
+        }
+        if let Some(url) = &s3.endpoint_url {
+            let parsed = url::Url::parse(url).map_err(|e| {
+                ConfigError::Invalid(format!("storage.s3.endpoint_url {url:?}: {e}"))
+            })?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(ConfigError::Invalid(format!(
+                    "storage.s3.endpoint_url {url:?} must start with https:// or http://"
+                )));
+            }
+        }
+        let prefix = s3
+            .prefix
+            .as_deref()
+            .map(|p| p.trim_matches('/'))
+            .filter(|p| !p.is_empty());
+        if let Some(prefix) = prefix {
+            psbx_actors::storage::check_key(prefix).map_err(|_| {
+                ConfigError::Invalid(format!(
+                    "storage.s3.prefix {prefix:?} must be folder names of letters, digits, \
+                     '_', '-' and '.' joined by '/' (none starting with a dot), such as psbx/prod"
+                ))
+            })?;
+        }
+        Ok(Some(psbx_actors::storage::S3Settings {
+            bucket: bucket.clone(),
+            region: region.clone(),
+            endpoint_url: s3.endpoint_url.clone(),
+            prefix: prefix.map(str::to_owned),
+        }))
     }
 }
 

@@ -13,8 +13,8 @@ use crate::views::shots::{Deleted, FileQuery, ShotList, ShotView, TakeShot, part
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, web};
 use psbx_actors::ids::{BoxId, ShotId};
-use psbx_actors::shots::storage::FileReader;
 use psbx_actors::shots::{Shot, Shots};
+use psbx_actors::storage::FileReader;
 use std::collections::BTreeMap;
 use utoipa::openapi::{RefOr, Response};
 

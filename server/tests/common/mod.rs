@@ -158,6 +158,20 @@ pub fn fake_host_boxes(images: std::path::PathBuf, idle_freeze: &str) -> BoxesCo
     }
 }
 
+/// Every file under `dir`, its folders' included (none when it is missing).
+pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
 /// A listener on a free loopback port, and its URL.
 pub fn loopback() -> (std::net::TcpListener, String) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -165,16 +179,16 @@ pub fn loopback() -> (std::net::TcpListener, String) {
     (listener, url)
 }
 
-/// The real app served on `listener` as `psbx serve` assembles it, with the
-/// fake host `fake` in place of libvirt (8 CPUs, 8 GiB), on an actix system
-/// of a thread of its own.
-pub struct OnFakeHost {
+/// The real app served on `listener` as `psbx serve` assembles it, on an
+/// actix system of a thread of its own.
+pub struct Serving {
     pub handle: actix_web::dev::ServerHandle,
     /// The app's shot storage, for tests that store shots directly.
     pub shots: psbx_actors::shots::Shots,
     pub thread: std::thread::JoinHandle<()>,
 }
 
+/// The app with the fake host `fake` in place of libvirt (8 CPUs, 8 GiB).
 pub fn serve_on_fake_host(
     store: &Store,
     server_id: &str,
@@ -182,8 +196,45 @@ pub fn serve_on_fake_host(
     config: Config,
     listener: std::net::TcpListener,
     workers: usize,
-) -> OnFakeHost {
+) -> Serving {
     use psbx_actors::host::Connected;
+    let fake = Connected {
+        host: Arc::new(fake),
+        resources: psbx_actors::hypervisor::HostResources {
+            cpus: 8,
+            memory_mib: 8192,
+        },
+        accel: psbx_actors::hypervisor::Accel::Tcg,
+    };
+    serve(
+        store,
+        server_id,
+        HostChoice::Hypervisor(fake),
+        config,
+        listener,
+        workers,
+    )
+}
+
+/// The app with no box host (an API-only node: box calls answer 503).
+pub fn serve_without_host(
+    store: &Store,
+    server_id: &str,
+    config: Config,
+    listener: std::net::TcpListener,
+) -> Serving {
+    let off = HostChoice::Off("an API-only node in the tests".into());
+    serve(store, server_id, off, config, listener, 1)
+}
+
+fn serve(
+    store: &Store,
+    server_id: &str,
+    host: HostChoice,
+    config: Config,
+    listener: std::net::TcpListener,
+    workers: usize,
+) -> Serving {
     let url = config.public_url.clone().expect("the config's public URL");
     let server_id = psbx_actors::ids::ServerId::parse(server_id).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -191,16 +242,8 @@ pub fn serve_on_fake_host(
     let thread = std::thread::spawn(move || {
         actix_rt::System::new().block_on(async move {
             let secrets = Secrets::new(store.clone(), Vault::from_key(&[9u8; 32])).unwrap();
-            let fake = Connected {
-                host: Arc::new(fake),
-                resources: psbx_actors::hypervisor::HostResources {
-                    cpus: 8,
-                    memory_mib: 8192,
-                },
-                accel: psbx_actors::hypervisor::Accel::Tcg,
-            };
             let parts = app::Parts::new(store, secrets, Default::default(), &url, server_id)
-                .with_host(HostChoice::Hypervisor(fake));
+                .with_host(host);
             let state = AppState::assemble(&config, parts).await.unwrap();
             let shots = state.shots.clone();
             let running = actix_web::HttpServer::new(move || app::build(state.clone()))
@@ -215,8 +258,8 @@ pub fn serve_on_fake_host(
     });
     let (handle, shots) = rx
         .recv_timeout(std::time::Duration::from_secs(60))
-        .expect("the app on the fake host started");
-    OnFakeHost {
+        .expect("the app started");
+    Serving {
         handle,
         shots,
         thread,
