@@ -1,7 +1,7 @@
 //! Several nodes on one database (issue 33): a host node with boxes and an
 //! API-only node, linked by mutual TLS under the cluster certificate both
-//! derive from the one master key. Through the API-only node: a box on the
-//! host node answers (REST, exec, an MCP tool call), its node killed (-9)
+//! derive from the one master key. Through the API-only node: a start is
+//! placed on the host node, the box answers (REST, exec), its node killed (-9)
 //! answers 503 `host_unavailable` once the lease has run out, and after a
 //! restart the same box (same boot) answers again.
 //!
@@ -53,8 +53,14 @@ fn an_api_only_node_answers_for_a_box_on_another_node_and_says_when_its_host_is_
     let via_b =
         |method: &str, path: &str, body: Option<Value>| api::call(&url_b, &key, method, path, body);
 
-    let started = a.ok("POST", "/v1/boxes", Some(json!({"name": "on-a"})));
+    // A start through the API-only node is placed on the one host with room.
+    let (status, started) = via_b("POST", "/v1/boxes", Some(json!({"name": "on-a"})));
+    assert_eq!(status, 201, "{started}");
     let id = started["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        a.db_query(&format!("SELECT host AS v FROM boxes WHERE id = '{id}'")),
+        ["host-a"]
+    );
     let boot = started["health"]["bootId"].as_str().unwrap().to_owned();
 
     // REST through the node that does not hold the box.

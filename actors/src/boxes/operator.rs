@@ -8,11 +8,13 @@ use crate::store::{BoxRecord, Store};
 
 /// `psbx boxes stop` without a server: removes the box's VM and files through
 /// libvirt directly and records it stopped. A server supervising the box
-/// notices on its next call.
+/// notices on its next call. Only on the box's own host (`host_name`, or a
+/// host an earlier version recorded by its URI): elsewhere its VM is out of
+/// reach, and recording it stopped would leave it running.
 pub fn stop_directly(
     store: &Store,
     settings: &BoxSettings,
-    libvirt_uri: &str,
+    (host_name, libvirt_uri): (&str, &str),
     id: &str,
 ) -> Result<BoxRecord, BoxError> {
     let id = BoxId::parse(id).map_err(|e| BoxError::Invalid(e.to_string()))?;
@@ -21,6 +23,13 @@ pub fn stop_directly(
         .ok_or_else(|| BoxError::NotFound(id.to_string()))?;
     if record.state.is_terminal() {
         return Ok(record);
+    }
+    if record.host != host_name && record.host != libvirt_uri {
+        return Err(BoxError::Invalid(format!(
+            "box {id} runs on host {}, and this is host {host_name}: run `psbx boxes stop` on \
+             that host's machine, with its node's configuration",
+            record.host
+        )));
     }
     let host = psbx_libvirt::Host::connect(libvirt_uri)?;
     crate::machine::teardown(&host, &settings.boxes_dir, &id)?;

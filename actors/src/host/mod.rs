@@ -139,6 +139,8 @@ impl Actor for HostSupervisor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.notify(create::Refill);
+        // The first renewal at once: it publishes the room placement reads.
+        self.renew_lease(ctx);
         ctx.run_interval(lease::renew_every(self.renewal.lease), |act, ctx| {
             act.renew_lease(ctx);
         });

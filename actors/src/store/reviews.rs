@@ -88,6 +88,17 @@ impl Store {
             .optional()?)
     }
 
+    /// The box review `id` is of, whoever's it is (which node answers for
+    /// the review's box: `cluster::forward`; the node that answers checks
+    /// the account).
+    pub fn review_box(&self, id: &ReviewId) -> Result<Option<BoxId>, StoreError> {
+        Ok(reviews::table
+            .find(id.as_str())
+            .select(reviews::box_id)
+            .first(&mut self.conn()?)
+            .optional()?)
+    }
+
     /// The account's reviews, newest first, in one state or all, at most `limit`.
     pub fn reviews(
         &self,

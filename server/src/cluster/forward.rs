@@ -6,7 +6,11 @@
 //!
 //! Which box a request names, read before routing:
 //! * `/v1/boxes/{id}` and everything under it (REST: exec streams, sync,
-//!   shots, processes, terminals, reviews of a box, ...);
+//!   shots, processes, terminals, reviews of a box, ...), and the web app's
+//!   `/app/boxes/{id}…` (its page, stop);
+//! * a review page's screenshot (`POST /app/reviews/{id}/shots`), by the
+//!   review's box (the review pages themselves read the store and the
+//!   shared storage: any node serves them);
 //! * a box URL's host;
 //! * a takeover page or terminal (`/takeover/{token}`), by its link;
 //! * a one-time upload URL (`/v1/uploads/{token}`), by its token (not spent);
@@ -206,9 +210,25 @@ async fn named_box(req: &mut ServiceRequest, boxes: &Boxes) -> Result<Named, Api
             None => Named::Nothing,
         });
     }
-    if let Some(rest) = path.strip_prefix("/v1/boxes/") {
+    if let Some(rest) = path
+        .strip_prefix("/v1/boxes/")
+        .or_else(|| path.strip_prefix("/app/boxes/"))
+    {
         let id = rest.split('/').next().unwrap_or_default();
         return Ok(BoxId::parse(id).map_or(Named::Nothing, Named::Box));
+    }
+    // A screenshot taken from a review page is taken of the review's box.
+    if let Some(id) = path
+        .strip_prefix("/app/reviews/")
+        .and_then(|rest| rest.strip_suffix("/shots"))
+        .filter(|_| method == actix_web::http::Method::POST)
+        .and_then(|id| psbx_actors::ids::ReviewId::parse(id).ok())
+    {
+        let Some(store) = req.app_data::<web::Data<Store>>().cloned() else {
+            return Ok(Named::Nothing);
+        };
+        let named = crate::error::blocking(move || store.review_box(&id)).await?;
+        return Ok(named.map_or(Named::Nothing, Named::Box));
     }
     if let Some(host) = req
         .headers()

@@ -53,8 +53,13 @@ pub fn run_boxes(config: &Config, command: BoxesCommand) -> anyhow::Result<()> {
         }
         BoxesCommand::Stop { id } => {
             let settings = config.boxes.settings(config.shared_dir())?;
-            let record =
-                psbx_actors::boxes::stop_directly(store, &settings, &config.libvirt_uri, &id)?;
+            let host = (config.cluster.host_name()?, config.libvirt_uri.as_str());
+            let record = psbx_actors::boxes::stop_directly(
+                store,
+                &settings,
+                (host.0.as_str(), host.1),
+                &id,
+            )?;
             println!("{} is {}", record.id, record.state);
         }
     }
