@@ -88,6 +88,22 @@ impl Peers {
     }
 
     fn keep(self: &Arc<Self>, peer: ServerId, session: Session) {
+        // Nodes of two versions side by side are a rolling upgrade's
+        // moment; said once per link, so that one left behind shows.
+        let theirs = session
+            .peer()
+            .software
+            .split(' ')
+            .nth(2)
+            .unwrap_or("unknown");
+        if theirs != env!("CARGO_PKG_VERSION") {
+            tracing::warn!(
+                %peer,
+                theirs,
+                ours = env!("CARGO_PKG_VERSION"),
+                "linked to a node of another psbx version (fine while a new version rolls through the nodes)"
+            );
+        }
         if let Ok(mut sessions) = self.sessions.lock() {
             let stale = sessions
                 .get(&peer)
@@ -225,4 +241,89 @@ fn peer_of(hello: &Hello) -> Option<ServerId> {
         .then(|| words.next())
         .flatten()
         .and_then(|id| ServerId::parse(id).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use psbx_actors::secrets::vault::Vault;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn node(key: u8, dir: &std::path::Path) -> Arc<Peers> {
+        let vault = Vault::from_key(&[key; 32]);
+        let me = ServerId::generate().unwrap();
+        let identity = ClusterIdentity::new(&vault, &me).unwrap();
+        Peers::new(me, identity, dir.join(format!("peer-{key}.sock")))
+    }
+
+    /// A node's private socket that answers each connection's first line
+    /// with "echo: <line>".
+    fn echo_socket(path: &std::path::Path) {
+        let listener = tokio::net::UnixListener::bind(path).unwrap();
+        actix_web::rt::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                actix_web::rt::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    let n = conn.read(&mut buf).await.unwrap_or(0);
+                    let _ = conn.write_all(b"echo: ").await;
+                    let _ = conn.write_all(&buf[..n]).await;
+                });
+            }
+        });
+    }
+
+    #[actix_web::test]
+    async fn nodes_of_one_master_key_link_and_a_stranger_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (node(7, dir.path()), node(7, dir.path()));
+        echo_socket(&dir.path().join("peer-7.sock"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap().to_string();
+        actix_web::rt::spawn(b.clone().listen(listener));
+
+        let mut stream = a.open(b.me(), &at, HTTP).await.unwrap();
+        stream.write_all(b"hello\n").await.unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(answer, b"echo: hello\n");
+        // The link is kept, and B knows it as A's.
+        assert!(a.live(b.me()).is_some());
+        for _ in 0..50 {
+            if b.live(a.me()).is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            b.live(a.me()).is_some(),
+            "the listener did not keep the link"
+        );
+
+        // Another master key: another CA, and no link either way.
+        let stranger = node(8, dir.path());
+        let refused = stranger.open(b.me(), &at, HTTP).await;
+        assert!(
+            matches!(refused, Err(PeerError::Unreachable { .. })),
+            "{:?}",
+            refused.err()
+        );
+        // A name other than the peer's own is refused too (A asking for B at
+        // B's address under a third node's id).
+        let other = ServerId::generate().unwrap();
+        let wrong = a.open(&other, &at, HTTP).await;
+        assert!(
+            matches!(wrong, Err(PeerError::Unreachable { .. })),
+            "{:?}",
+            wrong.err()
+        );
+    }
+
+    #[test]
+    fn a_peers_id_is_read_from_its_hello_only_when_it_is_a_node() {
+        let id = ServerId::generate().unwrap();
+        let hello = Hello::new(format!("{SOFTWARE} {id} 0.1.0"));
+        assert_eq!(peer_of(&hello), Some(id));
+        assert_eq!(peer_of(&Hello::new("boxd 0.1.0")), None);
+        assert_eq!(peer_of(&Hello::new(format!("{SOFTWARE} srv_"))), None);
+    }
 }
