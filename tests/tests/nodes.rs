@@ -133,5 +133,27 @@ fn an_api_only_node_answers_for_a_box_on_another_node_and_says_when_its_host_is_
         (&json!("host-a"), &json!(true), &json!(1)),
         "{listed}"
     );
+    // A clean stop: the host takes no new boxes and its lease is given back
+    // at once (no wait for it to run out); its box keeps running.
+    let (stopped, log) = a.server.take().unwrap().stop();
+    assert!(stopped, "{log}");
+    let (ok, listed, err) = a.cli(&["hosts", "list", "--json"]);
+    assert!(ok, "{err}");
+    let host: Value = serde_json::from_str(listed.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (
+            &host["leased"],
+            &host["freeMemoryMib"],
+            &host["boxes"]["running"]
+        ),
+        (&json!(false), &json!(0), &json!(1)),
+        "{listed}"
+    );
+    let (status, gone) = via_b("GET", &format!("/v1/boxes/{id}"), None);
+    assert_eq!(
+        (status, gone["error"]["code"].as_str()),
+        (503, Some("host_unavailable")),
+        "{gone}"
+    );
     b.stop();
 }

@@ -352,6 +352,13 @@ impl Boxes {
     }
 
     /// Removes the pool's boxes before the server exits; running boxes stay.
+    /// A stop is under way: no new box is placed on this node's host.
+    pub async fn stop_placing(&self) {
+        if let Ok(host) = &self.host {
+            let _ = host.supervisor.send(crate::host::StopPlacing).await;
+        }
+    }
+
     pub async fn shutdown(&self) {
         if let Ok(host) = &self.host {
             let _ = host.supervisor.send(Shutdown).await;

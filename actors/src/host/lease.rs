@@ -85,8 +85,12 @@ pub(super) async fn take(
 }
 
 /// What the host has room for now: the ledger's limits less what its boxes
-/// hold, memory also bounded by what the kernel has available.
+/// hold, memory also bounded by what the kernel has available; none once
+/// the node is stopping.
 fn room(machine: &crate::machine::Machine, pool: &[(u32, usize)]) -> Room {
+    if !machine.lease.placing() {
+        return Room::default();
+    }
     let (free_cpus, free_memory_mib) = match machine.usage() {
         Some((usage, limits)) => {
             let cpus = (limits.cpus_limit() - usage.promised_vcpus as f64).max(0.0);
@@ -190,5 +194,23 @@ impl HostSupervisor {
         if let Err(e) = machine.store.release_host(name, &machine.server_id, epoch) {
             tracing::warn!(error = %e, "could not give the host's lease back; it runs out by itself");
         }
+    }
+}
+
+/// A stop is under way: no new box is placed on this host (its next
+/// renewal, sent at once, publishes no room) while what is in flight here
+/// finishes.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopPlacing;
+
+impl Handler<StopPlacing> for HostSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _: StopPlacing, ctx: &mut Context<Self>) {
+        self.parts.machine.lease.stop_placing();
+        // A renewal in flight carries the old room: this one follows it.
+        self.renewal.in_flight = false;
+        self.renew_lease(ctx);
     }
 }

@@ -18,6 +18,7 @@ pub mod at_rest;
 mod create;
 pub mod disk_pressure;
 mod lease;
+pub use lease::StopPlacing;
 pub mod links;
 mod pressure;
 mod reconcile;

@@ -18,6 +18,9 @@ pub struct HostLease {
     host: String,
     held: AtomicBool,
     epoch: AtomicI64,
+    /// Cleared when the node is told to stop: its renewals publish no room,
+    /// so no new box is placed here while what is under way finishes.
+    placing: AtomicBool,
 }
 
 impl HostLease {
@@ -27,7 +30,18 @@ impl HostLease {
             host: host.to_owned(),
             held: AtomicBool::new(true),
             epoch: AtomicI64::new(epoch),
+            placing: AtomicBool::new(true),
         }
+    }
+
+    /// Whether new boxes may be placed on the host.
+    pub fn placing(&self) -> bool {
+        self.placing.load(Ordering::Acquire)
+    }
+
+    /// No more placements here (a stop under way).
+    pub fn stop_placing(&self) {
+        self.placing.store(false, Ordering::Release);
     }
 
     pub fn host(&self) -> &str {

@@ -103,7 +103,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             http = http.listen_uds(socket)?;
         }
         let http = http.run();
-        let stop_on_signal = stop_on_signal(http.handle(), hub.clone())?;
+        let stop_on_signal = stop_on_signal(http.handle(), hub.clone(), boxes.clone())?;
         let (stop_heartbeat, heartbeat_stops) = tokio::sync::oneshot::channel();
         let heartbeat = actix_web::rt::spawn(heartbeat(
             store.clone(),
@@ -142,6 +142,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 fn stop_on_signal(
     server: actix_web::dev::ServerHandle,
     hub: Hub,
+    boxes: std::sync::Arc<psbx_actors::boxes::Boxes>,
 ) -> std::io::Result<actix_web::rt::task::JoinHandle<()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
@@ -154,6 +155,8 @@ fn stop_on_signal(
         // Connectors move to another replica (or reconnect when this one is
         // back) instead of holding the graceful stop open.
         hub.close_all("this psbx server is stopping");
+        // Other nodes place no new box here while requests in flight finish.
+        boxes.stop_placing().await;
         server.stop(true).await;
     }))
 }
