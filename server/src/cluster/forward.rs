@@ -72,29 +72,23 @@ pub async fn route<B: MessageBody + 'static>(
     mut req: ServiceRequest,
     next: Next<B>,
 ) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
-    let peers = req
-        .app_data::<web::Data<Option<Arc<Peers>>>>()
-        .and_then(|p| p.get_ref().clone());
-    let (Some(peers), Some(boxes)) = (peers, req.app_data::<web::Data<Boxes>>().cloned()) else {
-        return next
-            .call(req)
-            .await
-            .map(ServiceResponse::map_into_left_body);
-    };
-    if req.conn_data::<PeerConnection>().is_some() {
-        return next
-            .call(req)
-            .await
-            .map(ServiceResponse::map_into_left_body);
-    }
-    let named = match named_box(&mut req, &boxes).await {
-        Ok(named) => named,
-        Err(e) => return Ok(req.into_response(e.error_response()).map_into_right_body()),
-    };
     let here = |req: ServiceRequest| async {
         next.call(req)
             .await
             .map(ServiceResponse::map_into_left_body)
+    };
+    let peers = req
+        .app_data::<web::Data<Option<Arc<Peers>>>>()
+        .and_then(|p| p.get_ref().clone());
+    let (Some(peers), Some(boxes)) = (peers, req.app_data::<web::Data<Boxes>>().cloned()) else {
+        return here(req).await;
+    };
+    if req.conn_data::<PeerConnection>().is_some() {
+        return here(req).await;
+    }
+    let named = match named_box(&mut req, &boxes).await {
+        Ok(named) => named,
+        Err(e) => return Ok(req.into_response(e.error_response()).map_into_right_body()),
     };
     let (what, host, node, at) = match named {
         Named::Nothing => return here(req).await,
@@ -187,12 +181,12 @@ fn size_of(body: &serde_json::Value) -> u32 {
         .unwrap_or(1)
 }
 
-/// Reads a small JSON body (put back for the route), if it is one.
-async fn json_body(req: &mut ServiceRequest) -> Result<Option<serde_json::Value>, ApiError> {
-    let body = req
-        .extract::<Bytes>()
-        .await
-        .map_err(|e| ApiError::bad_request("invalid_body", e.to_string()))?;
+/// Reads a small JSON body (put back for the route), if it is one; a body
+/// past the application's limit is refused as the route would (413).
+async fn json_body(
+    req: &mut ServiceRequest,
+) -> Result<Option<serde_json::Value>, actix_web::Error> {
+    let body = req.extract::<Bytes>().await?;
     let value = (body.len() <= MCP_BODY_LIMIT)
         .then(|| serde_json::from_slice::<serde_json::Value>(&body).ok())
         .flatten();
@@ -201,7 +195,7 @@ async fn json_body(req: &mut ServiceRequest) -> Result<Option<serde_json::Value>
 }
 
 /// The box a request names, or the start it asks for (see the module doc).
-async fn named_box(req: &mut ServiceRequest, boxes: &Boxes) -> Result<Named, ApiError> {
+async fn named_box(req: &mut ServiceRequest, boxes: &Boxes) -> Result<Named, actix_web::Error> {
     let path = req.path().to_owned();
     let method = req.method().clone();
     if path == "/v1/boxes" && method == actix_web::http::Method::POST {
