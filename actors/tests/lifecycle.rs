@@ -141,6 +141,7 @@ impl World {
             HostIdentity {
                 name: self.fake.uri().to_owned(),
                 server_id: self.server_id.clone(),
+                node_key: "lifecycle".to_owned(),
                 lease: Duration::from_secs(30),
             },
             BoxServices::new(self.secrets(), Default::default(), self.store.clone()),

@@ -563,6 +563,7 @@ fn claim<'a>(
         name,
         uri: "qemu:///system",
         server_id,
+        node_key: server_id.as_str(),
         accel: "tcg",
         cpus: 4,
         memory_mib: 8192,
@@ -642,6 +643,16 @@ fn a_host_is_leased_by_one_node_renewed_released_and_taken_after_it_runs_out() {
             .renew_host("host-a", &a, again.epoch, long, &room)
             .unwrap()
     );
+
+    // A node restarted after a crash (a new id, the same node key) takes its
+    // lease back at once.
+    let reborn = store.register_server("machine-b", "0").unwrap().id;
+    let mut same_node = claim("host-a", &reborn, long);
+    same_node.node_key = b.as_str();
+    let back = store.take_host(&same_node).unwrap().unwrap();
+    assert_eq!(back.epoch, by_b.epoch + 1);
+    let b = reborn;
+    let by_b = back;
 
     // A lease that runs out is free without a release.
     let short = Duration::from_millis(300);

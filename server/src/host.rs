@@ -58,6 +58,7 @@ pub async fn start(
     let identity = HostIdentity {
         name: config.cluster.host_name()?,
         server_id: server_id.clone(),
+        node_key: node_key(&config.data_dir)?,
         lease: config.cluster.lease()?,
     };
     let (uri, started) = match choice {
@@ -79,4 +80,31 @@ pub async fn start(
         tracing::error!(%uri, error = %e, "boxes are unavailable");
         format!("boxes are unavailable on this server: {e}")
     }))
+}
+
+/// This node's key in its data directory (`node.key`, made on first use,
+/// mode 0600): what tells a crashed node's next start that the lease it
+/// finds is its own (`store::HostClaim::node_key`).
+fn node_key(data_dir: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = data_dir.join("node.key");
+    match std::fs::read_to_string(&path) {
+        Ok(key) if !key.trim().is_empty() => return Ok(key.trim().to_owned()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    std::fs::create_dir_all(data_dir)?;
+    let key = psbx_actors::ids::random_token(32)?;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(key.as_bytes()))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(key)
 }

@@ -47,6 +47,7 @@ pub(super) async fn take(
                 name: &id.name,
                 uri: &uri,
                 server_id: &id.server_id,
+                node_key: &id.node_key,
                 accel: &accel,
                 cpus,
                 memory_mib,

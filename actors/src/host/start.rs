@@ -82,6 +82,9 @@ pub struct HostIdentity {
     pub name: String,
     /// This node.
     pub server_id: ServerId,
+    /// This node's key, kept in its data directory across restarts
+    /// (`store::HostClaim::node_key`).
+    pub node_key: String,
     /// How long the lease lasts without a renewal (`cluster.lease`).
     pub lease: Duration,
 }

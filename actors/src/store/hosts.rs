@@ -51,6 +51,10 @@ pub struct HostClaim<'a> {
     pub name: &'a str,
     pub uri: &'a str,
     pub server_id: &'a ServerId,
+    /// The node's key (`<data_dir>/node.key`): a holder with the same key is
+    /// this node's previous life (the data directory's lock says no other
+    /// process uses it), whose lease is taken over at once.
+    pub node_key: &'a str,
     pub accel: &'a str,
     pub cpus: u32,
     pub memory_mib: u64,
@@ -172,8 +176,8 @@ impl Store {
             let taken: Option<(i64, String)> = diesel::sql_query(
                 "UPDATE hosts SET server_id = $2, lease_epoch = lease_epoch + 1, \
                  lease_expires_at = now() + make_interval(secs => $3), uri = $4, accel = $5, \
-                 cpus = $6, memory_mib = $7, updated_at = now() \
-                 WHERE name = $1 AND (server_id IS NULL OR server_id = $2 \
+                 cpus = $6, memory_mib = $7, holder_key = $8, updated_at = now() \
+                 WHERE name = $1 AND (server_id IS NULL OR server_id = $2 OR holder_key = $8 \
                    OR lease_expires_at IS NULL OR lease_expires_at < now()) \
                  RETURNING lease_epoch, owner",
             )
@@ -186,6 +190,7 @@ impl Store {
             .bind::<diesel::sql_types::BigInt, _>(
                 i64::try_from(claim.memory_mib).unwrap_or(i64::MAX),
             )
+            .bind::<diesel::sql_types::Text, _>(claim.node_key)
             .get_result::<LeaseRow>(conn)
             .optional()?
             .map(|r| (r.lease_epoch, r.owner));
@@ -214,7 +219,9 @@ impl Store {
 
     /// Renews the lease `epoch` of host `name` held by `server_id` for
     /// `lease` more, and publishes its room; false when the lease is no
-    /// longer this node's (another node took the host after it ran out).
+    /// longer this node's (another node took the host after it ran out, or
+    /// this node gave it back: a renewal still in flight at a clean stop
+    /// does not take it again).
     pub fn renew_host(
         &self,
         name: &str,
@@ -233,7 +240,8 @@ impl Store {
         let n = diesel::sql_query(
             "UPDATE hosts SET lease_expires_at = now() + make_interval(secs => $4), \
              free_cpus = $5, free_memory_mib = $6, pool = $7, updated_at = now() \
-             WHERE name = $1 AND server_id = $2 AND lease_epoch = $3",
+             WHERE name = $1 AND server_id = $2 AND lease_epoch = $3 \
+               AND lease_expires_at IS NOT NULL",
         )
         .bind::<diesel::sql_types::Text, _>(name)
         .bind::<diesel::sql_types::Text, _>(server_id.as_str())

@@ -46,6 +46,7 @@ diesel::table! {
         owner -> Text,
         lease_epoch -> Int8,
         lease_expires_at -> Nullable<Timestamptz>,
+        holder_key -> Nullable<Text>,
         draining -> Bool,
         free_cpus -> Float8,
         free_memory_mib -> Int8,

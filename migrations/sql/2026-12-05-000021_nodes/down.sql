@@ -4,6 +4,7 @@ ALTER TABLE hosts DROP COLUMN pool;
 ALTER TABLE hosts DROP COLUMN free_memory_mib;
 ALTER TABLE hosts DROP COLUMN free_cpus;
 ALTER TABLE hosts DROP COLUMN draining;
+ALTER TABLE hosts DROP COLUMN holder_key;
 ALTER TABLE hosts DROP COLUMN lease_expires_at;
 ALTER TABLE hosts DROP COLUMN lease_epoch;
 DROP INDEX hosts_owner;

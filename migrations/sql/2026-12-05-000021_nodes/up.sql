@@ -29,6 +29,10 @@ CREATE UNIQUE INDEX hosts_owner ON hosts (owner);
 -- `host_unavailable`. `lease_epoch` counts the times the lease was taken.
 ALTER TABLE hosts ADD COLUMN lease_epoch BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE hosts ADD COLUMN lease_expires_at TIMESTAMPTZ;
+-- The holder's node key (`<data_dir>/node.key`): a node restarted on the same
+-- data directory after a crash takes its host back at once, instead of
+-- waiting out the lease of its own previous life.
+ALTER TABLE hosts ADD COLUMN holder_key TEXT;
 -- Set by `psbx hosts drain`: no placement here, frozen boxes move away.
 ALTER TABLE hosts ADD COLUMN draining BOOLEAN NOT NULL DEFAULT false;
 -- What the host's capacity ledger admits more of, as its node last
