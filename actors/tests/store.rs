@@ -703,6 +703,8 @@ fn placements_at_once_never_take_more_room_than_a_host_published() {
     let db = TestDatabase::new();
     let store = store(&db);
     let long = Duration::from_secs(60);
+    // No host yet: none takes boxes.
+    assert!(!store.hosts_open().unwrap());
     let mut epochs = Vec::new();
     for (host, machine) in [("host-a", "a"), ("host-b", "b")] {
         let id = store.register_server(machine, "0").unwrap().id;
@@ -737,6 +739,8 @@ fn placements_at_once_never_take_more_room_than_a_host_published() {
         "{placed:?}"
     );
     assert_eq!(placed.iter().filter(|p| p.is_none()).count(), 2);
+    // Refused for want of room, not of hosts.
+    assert!(store.hosts_open().unwrap());
     // A draining host takes nothing; one tried already is passed over.
     let (host, id, epoch) = &epochs[0];
     let room = Room {
@@ -751,4 +755,9 @@ fn placements_at_once_never_take_more_room_than_a_host_published() {
     );
     assert!(store.set_host_draining("host-a", true).unwrap());
     assert_eq!(store.place_box(1, 1, 1024, &[]).unwrap(), None);
+    // host-b's lease given back, host-a draining: no host takes boxes.
+    assert!(store.hosts_open().unwrap());
+    let (host, id, epoch) = &epochs[1];
+    store.release_host(host, id, *epoch).unwrap();
+    assert!(!store.hosts_open().unwrap());
 }

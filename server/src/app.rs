@@ -160,7 +160,8 @@ impl AppState {
                 config.takeover.max_lifetime()?,
             )
             .with_urls(urls)
-            .with_url_limits(config.box_urls.limits()?),
+            .with_url_limits(config.box_urls.limits()?)
+            .placing_starts(peers.is_some()),
         );
         let info = ServerInfo {
             public_url: url.clone(),

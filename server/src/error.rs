@@ -379,7 +379,7 @@ impl From<psbx_actors::error::BoxError> for ApiError {
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "host_full",
-                    "this host has no room for a box of this size right now (CPU, memory or disk); \
+                    "no host has room for a box of this size right now (CPU, memory or disk); \
                      the server's log says what is short and which setting to change",
                 )
                 .hint("stop boxes you no longer need, ask for a smaller size, or try again later")

@@ -256,11 +256,15 @@ fn request_of(
     if !has_host {
         builder = builder.header("host", who.host.as_str());
     }
-    if let Some(peer) = who.peer {
-        let list = match forwarded_for {
-            Some(before) => format!("{before}, {peer}"),
-            None => peer.to_string(),
-        };
+    // A peer without an address (another node, on this node's private
+    // socket) added nothing to the list it forwarded: its entry is the
+    // client's, and goes on as it came.
+    let list = match (forwarded_for, who.peer) {
+        (Some(before), Some(peer)) => Some(format!("{before}, {peer}")),
+        (None, Some(peer)) => Some(peer.to_string()),
+        (before, None) => before,
+    };
+    if let Some(list) = list {
         builder = builder.header("x-forwarded-for", list);
     }
     let scheme: &[u8] = if who.secure { b"https" } else { b"http" };
@@ -477,6 +481,60 @@ fn pipe<H: Hop>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The headers `request_of` sends on for a request with `headers`.
+    fn sent(headers: &[(&str, &str)], who: &Forwarding) -> hyper::HeaderMap {
+        let mut req = actix_web::test::TestRequest::get().uri("/x");
+        for header in headers {
+            req = req.insert_header(*header);
+        }
+        request_of(
+            &req.to_http_request(),
+            Either::Left(Empty::new()),
+            None,
+            who,
+        )
+        .unwrap()
+        .headers()
+        .clone()
+    }
+
+    #[test]
+    fn the_client_named_by_another_node_reaches_the_box() {
+        // Forwarded by another node (its private socket has no address):
+        // the entry it wrote goes on, and is the only one.
+        let from_node = Forwarding {
+            peer: None,
+            peer_is_proxy: true,
+            secure: false,
+            host: "box-x.box.localhost".into(),
+        };
+        let headers = sent(&[("x-forwarded-for", "203.0.113.7")], &from_node);
+        assert_eq!(headers["x-forwarded-for"], "203.0.113.7");
+        assert_eq!(headers["x-forwarded-host"], "box-x.box.localhost");
+        // A client that is no proxy: its claim is dropped, its address sent.
+        let client = Forwarding {
+            peer: Some("198.51.100.9".parse().unwrap()),
+            peer_is_proxy: false,
+            ..from_node
+        };
+        let headers = sent(&[("x-forwarded-for", "203.0.113.7")], &client);
+        assert_eq!(headers["x-forwarded-for"], "198.51.100.9");
+        // A trusted proxy: its list, then its own address.
+        let proxy = Forwarding {
+            peer_is_proxy: true,
+            ..client
+        };
+        let headers = sent(&[("x-forwarded-for", "203.0.113.7")], &proxy);
+        assert_eq!(headers["x-forwarded-for"], "203.0.113.7, 198.51.100.9");
+        // No address and nothing forwarded (in-process): no header.
+        let nobody = Forwarding {
+            peer: None,
+            peer_is_proxy: false,
+            ..proxy
+        };
+        assert!(sent(&[], &nobody).get("x-forwarded-for").is_none());
+    }
 
     #[test]
     fn set_cookie_loses_only_its_domain() {

@@ -134,6 +134,8 @@ pub struct BoxServer {
     pub key: String,
     pub dir: tempfile::TempDir,
     config: PathBuf,
+    /// The configuration's `[boxes]` part (and its tables), for other nodes.
+    boxes_section: String,
     listen: String,
     envs: Vec<(String, String)>,
     // Dropped last: the guard needs the database to find the boxes.
@@ -209,18 +211,15 @@ impl BoxServer {
             boxes.push_str(line);
             boxes.push('\n');
         }
-        std::fs::write(
-            &config,
-            format!(
-                "{top}\n[boxes]\n{boxes}{extra}\n{}",
-                if extra.contains("[boxes.egress]") {
-                    ""
-                } else {
-                    TEST_EGRESS
-                },
-            ),
-        )
-        .expect("config");
+        let boxes_section = format!(
+            "[boxes]\n{boxes}{extra}\n{}",
+            if extra.contains("[boxes.egress]") {
+                ""
+            } else {
+                TEST_EGRESS
+            },
+        );
+        std::fs::write(&config, format!("{top}\n{boxes_section}")).expect("config");
         let guard = DomainGuard {
             url: db.url().to_owned(),
         };
@@ -229,6 +228,7 @@ impl BoxServer {
             key: String::new(),
             dir,
             config,
+            boxes_section,
             listen: listen.to_owned(),
             envs: envs
                 .iter()
@@ -267,6 +267,43 @@ impl BoxServer {
                 .collect::<Vec<_>>(),
         );
         self.server = Some(server);
+    }
+
+    /// Starts another node of this server's installation (issue 33): `psbx
+    /// serve` on the same database, with this server's master key file and
+    /// `[boxes]` settings, `top` before them (its own `[cluster]`, say), a
+    /// data dir of its own, listening on `listen`, with `envs` set
+    /// (`PSBX_BOXES__ENABLED=false` makes it API-only). Its boxes are in the
+    /// same database, so this server's guard removes their domains too.
+    pub fn node(&self, listen: &str, top: &str, envs: &[(&str, &str)]) -> Node {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod");
+        let config = dir.path().join("psbx.toml");
+        let key = self.dir.path().join("data/master.key");
+        std::fs::write(
+            &config,
+            format!(
+                "master_key_file = \"{}\"\n{top}\n{}",
+                key.display(),
+                self.boxes_section
+            ),
+        )
+        .expect("config");
+        let mut node = Node {
+            server: None,
+            dir,
+            config,
+            listen: listen.to_owned(),
+            envs: std::iter::once(("DATABASE_URL".to_owned(), self.db.url().to_owned()))
+                .chain(envs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())))
+                .collect(),
+        };
+        node.restart();
+        node
     }
 
     /// Runs a `psbx` operator command on this server's configuration and
@@ -413,6 +450,43 @@ impl Drop for BoxServer {
     }
 }
 
+/// Another node of a [`BoxServer`]'s installation ([`BoxServer::node`]);
+/// stopped (SIGTERM, a clean stop) when dropped.
+pub struct Node {
+    pub server: Option<ServerProcess>,
+    pub dir: tempfile::TempDir,
+    config: PathBuf,
+    listen: String,
+    envs: Vec<(String, String)>,
+}
+
+impl Node {
+    /// Starts the node (again) on the same data dir and configuration.
+    pub fn restart(&mut self) {
+        let data = self.dir.path().join("data");
+        let server = ServerProcess::start(
+            &[
+                "--listen",
+                &self.listen,
+                "--config",
+                self.config.to_str().expect("utf-8 path"),
+                "--data-dir",
+                data.to_str().expect("utf-8 path"),
+            ],
+            &self
+                .envs
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect::<Vec<_>>(),
+        );
+        self.server = Some(server);
+    }
+
+    pub fn server(&mut self) -> &mut ServerProcess {
+        self.server.as_mut().expect("the node runs")
+    }
+}
+
 /// Removes the libvirt domain of every box in a test database, and the box
 /// network rules of its installation (a killed server leaves them).
 pub struct DomainGuard {
@@ -450,11 +524,20 @@ impl Drop for DomainGuard {
             let _ = virsh(&["destroy", &name]);
             let _ = virsh(&["undefine", &name, "--managed-save"]);
         }
-        let installation: Vec<Id> =
+        // The installation's table, and those of further hosts (several
+        // nodes: each host's owner mark names its own).
+        let mut owners: Vec<Id> =
             diesel::sql_query("SELECT value AS id FROM meta WHERE key = 'installation_id'")
                 .load(&mut conn)
                 .unwrap_or_default();
-        for Id { id } in installation {
+        owners.extend(
+            diesel::sql_query("SELECT owner AS id FROM hosts")
+                .load::<Id>(&mut conn)
+                .unwrap_or_default(),
+        );
+        owners.sort_by(|a, b| a.id.cmp(&b.id));
+        owners.dedup_by(|a, b| a.id == b.id);
+        for Id { id } in owners {
             delete_network_table(&network_table(&id));
         }
     }

@@ -249,3 +249,28 @@ async fn shows_the_request_headers_and_any_status() {
         404
     );
 }
+
+#[tokio::test]
+async fn serves_on_a_unix_socket_too() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    // Its directory is made first, as /tmp/.X11-unix may not be there.
+    let path = dir.path().join("x11/X99");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_psbx-box-web"))
+        .arg("--unix")
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("psbx-box-web starts");
+    let log = Log::capture(child.stdout.take().unwrap(), Some("[box-web]"));
+    log.wait_for_line(0, "listening on", Duration::from_secs(10));
+    let mut conn = tokio::net::UnixStream::connect(&path).await.unwrap();
+    conn.write_all(b"GET /status/204 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+}

@@ -141,7 +141,7 @@ impl Boxes {
                     .ok_or_else(|| BoxError::Internal("cannot seal the box's mask".into()))?,
             );
         }
-        let host = self.host()?;
+        let host = self.host_for_start().await?;
         let made = host
             .supervisor
             .send(CreateBox {

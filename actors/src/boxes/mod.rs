@@ -94,6 +94,9 @@ pub struct Boxes {
     url_boxes: crate::box_urls::Recent,
     /// The box-URL requests open now, and their limits.
     url_slots: Arc<Slots>,
+    /// Whether starts are placed on the hosts of other nodes too (several
+    /// nodes: `Boxes::placing_starts`).
+    places_starts: bool,
 }
 
 /// What a command's or a followed log's reading yields, as it comes; it ends
@@ -152,7 +155,17 @@ impl Boxes {
             urls: None,
             url_boxes: crate::box_urls::Recent::default(),
             url_slots: Arc::new(Slots::new(UrlLimits::default())),
+            places_starts: false,
         }
+    }
+
+    /// Says that starts this node receives are placed on any node's host
+    /// first (it links to other nodes): one that reaches [`Boxes::create`]
+    /// here on a node without a host found no host with room, or none that
+    /// takes boxes, and is refused saying which.
+    pub fn placing_starts(mut self, placing: bool) -> Self {
+        self.places_starts = placing;
+        self
     }
 
     /// The snapshot with the box's URLs, while the box lives.
@@ -166,6 +179,32 @@ impl Boxes {
             snapshot,
             urls,
             linked: HashMap::new(),
+        }
+    }
+
+    /// This node's host for a start. A node without one that places starts
+    /// gets one only when placement found no host with room (or none at
+    /// all: `cluster/forward.rs`): `host_full` when some host takes boxes,
+    /// else why none does.
+    async fn host_for_start(&self) -> Result<&HostStart, BoxError> {
+        match &self.host {
+            Ok(host) => Ok(host),
+            Err(why) if self.places_starts => {
+                let store = self.store.clone();
+                if blocking(move || store.hosts_open()).await? {
+                    Err(BoxError::HostFull(
+                        "no host has room for this box: every host taking boxes is full, as \
+                         their nodes last published (psbx hosts list)"
+                            .to_owned(),
+                    ))
+                } else {
+                    Err(BoxError::NoHost(format!(
+                        "no host takes boxes now (none is held by a live node, or all are \
+                         draining: psbx hosts list), and this node runs none: {why}"
+                    )))
+                }
+            }
+            Err(why) => Err(BoxError::NoHost(why.clone())),
         }
     }
 

@@ -364,6 +364,17 @@ impl Store {
         }))
     }
 
+    /// Whether any host takes placements now (leased by a live node, not
+    /// draining): when [`Store::place_box`] found none with room, whether
+    /// that is because every such host is full.
+    pub fn hosts_open(&self) -> Result<bool, StoreError> {
+        Ok(diesel::select(diesel::dsl::sql::<diesel::sql_types::Bool>(
+            "EXISTS (SELECT 1 FROM hosts WHERE lease_expires_at > now() \
+             AND server_id IS NOT NULL AND NOT draining)",
+        ))
+        .get_result(&mut self.conn()?)?)
+    }
+
     pub fn list_hosts(&self) -> Result<Vec<HostRecord>, StoreError> {
         let mut conn = self.conn()?;
         let rows: Vec<HostListRow> = diesel::sql_query(

@@ -21,7 +21,9 @@
 //! (`Store::place_box`: a host with a pooled box of its size, else the most
 //! free memory) and handed to the chosen host's node, which starts it as a
 //! start of its own; its ledger admits the box last. With no host that has
-//! room, or this node's own chosen, it starts here as on one node.
+//! room, or this node's own chosen, it starts here as on one node; a node
+//! without a host then refuses it with 503 `host_full` when some host takes
+//! boxes, `boxes_unavailable` when none does (`Boxes::placing_starts`).
 //!
 //! Everything else, and a box that is over, unknown, on this node's host or
 //! on a host no node holds, is answered here (from the row, or with 503
@@ -138,8 +140,9 @@ pub async fn route<B: MessageBody + 'static>(
 }
 
 /// Chooses the host of a new box (`Store::place_box`): `None` when it is
-/// this node's own, when no host has room (this node answers as one host
-/// would: `host_full`, or `boxes_unavailable`), or when the store fails.
+/// this node's own, when no host has room (this node answers: as one host
+/// would, or, without a host, `host_full` or `boxes_unavailable`), or when
+/// the store fails.
 async fn place(
     req: &ServiceRequest,
     boxes: &Boxes,

@@ -2,7 +2,10 @@
 //! and open through a box URL (in a real browser too). It listens on
 //! `--host` (0.0.0.0 unless told) on every `--port` given (0 picks a free
 //! one), prints `psbx-box-web listening on <addr>` for each, and one line
-//! per request (`<method> <path and query> <status>`) on stdout.
+//! per request (`<method> <path and query> <status>`) on stdout. With
+//! `--unix PATH` it serves the same on a Unix socket too (its directory made
+//! first): a test stands it for a program that only has to accept there,
+//! such as an X server on `/tmp/.X11-unix/X99` for a box image without Xvfb.
 //!
 //! | route | answer |
 //! |---|---|
@@ -29,7 +32,7 @@ use sha2::{Digest, Sha256};
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Message, Role};
@@ -43,8 +46,11 @@ const PERIOD: usize = 251;
 #[command(name = "psbx-box-web", about = "A test web server for psbx boxes")]
 struct Args {
     /// A port to listen on (several allowed; 0 picks a free one).
-    #[arg(long = "port", required = true)]
+    #[arg(long = "port", required_unless_present = "unix")]
     ports: Vec<u16>,
+    /// A Unix socket to listen on as well (replaced if it exists).
+    #[arg(long)]
+    unix: Option<std::path::PathBuf>,
     /// The address to listen on.
     #[arg(long, default_value = "0.0.0.0")]
     host: IpAddr,
@@ -55,6 +61,8 @@ struct Args {
 enum StartError {
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
+    #[error("cannot listen on {path}: {1}", path = .0.display())]
+    ListenUnix(std::path::PathBuf, std::io::Error),
 }
 
 type Body = BoxBody<Bytes, std::io::Error>;
@@ -84,10 +92,20 @@ async fn serve(args: Args) -> Result<(), StartError> {
         println!("psbx-box-web listening on {local}");
         listeners.push(listener);
     }
-    let tasks: Vec<_> = listeners
+    let mut tasks: Vec<_> = listeners
         .into_iter()
         .map(|l| tokio::spawn(accept(l)))
         .collect();
+    if let Some(path) = args.unix {
+        let fail = |e| StartError::ListenUnix(path.clone(), e);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(fail)?;
+        }
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).map_err(fail)?;
+        println!("psbx-box-web listening on {}", path.display());
+        tasks.push(tokio::spawn(accept_unix(listener)));
+    }
     for task in tasks {
         let _ = task.await;
     }
@@ -105,14 +123,33 @@ async fn accept(listener: TcpListener) {
             }
         };
         let _ = tcp.set_nodelay(true);
-        tokio::spawn(async move {
-            let service =
-                hyper::service::service_fn(|req| async { Ok::<_, Infallible>(route(req).await) });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tcp), service)
-                .with_upgrades()
-                .await;
-        });
+        tokio::spawn(serve_connection(tcp));
+    }
+}
+
+/// Serves one HTTP/1.1 connection (with upgrades).
+async fn serve_connection<S>(io: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(|req| async { Ok::<_, Infallible>(route(req).await) });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades()
+        .await;
+}
+
+async fn accept_unix(listener: UnixListener) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                eprintln!("psbx-box-web: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        tokio::spawn(serve_connection(stream));
     }
 }
 
