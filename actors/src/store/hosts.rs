@@ -270,7 +270,14 @@ impl Store {
                 .filter(hosts::server_id.eq(server_id.as_str()))
                 .filter(hosts::lease_epoch.eq(epoch)),
         )
-        .set(hosts::lease_expires_at.eq(None::<DateTime<Utc>>))
+        // No room either: a stop's last word, which no renewal in flight
+        // can overwrite (a released lease is not renewed).
+        .set((
+            hosts::lease_expires_at.eq(None::<DateTime<Utc>>),
+            hosts::free_cpus.eq(0.0),
+            hosts::free_memory_mib.eq(0),
+            hosts::pool.eq(serde_json::json!({})),
+        ))
         .execute(&mut self.conn()?)?;
         Ok(())
     }
