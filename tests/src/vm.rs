@@ -170,13 +170,7 @@ impl BoxServer {
     pub fn start_with_env(listen: &str, top: &str, extra: &str, envs: &[(&str, &str)]) -> Self {
         let images = images_dir();
         let db = TestDatabase::new();
-        let dir = tempfile::tempdir().expect("tempdir");
-        // libvirt's QEMU user must reach the box files under the data dir.
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .expect("chmod");
+        let dir = node_dir();
         let config = dir.path().join("psbx.toml");
         // The harness's defaults, but for the keys `extra` sets itself.
         let images_line = format!("images_dir = \"{}\"", images.display());
@@ -252,21 +246,10 @@ impl BoxServer {
 
     /// Starts the server (again) on the same data dir and database.
     pub fn restart(&mut self) {
-        let data = self.dir.path().join("data");
-        let server = ServerProcess::start(
-            &[
-                "--listen",
-                &self.listen,
-                "--config",
-                self.config.to_str().expect("utf-8 path"),
-                "--data-dir",
-                data.to_str().expect("utf-8 path"),
-            ],
-            &std::iter::once(("DATABASE_URL", self.db.url()))
-                .chain(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                .collect::<Vec<_>>(),
-        );
-        self.server = Some(server);
+        let envs = std::iter::once(("DATABASE_URL", self.db.url()))
+            .chain(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .collect::<Vec<_>>();
+        self.server = Some(serve(self.dir.path(), &self.listen, &self.config, &envs));
     }
 
     /// Starts another node of this server's installation (issue 33): `psbx
@@ -276,12 +259,7 @@ impl BoxServer {
     /// (`PSBX_BOXES__ENABLED=false` makes it API-only). Its boxes are in the
     /// same database, so this server's guard removes their domains too.
     pub fn node(&self, listen: &str, top: &str, envs: &[(&str, &str)]) -> Node {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .expect("chmod");
+        let dir = node_dir();
         let config = dir.path().join("psbx.toml");
         let key = self.dir.path().join("data/master.key");
         std::fs::write(
@@ -450,6 +428,35 @@ impl Drop for BoxServer {
     }
 }
 
+/// A node's directory: its configuration, and its data under `data/`
+/// (open to libvirt's QEMU user, which must reach the box files there).
+fn node_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    dir
+}
+
+/// `psbx serve` of the node in `dir` (data in `dir/data`) with `config`,
+/// listening on `listen`, with `envs` set.
+fn serve(dir: &Path, listen: &str, config: &Path, envs: &[(&str, &str)]) -> ServerProcess {
+    let data = dir.join("data");
+    ServerProcess::start(
+        &[
+            "--listen",
+            listen,
+            "--config",
+            config.to_str().expect("utf-8 path"),
+            "--data-dir",
+            data.to_str().expect("utf-8 path"),
+        ],
+        envs,
+    )
+}
+
 /// Another node of a [`BoxServer`]'s installation ([`BoxServer::node`]);
 /// stopped (SIGTERM, a clean stop) when dropped.
 pub struct Node {
@@ -463,23 +470,12 @@ pub struct Node {
 impl Node {
     /// Starts the node (again) on the same data dir and configuration.
     pub fn restart(&mut self) {
-        let data = self.dir.path().join("data");
-        let server = ServerProcess::start(
-            &[
-                "--listen",
-                &self.listen,
-                "--config",
-                self.config.to_str().expect("utf-8 path"),
-                "--data-dir",
-                data.to_str().expect("utf-8 path"),
-            ],
-            &self
-                .envs
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect::<Vec<_>>(),
-        );
-        self.server = Some(server);
+        let envs: Vec<(&str, &str)> = self
+            .envs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        self.server = Some(serve(self.dir.path(), &self.listen, &self.config, &envs));
     }
 
     pub fn server(&mut self) -> &mut ServerProcess {

@@ -5,7 +5,7 @@
 
 use psbx_tests::aws::Moto;
 use psbx_tests::vm::BoxServer;
-use psbx_tests::{ServerProcess, api, free_port, wait};
+use psbx_tests::{api, free_port, wait};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -25,33 +25,12 @@ fn an_api_only_node_answers_for_a_box_on_another_node_and_says_when_its_host_is_
         format!("[cluster]\nhost = \"{host}\"\nlisten = \"127.0.0.1:{port}\"\nlease = \"4s\"\n")
     };
     let mut a = BoxServer::start_with(&cluster("host-a", free_port()), "");
-    let data_a = a.dir.path().join("data");
-    let dir_b = tempfile::tempdir().unwrap();
-    let config_b = dir_b.path().join("psbx.toml");
-    std::fs::write(
-        &config_b,
-        format!(
-            "master_key_file = \"{}\"\n{}",
-            data_a.join("master.key").display(),
-            cluster("api", free_port())
-        ),
-    )
-    .unwrap();
-    let b = ServerProcess::start(
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            config_b.to_str().unwrap(),
-            "--data-dir",
-            dir_b.path().join("data").to_str().unwrap(),
-        ],
-        &[
-            ("DATABASE_URL", a.db.url()),
-            ("PSBX_BOXES__ENABLED", "false"),
-        ],
+    let mut b = a.node(
+        "127.0.0.1:0",
+        &cluster("api", free_port()),
+        &[("PSBX_BOXES__ENABLED", "false")],
     );
-    let (url_b, key) = (b.url.clone(), a.key.clone());
+    let (url_b, key) = (b.server().url.clone(), a.key.clone());
     let via_b =
         |method: &str, path: &str, body: Option<Value>| api::call(&url_b, &key, method, path, body);
 
@@ -157,7 +136,7 @@ fn an_api_only_node_answers_for_a_box_on_another_node_and_says_when_its_host_is_
         (503, Some("host_unavailable")),
         "{gone}"
     );
-    b.stop();
+    b.server.take().unwrap().stop();
 }
 
 /// The acceptance test, as far as it is built: three nodes of one
