@@ -5,13 +5,14 @@
 //! authenticates it, checks the account, counts it as activity).
 //!
 //! Which box a request names, read before routing:
+//! * first, a box URL's host: whatever its path says is the box's own (a
+//!   host under the box domain that names no box names nothing);
 //! * `/v1/boxes/{id}` and everything under it (REST: exec streams, sync,
 //!   shots, processes, terminals, reviews of a box, ...), and the web app's
 //!   `/app/boxes/{id}…` (its page, stop);
 //! * a review page's screenshot (`POST /app/reviews/{id}/shots`), by the
 //!   review's box (the review pages themselves read the store and the
 //!   shared storage: any node serves them);
-//! * a box URL's host;
 //! * a takeover page or terminal (`/takeover/{token}`), by its link;
 //! * a one-time upload URL (`/v1/uploads/{token}`), by its token (not spent);
 //! * an MCP `tools/call` whose `arguments.id` names a box (the body is read
@@ -43,7 +44,7 @@ use actix_web::{FromRequest, HttpResponse, ResponseError, web};
 use bytes::Bytes;
 use psbx_actors::boxes::{Answerer, Boxes};
 use psbx_actors::ids::BoxId;
-use psbx_actors::store::{LinkState, Store};
+use psbx_actors::store::{LinkState, Store, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -199,6 +200,18 @@ async fn json_body(
 
 /// The box a request names, or the start it asks for (see the module doc).
 async fn named_box(req: &mut ServiceRequest, boxes: &Boxes) -> Result<Named, actix_web::Error> {
+    // A box URL's host first: its path is the box's own, whatever it says.
+    if let Some(host) = req
+        .headers()
+        .get(actix_web::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        && let Some(urls) = boxes.urls()
+        && urls.is_box_host(host)
+    {
+        return Ok(urls
+            .parse(host)
+            .map_or(Named::Nothing, |address| Named::Box(address.id)));
+    }
     let path = req.path().to_owned();
     let method = req.method().clone();
     if path == "/v1/boxes" && method == actix_web::http::Method::POST {
@@ -221,41 +234,22 @@ async fn named_box(req: &mut ServiceRequest, boxes: &Boxes) -> Result<Named, act
         .filter(|_| method == actix_web::http::Method::POST)
         .and_then(|id| psbx_actors::ids::ReviewId::parse(id).ok())
     {
-        let Some(store) = req.app_data::<web::Data<Store>>().cloned() else {
-            return Ok(Named::Nothing);
-        };
-        let named = crate::error::blocking(move || store.review_box(&id)).await?;
-        return Ok(named.map_or(Named::Nothing, Named::Box));
-    }
-    if let Some(host) = req
-        .headers()
-        .get(actix_web::http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        && let Some(urls) = boxes.urls()
-        && let Some(address) = urls.parse(host)
-    {
-        return Ok(Named::Box(address.id));
+        return looked_up(req, move |store| store.review_box(&id)).await;
     }
     if let Some(rest) = path.strip_prefix("/takeover/") {
         let token = rest.split('/').next().unwrap_or_default().to_owned();
-        let Some(store) = req.app_data::<web::Data<Store>>().cloned() else {
-            return Ok(Named::Nothing);
-        };
-        let state = crate::error::blocking(move || store.look_takeover_link(&token)).await?;
-        return Ok(match state {
-            LinkState::Valid { box_id, .. } => Named::Box(box_id),
-            _ => Named::Nothing,
-        });
+        return looked_up(req, move |store| {
+            Ok(match store.look_takeover_link(&token)? {
+                LinkState::Valid { box_id, .. } => Some(box_id),
+                _ => None,
+            })
+        })
+        .await;
     }
-    if let Some(token) = path.strip_prefix("/v1/uploads/") {
-        let (Some(store), Ok(token)) = (
-            req.app_data::<web::Data<Store>>().cloned(),
-            urlencoding_free(token),
-        ) else {
-            return Ok(Named::Nothing);
-        };
-        let named = crate::error::blocking(move || store.upload_box(&token)).await?;
-        return Ok(named.map_or(Named::Nothing, Named::Box));
+    if let Some(rest) = path.strip_prefix("/v1/uploads/") {
+        // A token without its prefix is refused by the store unread.
+        let token = rest.split('/').next().unwrap_or_default().to_owned();
+        return looked_up(req, move |store| store.upload_box(&token)).await;
     }
     if path == "/mcp" && method == actix_web::http::Method::POST {
         let Some(call) = json_body(req)
@@ -276,18 +270,16 @@ async fn named_box(req: &mut ServiceRequest, boxes: &Boxes) -> Result<Named, act
     Ok(Named::Nothing)
 }
 
-/// An upload token as its path carries it (tokens are URL-safe: nothing to
-/// decode; anything else is no token).
-fn urlencoding_free(token: &str) -> Result<String, ()> {
-    if !token.is_empty()
-        && token
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        Ok(token.to_owned())
-    } else {
-        Err(())
-    }
+/// The box a credential or record names, read from the store with `look`.
+async fn looked_up(
+    req: &ServiceRequest,
+    look: impl FnOnce(&Store) -> Result<Option<BoxId>, StoreError> + Send + 'static,
+) -> Result<Named, actix_web::Error> {
+    let Some(store) = req.app_data::<web::Data<Store>>().cloned() else {
+        return Ok(Named::Nothing);
+    };
+    let named = crate::error::blocking(move || look(&store)).await?;
+    Ok(named.map_or(Named::Nothing, Named::Box))
 }
 
 /// A hop to another node: nothing held, generous time limits (the node
